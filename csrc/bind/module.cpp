@@ -1,0 +1,55 @@
+// module.cpp — owns the pybind11 module cdynamo._C: callback control, OptimizedCallable, reset, skip_code.
+#include <pybind11/pybind11.h>
+
+#include "hook/cache.h"
+#include "hook/state.h"
+
+namespace py = pybind11;
+using namespace cdynamo;
+
+void bind_testing(py::module_& m);
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "cdynamo's C++ core: PEP 523 frame hook, symbolic interpreter, guards and codegen";
+  if (hook::init_state() < 0 || hook::init_cache() < 0) throw py::error_already_set();
+
+  m.attr("OptimizedCallable") = py::handle(reinterpret_cast<PyObject*>(&hook::OptimizedCallableType));
+  m.attr("RUN_ONLY") = py::handle(hook::run_only());
+
+  m.def(
+      "set_callback",
+      [](py::object cb) {
+        if (!cb.is_none() && cb.ptr() != hook::run_only() && !py::hasattr(cb, "compile_graph"))
+          throw py::type_error("set_callback expects None, RUN_ONLY or a callback with compile_graph()");
+        PyObject* prev = hook::exchange_callback(cb.ptr());  // new reference or NULL
+        if (!prev) return py::object(py::none());
+        return py::reinterpret_steal<py::object>(prev);
+      },
+      py::arg("callback"), "Sets this thread's frame callback; returns the previous one.");
+  m.def(
+      "get_callback",
+      []() {
+        PyObject* cb = hook::current_callback();  // borrowed
+        return cb ? py::reinterpret_borrow<py::object>(cb) : py::object(py::none());
+      },
+      "This thread's frame callback (None, RUN_ONLY or a callback).");
+  m.def("reset", &hook::reset_all, "Frees every cache entry and the globals they injected.");
+  m.def(
+      "skip_code",
+      [](py::object code) {
+        if (!PyCode_Check(code.ptr())) throw py::type_error("skip_code expects a code object");
+        hook::ensure_extra(reinterpret_cast<PyCodeObject*>(code.ptr()))->skip = true;
+      },
+      py::arg("code"), "Never capture frames of this code object.");
+  m.def(
+      "cache_entry_count",
+      [](py::object code) {
+        if (!PyCode_Check(code.ptr())) throw py::type_error("cache_entry_count expects a code object");
+        hook::CodeExtra* e = hook::get_extra(reinterpret_cast<PyCodeObject*>(code.ptr()));
+        return e ? e->entries.size() : size_t{0};
+      },
+      py::arg("code"), "Number of cache entries held for a code object.");
+
+  py::module_ testing = m.def_submodule("_testing", "Each pipeline stage exposed for tests");
+  bind_testing(testing);
+}

@@ -1,0 +1,46 @@
+// testing.cpp — owns cdynamo._C._testing: decode/assemble/format of code objects and cache inspection.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "bytecode/bytecode.h"
+#include "hook/cache.h"
+
+namespace py = pybind11;
+using namespace cdynamo;
+
+namespace {
+PyCodeObject* as_code(py::handle code) {
+  if (!PyCode_Check(code.ptr())) throw py::type_error("expected a code object");
+  return reinterpret_cast<PyCodeObject*>(code.ptr());
+}
+}  // namespace
+
+void bind_testing(py::module_& m) {
+  m.def(
+      "decode",
+      [](py::object code) {
+        bytecode::Bytecode bc = bytecode::decode(as_code(code));
+        py::list out;
+        for (const auto& i : bc.insts) {
+          int target = i->target ? i->target->offset : -1;
+          out.append(py::make_tuple(bytecode::opname(i->opcode), i->arg, i->offset, target, i->pos.line));
+        }
+        return out;
+      },
+      "Decoded instructions as (opname, arg, offset, jump target offset, line).");
+  m.def(
+      "roundtrip",
+      [](py::object code) {
+        PyCodeObject* c = as_code(code);
+        bytecode::Bytecode bc = bytecode::decode(c);
+        bytecode::Assembled a = bytecode::assemble(bc, c->co_firstlineno);
+        return py::make_tuple(py::reinterpret_borrow<py::object>(a.code),
+                              py::reinterpret_borrow<py::object>(a.exceptiontable),
+                              py::reinterpret_borrow<py::object>(a.linetable), a.stacksize);
+      },
+      "decode then assemble: (co_code, co_exceptiontable, co_linetable, co_stacksize).");
+  m.def(
+      "format_code", [](py::object code) { return bytecode::format(as_code(code)); },
+      "dis-style listing of a code object.");
+  m.def("extra_count", &hook::extra_count, "Number of code objects holding cdynamo cache data.");
+}

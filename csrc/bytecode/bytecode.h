@@ -1,0 +1,101 @@
+// bytecode.h — owns the decoded form of a code object (Instruction, ExceptionEntry) and its decode/assemble/print API.
+#pragma once
+
+#include <Python.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace cdynamo::bytecode {
+
+// Source position of one instruction (3.11 location table); -1 means "none".
+struct Position {
+  int line = -1;
+  int end_line = -1;
+  int col = -1;
+  int end_col = -1;
+  bool operator==(const Position&) const = default;
+};
+
+struct Instruction {
+  int opcode = 0;                  // base (deoptimized) opcode; never EXTENDED_ARG or CACHE
+  int arg = 0;                     // full oparg; for jumps the assembler recomputes it from `target`
+  int offset = -1;                 // byte offset in the original co_code; -1 if synthesized
+  Instruction* target = nullptr;   // jump target for jump opcodes (owned by the same Bytecode)
+  Position pos;                    // location; synthesized instructions copy a neighbour's
+};
+
+// One exception-table entry; [start, end] inclusive, in Bytecode::insts order.
+struct ExceptionEntry {
+  Instruction* start = nullptr;
+  Instruction* end = nullptr;
+  Instruction* target = nullptr;
+  int depth = 0;
+  bool lasti = false;
+};
+
+struct Bytecode {
+  std::vector<std::unique_ptr<Instruction>> insts;  // program order; pointers are stable
+  std::vector<ExceptionEntry> exception_table;
+
+  // Appends a new synthesized instruction and returns it (owned by insts).
+  Instruction* append(int opcode, int arg = 0, Instruction* target = nullptr);
+  // Inserts before index `at` and returns it.
+  Instruction* insert(size_t at, int opcode, int arg = 0, Instruction* target = nullptr);
+  // Index of `inst` in insts, or -1.
+  int index_of(const Instruction* inst) const;
+  // Instruction whose original offset is `offset`, or nullptr.
+  Instruction* at_offset(int offset) const;
+};
+
+// Opcode facts of the running Python, generated at build time (opcodes_gen.h) plus dis.stack_effect.
+bool has_arg(int opcode);
+bool is_jump(int opcode);           // relative or absolute jump with a target
+bool is_backward_jump(int opcode);  // JUMP_BACKWARD, JUMP_BACKWARD_NO_INTERRUPT, POP_JUMP_BACKWARD_*
+bool is_unconditional_jump(int opcode);
+bool is_terminator(int opcode);     // RETURN_VALUE, RAISE_VARARGS, RERAISE, unconditional jumps
+int cache_entries(int opcode);      // inline cache code units after the instruction
+int deopt(int opcode);              // specialized -> base opcode
+const char* opname(int opcode);
+int opcode_by_name(const char* name);  // -1 if unknown
+// Stack effect of (opcode, arg) when the jump is taken (jump=true) or not; throws std::runtime_error on
+// an invalid opcode.
+int stack_effect(int opcode, int arg, bool jump);
+
+// Decodes co_code (PyCode_GetCode, not the adaptive bytes) of `code`. Does not steal or keep references.
+// Throws std::runtime_error on malformed input.
+Bytecode decode(PyCodeObject* code);
+
+struct Assembled {
+  PyObject* code = nullptr;            // new reference: bytes (co_code)
+  PyObject* exceptiontable = nullptr;  // new reference: bytes
+  PyObject* linetable = nullptr;       // new reference: bytes
+  int stacksize = 0;
+  ~Assembled();
+  Assembled() = default;
+  Assembled(const Assembled&) = delete;
+  Assembled& operator=(const Assembled&) = delete;
+  Assembled(Assembled&&) noexcept;
+};
+
+// Encodes instructions (EXTENDED_ARG to a fixpoint, inline caches zeroed, jump args from targets),
+// exception table, location table (relative to firstlineno) and max stack depth.
+// Throws std::runtime_error on inconsistent input (bad target, negative stack depth).
+Assembled assemble(const Bytecode& bc, int firstlineno);
+
+// Maximum stack depth of `bc` by flow analysis (including exception handlers).
+int stack_depth(const Bytecode& bc);
+
+// Returns a new reference: `base.replace(co_code=..., co_exceptiontable=..., co_linetable=...,
+// co_stacksize=...)` plus any extra keyword overrides in `overrides` (a dict, borrowed, may be nullptr).
+// Returns nullptr with a Python error set on failure.
+PyObject* make_code(PyCodeObject* base, const Bytecode& bc, PyObject* overrides);
+
+// dis-style listing of `code`'s decoded instructions: line number column, ">>" for jump targets, offset,
+// opname, arg and the resolved argument in parentheses, as `dis.dis` prints for 3.11.
+std::string format(PyCodeObject* code);
+// Same for a Bytecode interpreted against `code`'s names/consts/varnames (offsets as assembled).
+std::string format(const Bytecode& bc, PyCodeObject* code);
+
+}  // namespace cdynamo::bytecode

@@ -1,0 +1,99 @@
+// emitter.cpp — owns instruction emission, pool management and code-object finishing for codegen.
+#include "codegen/emitter.h"
+
+#include <stdexcept>
+
+#include "compat/compat.h"
+
+namespace cdynamo::codegen {
+
+Emitter::Emitter(PyCodeObject* code) : code_(code) {
+  names_ = py::list(py::reinterpret_borrow<py::tuple>(code->co_names));
+  consts_ = py::list(py::reinterpret_borrow<py::tuple>(code->co_consts));
+  pos_.line = code->co_firstlineno;
+  pos_.end_line = code->co_firstlineno;
+}
+
+int Emitter::name_index(const std::string& name) {
+  for (size_t i = 0; i < names_.size(); ++i)
+    if (py::str(names_[i]).cast<std::string>() == name) return static_cast<int>(i);
+  names_.append(py::str(name));
+  return static_cast<int>(names_.size() - 1);
+}
+
+int Emitter::const_index(py::handle value) {
+  for (size_t i = 0; i < consts_.size(); ++i) {
+    py::handle c = consts_[i];
+    if (c.ptr() == value.ptr()) return static_cast<int>(i);
+  }
+  consts_.append(value);
+  return static_cast<int>(consts_.size() - 1);
+}
+
+bytecode::Instruction* Emitter::emit(const char* opname, int arg) {
+  int op = bytecode::opcode_by_name(opname);
+  if (op < 0) throw std::runtime_error(std::string("unknown opcode ") + opname);
+  bytecode::Instruction* i = bc.append(op, arg);
+  i->pos = pos_;
+  return i;
+}
+
+size_t Emitter::copy_prefix(const bytecode::Bytecode& original) {
+  int resume = bytecode::opcode_by_name("RESUME");
+  size_t n = 0;
+  for (const auto& inst : original.insts) {
+    bytecode::Instruction* c = bc.append(inst->opcode, inst->arg);
+    c->pos = inst->pos;
+    n++;
+    if (inst->opcode == resume) break;
+  }
+  return n;
+}
+
+void Emitter::load_source(const guards::Source& src) {
+  using K = guards::Source::Kind;
+  switch (src.kind) {
+    case K::Local: {
+      int kind = compat::code_localsplus_kind(code_, src.index);
+      emit((kind & (compat::kFastCell | compat::kFastFree)) ? "LOAD_DEREF" : "LOAD_FAST", src.index);
+      return;
+    }
+    case K::Closure:
+      emit("LOAD_DEREF", src.index);
+      return;
+    case K::Global:
+    case K::Builtin:
+      emit("LOAD_GLOBAL", name_index(src.name) << 1);
+      return;
+    case K::Attr:
+      load_source(*src.base);
+      emit("LOAD_ATTR", name_index(src.name));
+      return;
+    case K::Item:
+      load_source(*src.base);
+      load_const(py::int_(src.index));
+      emit("BINARY_SUBSCR");
+      return;
+  }
+}
+
+py::object Emitter::finish(bool flatten_args, const std::string& name) {
+  py::dict overrides;
+  overrides["co_names"] = py::tuple(names_);
+  overrides["co_consts"] = py::tuple(consts_);
+  if (flatten_args) {
+    overrides["co_argcount"] = compat::code_total_args(code_);
+    overrides["co_posonlyargcount"] = 0;
+    overrides["co_kwonlyargcount"] = 0;
+    overrides["co_flags"] = code_->co_flags & ~(CO_VARARGS | CO_VARKEYWORDS);
+  }
+  if (!name.empty()) {
+    overrides["co_name"] = py::str(name);
+    overrides["co_qualname"] = py::str(name);
+  }
+  PyObject* c = bytecode::make_code(code_, bc, overrides.ptr());  // new reference
+  if (!c) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(c);
+}
+
+}  // namespace cdynamo::codegen

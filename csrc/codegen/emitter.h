@@ -1,0 +1,44 @@
+// emitter.h — owns building a new instruction list with its names/consts pools and turning it into a code
+// object derived from the original.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <string>
+
+#include "bytecode/bytecode.h"
+#include "guards/source.h"
+
+namespace cdynamo::codegen {
+
+namespace py = pybind11;
+
+class Emitter {
+ public:
+  // `code` is borrowed for the Emitter's lifetime; names and consts start as copies of its pools.
+  explicit Emitter(PyCodeObject* code);
+
+  bytecode::Bytecode bc;
+
+  int name_index(const std::string& name);
+  int const_index(py::handle value);  // by identity (and type), so 1 / True / 1.0 stay distinct
+  bytecode::Instruction* emit(const char* opname, int arg = 0);
+  // Copies the frame-setup prefix of `original` (MAKE_CELL, COPY_FREE_VARS, ..., up to and including
+  // RESUME). Returns the number of instructions copied.
+  size_t copy_prefix(const bytecode::Bytecode& original);
+  // Pushes the value of `src` (LOAD_FAST / LOAD_DEREF / LOAD_GLOBAL / LOAD_ATTR / BINARY_SUBSCR).
+  void load_source(const guards::Source& src);
+  void load_const(py::handle value) { emit("LOAD_CONST", const_index(value)); }
+
+  // New reference: the original code with this instruction list and pools, taking its arguments all
+  // positionally (co_argcount = every argument slot, no *args/**kwargs flags) when `flatten_args`.
+  py::object finish(bool flatten_args, const std::string& name = "");
+
+ private:
+  PyCodeObject* code_;
+  py::list names_;
+  py::list consts_;
+  bytecode::Position pos_;
+};
+
+}  // namespace cdynamo::codegen

@@ -1,0 +1,56 @@
+// compat_311.cpp — CPython 3.11 implementation of compat.h (the only place internal headers are used).
+#include <Python.h>
+#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030C0000
+#error "cdynamo compat: this file supports CPython 3.11 only; add compat_3XX.cpp for other versions"
+#endif
+
+#define Py_BUILD_CORE 1
+#include <internal/pycore_code.h>
+#include <internal/pycore_frame.h>
+#undef Py_BUILD_CORE
+
+#include "compat/compat.h"
+
+namespace cdynamo::compat {
+
+const int kFastLocal = CO_FAST_LOCAL;
+const int kFastCell = CO_FAST_CELL;
+const int kFastFree = CO_FAST_FREE;
+
+void set_eval_frame(EvalFrameFn fn) {
+  PyThreadState* tstate = PyThreadState_GET();
+  _PyInterpreterState_SetEvalFrameFunc(tstate->interp,
+                                        fn ? reinterpret_cast<_PyFrameEvalFunction>(fn) : &_PyEval_EvalFrameDefault);
+}
+
+PyObject* eval_default(PyThreadState* tstate, Frame* frame, int throwflag) {
+  return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+}
+
+PyCodeObject* frame_code(Frame* f) { return f->f_code; }
+PyObject* frame_globals(Frame* f) { return f->f_globals; }
+PyObject* frame_builtins(Frame* f) { return f->f_builtins; }
+PyObject* frame_function(Frame* f) { return reinterpret_cast<PyObject*>(f->f_func); }
+PyObject* frame_locals_dict(Frame* f) { return f->f_locals; }
+PyObject** frame_localsplus(Frame* f) { return f->localsplus; }
+
+bool frame_started(Frame* f) {
+  // A fresh frame points one code unit before the first instruction.
+  return f->prev_instr != _PyCode_CODE(f->f_code) - 1;
+}
+
+int code_nlocalsplus(PyCodeObject* code) { return code->co_nlocalsplus; }
+PyObject* code_localsplus_name(PyCodeObject* code, int i) {
+  return PyTuple_GET_ITEM(code->co_localsplusnames, i);  // borrowed
+}
+int code_localsplus_kind(PyCodeObject* code, int i) {
+  return static_cast<unsigned char>(PyBytes_AS_STRING(code->co_localspluskinds)[i]);
+}
+int code_total_args(PyCodeObject* code) {
+  int n = code->co_argcount + code->co_kwonlyargcount;
+  if (code->co_flags & CO_VARARGS) n++;
+  if (code->co_flags & CO_VARKEYWORDS) n++;
+  return n;
+}
+
+}  // namespace cdynamo::compat

@@ -1,0 +1,97 @@
+// graph.h — owns the FX-like IR (Graph, Node, Arg), its printers, verifier and conversion to torch.fx.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <variant>
+#include <vector>
+
+namespace cdynamo::graph {
+
+namespace py = pybind11;
+
+enum class OpKind { Placeholder, GetAttr, CallFunction, CallMethod, CallModule, Output };
+const char* op_name(OpKind k);  // "placeholder", "get_attr", "call_function", ...
+
+struct Node;
+
+// An argument of a node: a reference to an earlier node, a Python constant (int, float, bool, None,
+// str, slice, dtype, device, torch.Size, Ellipsis, ...), or a tuple / list / dict of arguments.
+struct Arg {
+  enum class Kind { NodeRef, Const, Tuple, List, Dict };
+  Kind kind = Kind::Const;
+  Node* node = nullptr;                 // NodeRef
+  py::object value;                     // Const (owned reference)
+  std::vector<Arg> items;               // Tuple / List / Dict values
+  std::vector<std::string> keys;        // Dict keys (string keys only)
+
+  static Arg ref(Node* n);
+  static Arg constant(py::object v);
+  static Arg tuple(std::vector<Arg> items);
+  static Arg list(std::vector<Arg> items);
+  static Arg dict(std::vector<std::string> keys, std::vector<Arg> values);
+};
+
+struct Node {
+  OpKind op;
+  std::string name;          // unique in the graph, fx naming rules
+  py::object target;         // callable for call_function; str for call_method/call_module/get_attr/placeholder
+  std::vector<Arg> args;
+  std::vector<std::pair<std::string, Arg>> kwargs;
+  py::object example_value;  // meta (or real) example tensor, or None
+  int index = 0;             // position in Graph::nodes
+};
+
+class Graph {
+ public:
+  // Names follow torch.fx: a candidate from the target (function __name__, method name, snake_case
+  // module path, placeholder name), made unique with _1, _2, ...; names that are Python keywords or
+  // builtins (sum, abs, max, ...) get a suffix too ("sum_1"), as fx does.
+  Node* placeholder(const std::string& name, py::object example_value);
+  Node* get_attr(const std::string& qualname, py::object example_value);
+  Node* call_function(py::object target, std::vector<Arg> args,
+                      std::vector<std::pair<std::string, Arg>> kwargs, py::object example_value);
+  Node* call_method(const std::string& method, std::vector<Arg> args,
+                    std::vector<std::pair<std::string, Arg>> kwargs, py::object example_value);
+  Node* call_module(const std::string& qualname, std::vector<Arg> args,
+                    std::vector<std::pair<std::string, Arg>> kwargs, py::object example_value);
+  Node* output(Arg value);  // normally a Tuple of NodeRefs
+
+  const std::vector<std::unique_ptr<Node>>& nodes() const { return nodes_; }
+  size_t size() const { return nodes_.size(); }
+  // Number of call_function / call_method / call_module nodes.
+  int op_count() const;
+
+  // print_tabular-style table with columns opcode, name, target, args, kwargs. Targets print as
+  // readable qualified names ("torch.sin", "operator.mul", "<method 'sum'>" -> "sum").
+  std::string tabular() const;
+  // Python-like listing: "sin = torch.sin(x)" per node and "return (mul,)".
+  std::string readable() const;
+  // Throws std::runtime_error naming the node if: a NodeRef points to a later or foreign node,
+  // names are not unique, placeholders are not first, there is not exactly one output and it is last.
+  void verify() const;
+
+  // One pass: builds a torch.fx.Graph with the same node names and a torch.fx.GraphModule whose
+  // root is `root` (an nn.Module holding get_attr / call_module targets; may be an empty Module).
+  // Returns the GraphModule. Throws py::error_already_set on Python errors.
+  py::object to_fx(py::object root, const std::string& class_name = "GraphModule") const;
+
+ private:
+  std::string unique_name(const std::string& candidate);
+  Node* add(OpKind op, std::string name, py::object target, std::vector<Arg> args,
+            std::vector<std::pair<std::string, Arg>> kwargs, py::object example_value);
+  std::vector<std::unique_ptr<Node>> nodes_;
+  std::unordered_map<std::string, int> name_counts_;
+  std::unordered_set<std::string> used_names_;
+};
+
+// Readable qualified name of a call target: "torch.sin", "operator.add", "torch.nn.functional.relu".
+std::string target_name(const py::handle& target);
+// fx-style repr of an argument: node names bare, constants by repr, tuples "(a, 1)", lists "[a]".
+std::string format_arg(const Arg& a);
+
+}  // namespace cdynamo::graph

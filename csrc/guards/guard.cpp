@@ -1,0 +1,238 @@
+// guard.cpp — owns evaluation, description and construction of guards and guard sets.
+#include "guards/guard.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace cdynamo::guards {
+
+Guard::Guard(Guard&& o) noexcept
+    : kind(o.kind),
+      source(std::move(o.source)),
+      tensor(std::move(o.tensor)),
+      expected(o.expected),
+      length(o.length),
+      state(o.state),
+      sources(std::move(o.sources)),
+      label(std::move(o.label)) {
+  o.expected = nullptr;
+}
+
+Guard::~Guard() { Py_XDECREF(expected); }
+
+std::string Guard::describe() const {
+  if (kind == GuardKind::GradMode) return "global state GRAD_MODE (" + std::string(state ? "enabled" : "disabled") + ")";
+  if (kind == GuardKind::DefaultDtype) return "global state DEFAULT_DTYPE";
+  if (kind == GuardKind::NoAliasing) {
+    std::string s = "NO_TENSOR_ALIASING(";
+    for (size_t i = 0; i < sources.size(); ++i) s += (i ? ", " : "") + sources[i]->describe();
+    return s + ")";
+  }
+  if (kind == GuardKind::SameObject) return sources[0]->describe() + " is " + sources[1]->describe() + " DUPLICATE_INPUT";
+  return source->describe() + " " + label;
+}
+
+namespace {
+bool fail(std::string* why, const Guard& g, const std::string& reason) {
+  if (why) *why = g.describe() + ": " + reason;
+  return false;
+}
+std::string repr_of(PyObject* o) {
+  PyObject* r = PyObject_Repr(o);  // new
+  if (!r) {
+    PyErr_Clear();
+    return "<?>";
+  }
+  const char* s = PyUnicode_AsUTF8(r);  // borrowed buffer of r
+  std::string out = s ? s : "<?>";
+  Py_DECREF(r);
+  PyErr_Clear();
+  return out;
+}
+}  // namespace
+
+bool Guard::check(const FrameView& fv, std::string* why) const {
+  switch (kind) {
+    case GuardKind::GradMode:
+      if (grad_mode_enabled() != static_cast<bool>(state)) return fail(why, *this, "grad mode changed");
+      return true;
+    case GuardKind::DefaultDtype:
+      if (default_dtype_code() != state) return fail(why, *this, "default dtype changed");
+      return true;
+    case GuardKind::NoAliasing: {
+      std::vector<PyObject*> objs;
+      objs.reserve(sources.size());
+      bool ok = true;
+      for (const auto& s : sources) {
+        PyObject* v = s->fetch(fv);  // new
+        if (!v) {
+          ok = false;
+          break;
+        }
+        objs.push_back(v);
+      }
+      if (ok) {
+        std::vector<PyObject*> sorted = objs;
+        std::sort(sorted.begin(), sorted.end());
+        ok = std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
+      }
+      for (PyObject* v : objs) Py_DECREF(v);
+      return ok ? true : fail(why, *this, "tensor inputs alias each other");
+    }
+    case GuardKind::SameObject: {
+      PyObject* a = sources[0]->fetch(fv);  // new
+      PyObject* b = sources[1]->fetch(fv);  // new
+      bool ok = a && a == b;
+      Py_XDECREF(a);
+      Py_XDECREF(b);
+      return ok ? true : fail(why, *this, "inputs are no longer the same object");
+    }
+    default:
+      break;
+  }
+  PyObject* v = source->fetch(fv);  // new
+  if (!v) return fail(why, *this, "value is missing");
+  bool ok = true;
+  std::string reason;
+  switch (kind) {
+    case GuardKind::TensorMatch:
+      ok = is_tensor(v) && tensor->check(v, &reason);
+      if (!ok && reason.empty()) reason = std::string("expected a tensor, got ") + Py_TYPE(v)->tp_name;
+      break;
+    case GuardKind::TypeMatch:
+      ok = reinterpret_cast<PyObject*>(Py_TYPE(v)) == expected;
+      if (!ok) reason = std::string("type changed to ") + Py_TYPE(v)->tp_name;
+      break;
+    case GuardKind::IdMatch:
+      ok = v == expected;
+      if (!ok) reason = "object identity changed";
+      break;
+    case GuardKind::EqualsMatch: {
+      ok = Py_TYPE(v) == Py_TYPE(expected);
+      if (ok) {
+        int eq = PyObject_RichCompareBool(v, expected, Py_EQ);
+        if (eq < 0) PyErr_Clear();
+        ok = eq == 1;
+      }
+      if (!ok) reason = "expected " + repr_of(expected) + ", actual " + repr_of(v);
+      break;
+    }
+    case GuardKind::LengthMatch: {
+      ok = reinterpret_cast<PyObject*>(Py_TYPE(v)) == expected;
+      if (ok) {
+        Py_ssize_t n = PyObject_Length(v);
+        if (n < 0) PyErr_Clear();
+        ok = n == length;
+        if (!ok) reason = "length changed from " + std::to_string(length) + " to " + std::to_string(n);
+      } else {
+        reason = std::string("type changed to ") + Py_TYPE(v)->tp_name;
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  Py_DECREF(v);
+  return ok ? true : fail(why, *this, reason);
+}
+
+void GuardSet::add(Guard g) { guards_.push_back(std::move(g)); }
+
+bool GuardSet::check(const FrameView& fv, std::string* why) const {
+  for (const auto& g : guards_) {
+    if (!g.check(fv, why)) return false;
+  }
+  return true;
+}
+
+std::vector<std::string> GuardSet::describe() const {
+  std::vector<std::string> out;
+  out.reserve(guards_.size());
+  for (const auto& g : guards_) out.push_back(g.describe());
+  return out;
+}
+
+bool GuardSet::has(GuardKind kind, const Source& src) const {
+  std::string d = src.describe();
+  for (const auto& g : guards_) {
+    if (g.kind == kind && g.source && g.source->describe() == d) return true;
+  }
+  return false;
+}
+
+namespace {
+Guard base(GuardKind k, SourcePtr src, const char* label) {
+  Guard g;
+  g.kind = k;
+  g.source = std::move(src);
+  g.label = label;
+  return g;
+}
+}  // namespace
+
+Guard tensor_match(SourcePtr src, PyObject* value) {
+  Guard g = base(GuardKind::TensorMatch, std::move(src), "TENSOR_MATCH");
+  g.tensor = TensorMatch::make(value);
+  return g;
+}
+
+Guard type_match(SourcePtr src, PyObject* value) {
+  Guard g = base(GuardKind::TypeMatch, std::move(src), "TYPE_MATCH");
+  g.expected = reinterpret_cast<PyObject*>(Py_TYPE(value));
+  Py_INCREF(g.expected);  // owned
+  return g;
+}
+
+Guard id_match(SourcePtr src, PyObject* value) {
+  bool fn_like = PyModule_Check(value) || PyFunction_Check(value) || PyCFunction_Check(value) || PyType_Check(value);
+  Guard g = base(GuardKind::IdMatch, std::move(src), fn_like ? "FUNCTION_MATCH" : "ID_MATCH");
+  g.expected = value;
+  Py_INCREF(g.expected);  // owned: pins the identity we compare against
+  return g;
+}
+
+Guard equals_match(SourcePtr src, PyObject* value) {
+  Guard g = base(GuardKind::EqualsMatch, std::move(src), "EQUALS_MATCH");
+  g.expected = value;
+  Py_INCREF(g.expected);  // owned
+  return g;
+}
+
+Guard length_match(SourcePtr src, PyObject* value) {
+  Guard g = base(GuardKind::LengthMatch, std::move(src), "LIST_LENGTH");
+  g.expected = reinterpret_cast<PyObject*>(Py_TYPE(value));
+  Py_INCREF(g.expected);  // owned
+  g.length = PyObject_Length(value);
+  if (g.length < 0) {
+    PyErr_Clear();
+    throw std::runtime_error("length guard on an object without len()");
+  }
+  if (PyTuple_Check(value)) g.label = "TUPLE_LENGTH";
+  return g;
+}
+
+Guard grad_mode_guard() {
+  Guard g = base(GuardKind::GradMode, nullptr, "GRAD_MODE");
+  g.state = grad_mode_enabled() ? 1 : 0;
+  return g;
+}
+
+Guard default_dtype_guard() {
+  Guard g = base(GuardKind::DefaultDtype, nullptr, "DEFAULT_DTYPE");
+  g.state = default_dtype_code();
+  return g;
+}
+
+Guard no_aliasing(std::vector<SourcePtr> srcs) {
+  Guard g = base(GuardKind::NoAliasing, nullptr, "NO_TENSOR_ALIASING");
+  g.sources = std::move(srcs);
+  return g;
+}
+
+Guard same_object(SourcePtr a, SourcePtr b) {
+  Guard g = base(GuardKind::SameObject, nullptr, "DUPLICATE_INPUT");
+  g.sources = {std::move(a), std::move(b)};
+  return g;
+}
+
+}  // namespace cdynamo::guards

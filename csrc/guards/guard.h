@@ -1,0 +1,73 @@
+// guard.h — owns Guard kinds and GuardSet: the checks a cache entry must pass before its code runs.
+#pragma once
+
+#include <Python.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "guards/source.h"
+#include "guards/tensor_match.h"
+
+namespace cdynamo::guards {
+
+enum class GuardKind {
+  TensorMatch,   // TENSOR_MATCH on the source's tensor
+  TypeMatch,     // type(value) is T
+  IdMatch,       // value is O (printed FUNCTION_MATCH for functions and modules, ID_MATCH otherwise)
+  EqualsMatch,   // type(value) is type(C) and value == C
+  LengthMatch,   // type(value) is T and len(value) == n
+  GradMode,      // torch.is_grad_enabled() == expected
+  DefaultDtype,  // torch.get_default_dtype() == expected
+  NoAliasing,    // the listed tensor sources are pairwise distinct objects
+  SameObject,    // the two listed sources hold the same object (a duplicated tensor input)
+};
+
+struct Guard {
+  GuardKind kind;
+  SourcePtr source;                       // null for global-state guards
+  std::unique_ptr<TensorMatch> tensor;    // TensorMatch
+  PyObject* expected = nullptr;           // owned: type, object or constant
+  Py_ssize_t length = 0;                  // LengthMatch
+  int state = 0;                          // GradMode / DefaultDtype expected value
+  std::vector<SourcePtr> sources;         // NoAliasing
+  std::string label;                      // printed kind name ("TENSOR_MATCH", "FUNCTION_MATCH", ...)
+
+  Guard() = default;
+  Guard(const Guard&) = delete;
+  Guard& operator=(const Guard&) = delete;
+  Guard(Guard&&) noexcept;
+  ~Guard();
+
+  // True if the guard holds; on failure fills *why (if given) with "<describe>: <reason>".
+  bool check(const FrameView& fv, std::string* why) const;
+  std::string describe() const;  // "local 'x' TENSOR_MATCH"
+};
+
+class GuardSet {
+ public:
+  void add(Guard g);
+  // Evaluates every guard; no Python calls for locals/globals/tensors. Never leaves a Python error set.
+  bool check(const FrameView& fv, std::string* why = nullptr) const;
+  std::vector<std::string> describe() const;
+  size_t size() const { return guards_.size(); }
+  // True if an equivalent guard (same kind and source text) is already present.
+  bool has(GuardKind kind, const Source& src) const;
+
+ private:
+  std::vector<Guard> guards_;
+};
+
+// Builders. All take borrowed `value` (the value seen at compile time).
+Guard tensor_match(SourcePtr src, PyObject* value);
+Guard type_match(SourcePtr src, PyObject* value);
+Guard id_match(SourcePtr src, PyObject* value);
+Guard equals_match(SourcePtr src, PyObject* value);
+Guard length_match(SourcePtr src, PyObject* value);
+Guard grad_mode_guard();
+Guard default_dtype_guard();
+Guard no_aliasing(std::vector<SourcePtr> tensor_sources);
+Guard same_object(SourcePtr a, SourcePtr b);
+
+}  // namespace cdynamo::guards

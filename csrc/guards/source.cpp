@@ -1,0 +1,120 @@
+// source.cpp — owns fetching Sources from a FrameView and their readable names.
+#include "guards/source.h"
+
+#include <stdexcept>
+
+namespace cdynamo::guards {
+
+namespace {
+std::shared_ptr<Source> make(Source::Kind k, int index, const std::string& name, SourcePtr base) {
+  auto s = std::make_shared<Source>();
+  s->kind = k;
+  s->index = index;
+  s->name = name;
+  s->base = std::move(base);
+  if (!name.empty()) {
+    s->name_obj = PyUnicode_InternFromString(name.c_str());  // new reference, owned by Source
+    if (!s->name_obj) throw std::runtime_error("cannot intern source name");
+  }
+  return s;
+}
+}  // namespace
+
+Source::~Source() { Py_XDECREF(name_obj); }
+
+SourcePtr Source::local(int slot, const std::string& n) { return make(Kind::Local, slot, n, nullptr); }
+SourcePtr Source::global(const std::string& n) { return make(Kind::Global, 0, n, nullptr); }
+SourcePtr Source::builtin(const std::string& n) { return make(Kind::Builtin, 0, n, nullptr); }
+SourcePtr Source::closure(int slot, const std::string& n) { return make(Kind::Closure, slot, n, nullptr); }
+SourcePtr Source::attr(SourcePtr b, const std::string& n) { return make(Kind::Attr, 0, n, std::move(b)); }
+SourcePtr Source::item(SourcePtr b, int i) { return make(Kind::Item, i, "", std::move(b)); }
+
+PyObject* Source::fetch(const FrameView& fv) const {
+  switch (kind) {
+    case Kind::Local: {
+      PyObject* v = fv.localsplus[index];  // borrowed
+      Py_XINCREF(v);
+      return v;
+    }
+    case Kind::Global: {
+      PyObject* v = PyDict_GetItemWithError(fv.globals, name_obj);  // borrowed
+      if (!v) {
+        PyErr_Clear();
+        return nullptr;
+      }
+      Py_INCREF(v);
+      return v;
+    }
+    case Kind::Builtin: {
+      // A global of the same name shadows the builtin: then the builtin source is "missing".
+      if (PyDict_GetItemWithError(fv.globals, name_obj)) return nullptr;
+      PyErr_Clear();
+      PyObject* v = PyDict_Check(fv.builtins) ? PyDict_GetItemWithError(fv.builtins, name_obj) : nullptr;
+      if (!v) {
+        PyErr_Clear();
+        return nullptr;
+      }
+      Py_INCREF(v);
+      return v;
+    }
+    case Kind::Closure: {
+      if (!fv.closure) return nullptr;
+      Py_ssize_t i = index - fv.nfree_base;
+      if (i < 0 || i >= PyTuple_GET_SIZE(fv.closure)) return nullptr;
+      PyObject* cell = PyTuple_GET_ITEM(fv.closure, i);  // borrowed
+      PyObject* v = PyCell_GET(cell);                     // borrowed
+      Py_XINCREF(v);
+      return v;
+    }
+    case Kind::Attr: {
+      PyObject* b = base->fetch(fv);  // new
+      if (!b) return nullptr;
+      PyObject* v = PyObject_GetAttr(b, name_obj);  // new
+      Py_DECREF(b);
+      if (!v) PyErr_Clear();
+      return v;
+    }
+    case Kind::Item: {
+      PyObject* b = base->fetch(fv);  // new
+      if (!b) return nullptr;
+      PyObject* v = nullptr;
+      if (PyTuple_CheckExact(b)) {
+        if (index < PyTuple_GET_SIZE(b)) {
+          v = PyTuple_GET_ITEM(b, index);  // borrowed
+          Py_INCREF(v);
+        }
+      } else if (PyList_CheckExact(b)) {
+        if (index < PyList_GET_SIZE(b)) {
+          v = PyList_GET_ITEM(b, index);  // borrowed
+          Py_INCREF(v);
+        }
+      } else {
+        v = PySequence_GetItem(b, index);  // new
+        if (!v) PyErr_Clear();
+      }
+      Py_DECREF(b);
+      return v;
+    }
+  }
+  return nullptr;
+}
+
+std::string Source::describe() const {
+  switch (kind) {
+    case Kind::Local: return "local '" + name + "'";
+    case Kind::Global: return "global '" + name + "'";
+    case Kind::Builtin: return "builtin '" + name + "'";
+    case Kind::Closure: return "closure '" + name + "'";
+    case Kind::Attr: return base->describe() + "." + name;
+    case Kind::Item: return base->describe() + "[" + std::to_string(index) + "]";
+  }
+  return "?";
+}
+
+const Source* Source::root() const {
+  const Source* s = this;
+  while (s->base) s = s->base.get();
+  return s;
+}
+
+}  // namespace cdynamo::guards

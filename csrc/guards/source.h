@@ -1,0 +1,48 @@
+// source.h — owns Source (how to fetch a value again from a frame) and FrameView (the frame pieces it reads).
+#pragma once
+
+#include <Python.h>
+
+#include <memory>
+#include <string>
+
+namespace cdynamo::guards {
+
+// What a Source reads from: the fast locals, globals/builtins and closure of one frame (all borrowed).
+struct FrameView {
+  PyObject** localsplus = nullptr;
+  PyObject* globals = nullptr;
+  PyObject* builtins = nullptr;
+  PyObject* closure = nullptr;  // tuple of cells or NULL
+  int nfree_base = 0;           // localsplus index of the first free variable
+};
+
+struct Source;
+using SourcePtr = std::shared_ptr<const Source>;
+
+struct Source {
+  enum class Kind { Local, Global, Builtin, Closure, Attr, Item };
+  Kind kind = Kind::Local;
+  int index = 0;          // Local: localsplus slot; Closure: localsplus slot of the free var; Item: index
+  std::string name;       // Local/Global/Builtin/Closure/Attr name
+  PyObject* name_obj = nullptr;  // interned str for name (owned)
+  SourcePtr base;         // Attr / Item
+
+  ~Source();
+  static SourcePtr local(int slot, const std::string& name);
+  static SourcePtr global(const std::string& name);
+  static SourcePtr builtin(const std::string& name);
+  static SourcePtr closure(int slot, const std::string& name);
+  static SourcePtr attr(SourcePtr base, const std::string& name);
+  static SourcePtr item(SourcePtr base, int index);
+
+  // Returns a NEW reference to the value, or nullptr (with no Python error left set) when the value is
+  // missing (unbound local, deleted global, empty cell, failing attribute/item lookup).
+  PyObject* fetch(const FrameView& fv) const;
+  // "local 'x'", "global 'torch'", "local 'self'.weight", "local 'xs'[0]".
+  std::string describe() const;
+  // The local or global at the root of this source (for codegen): true if rooted in the frame's locals.
+  const Source* root() const;
+};
+
+}  // namespace cdynamo::guards

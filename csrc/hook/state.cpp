@@ -1,0 +1,168 @@
+// state.cpp — owns the thread-local callback, hook installation counting and the OptimizedCallable type.
+#include "hook/state.h"
+
+#include <structmember.h>
+
+#include "compat/compat.h"
+#include "hook/eval_frame.h"
+
+namespace cdynamo::hook {
+
+namespace {
+thread_local PyObject* tl_callback = nullptr;  // strong reference while set
+int g_active = 0;                               // threads with a callback; guarded by the GIL
+PyObject* g_run_only = nullptr;                 // strong, process lifetime
+}  // namespace
+
+PyObject* current_callback() { return tl_callback; }
+PyObject* run_only() { return g_run_only; }
+
+PyObject* exchange_callback(PyObject* cb) {
+  if (cb == Py_None) cb = nullptr;
+  PyObject* prev = tl_callback;  // ownership moves to the caller
+  Py_XINCREF(cb);
+  tl_callback = cb;
+  if (!prev && cb) {
+    if (g_active++ == 0) compat::set_eval_frame(&eval_frame);
+  } else if (prev && !cb) {
+    if (--g_active == 0) compat::set_eval_frame(nullptr);
+  }
+  return prev;
+}
+
+namespace {
+
+struct OptimizedCallable {
+  PyObject_HEAD
+  PyObject* fn;    // strong
+  PyObject* cb;    // strong; Py_None = capture disabled inside
+  PyObject* dict;  // strong, may be NULL
+  vectorcallfunc vectorcall;
+};
+
+PyObject* oc_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  auto* o = reinterpret_cast<OptimizedCallable*>(self);
+  PyObject* prev = exchange_callback(o->cb);  // new reference (or NULL)
+  PyObject* result = PyObject_Vectorcall(o->fn, args, nargsf, kwnames);  // new reference
+  PyObject* mine = exchange_callback(prev);   // restores; returns our cb (new ref)
+  Py_XDECREF(prev);
+  Py_XDECREF(mine);
+  return result;
+}
+
+int oc_traverse(PyObject* self, visitproc visit, void* arg) {
+  auto* o = reinterpret_cast<OptimizedCallable*>(self);
+  Py_VISIT(o->fn);
+  Py_VISIT(o->cb);
+  Py_VISIT(o->dict);
+  return 0;
+}
+
+int oc_clear(PyObject* self) {
+  auto* o = reinterpret_cast<OptimizedCallable*>(self);
+  Py_CLEAR(o->fn);
+  Py_CLEAR(o->cb);
+  Py_CLEAR(o->dict);
+  return 0;
+}
+
+void oc_dealloc(PyObject* self) {
+  PyObject_GC_UnTrack(self);
+  oc_clear(self);
+  Py_TYPE(self)->tp_free(self);
+}
+
+PyObject* oc_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  static const char* kwlist[] = {"fn", "callback", nullptr};
+  PyObject* fn = nullptr;
+  PyObject* cb = nullptr;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:OptimizedCallable", const_cast<char**>(kwlist), &fn, &cb))
+    return nullptr;
+  if (!PyCallable_Check(fn)) {
+    PyErr_Format(PyExc_TypeError, "OptimizedCallable expects a callable, got %.200s", Py_TYPE(fn)->tp_name);
+    return nullptr;
+  }
+  auto* o = reinterpret_cast<OptimizedCallable*>(type->tp_alloc(type, 0));  // new reference
+  if (!o) return nullptr;
+  Py_INCREF(fn);
+  Py_INCREF(cb);
+  o->fn = fn;
+  o->cb = cb;
+  o->dict = PyDict_New();  // new reference
+  o->vectorcall = oc_vectorcall;
+  if (!o->dict || PyDict_SetItemString(o->dict, "__wrapped__", fn) < 0) {
+    Py_DECREF(o);
+    return nullptr;
+  }
+  return reinterpret_cast<PyObject*>(o);
+}
+
+PyObject* oc_descr_get(PyObject* self, PyObject* obj, PyObject*) {
+  if (obj == nullptr || obj == Py_None) {
+    Py_INCREF(self);
+    return self;
+  }
+  return PyMethod_New(self, obj);  // new reference
+}
+
+PyObject* oc_repr(PyObject* self) {
+  auto* o = reinterpret_cast<OptimizedCallable*>(self);
+  return PyUnicode_FromFormat("<cdynamo.OptimizedCallable of %R>", o->fn);
+}
+
+PyObject* oc_get_fn(PyObject* self, void*) {
+  PyObject* fn = reinterpret_cast<OptimizedCallable*>(self)->fn;
+  Py_INCREF(fn);
+  return fn;
+}
+
+PyObject* oc_get_cb(PyObject* self, void*) {
+  PyObject* cb = reinterpret_cast<OptimizedCallable*>(self)->cb;
+  Py_INCREF(cb);
+  return cb;
+}
+
+PyGetSetDef oc_getset[] = {
+    {"_fn", oc_get_fn, nullptr, "the wrapped callable", nullptr},
+    {"_callback", oc_get_cb, nullptr, "the callback set while the callable runs", nullptr},
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, nullptr, nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr},
+};
+
+}  // namespace
+
+PyTypeObject OptimizedCallableType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+PyObject* make_optimized_callable(PyObject* fn, PyObject* cb) {
+  PyObject* args = PyTuple_Pack(2, fn, cb);  // new reference
+  if (!args) return nullptr;
+  PyObject* r = oc_new(&OptimizedCallableType, args, nullptr);
+  Py_DECREF(args);
+  return r;
+}
+
+int init_state() {
+  PyTypeObject& t = OptimizedCallableType;
+  t.tp_name = "cdynamo._C.OptimizedCallable";
+  t.tp_basicsize = sizeof(OptimizedCallable);
+  t.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR;
+  t.tp_doc = "Runs a callable with cdynamo's frame callback set for the duration of each call.";
+  t.tp_new = oc_new;
+  t.tp_dealloc = oc_dealloc;
+  t.tp_traverse = oc_traverse;
+  t.tp_clear = oc_clear;
+  t.tp_call = PyVectorcall_Call;
+  t.tp_vectorcall_offset = offsetof(OptimizedCallable, vectorcall);
+  t.tp_descr_get = oc_descr_get;
+  t.tp_repr = oc_repr;
+  t.tp_getset = oc_getset;
+  t.tp_dictoffset = offsetof(OptimizedCallable, dict);
+  if (PyType_Ready(&t) < 0) return -1;
+  if (!g_run_only) {
+    g_run_only = PyObject_CallNoArgs(reinterpret_cast<PyObject*>(&PyBaseObject_Type));  // new, kept forever
+    if (!g_run_only) return -1;
+  }
+  return 0;
+}
+
+}  // namespace cdynamo::hook

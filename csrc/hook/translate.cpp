@@ -1,0 +1,278 @@
+// translate.cpp — owns the compile path of one frame: trace, guards, graph to the backend, codegen, entry,
+// and the reports to the Python callback (graphs, bytecode, guards, recompiles, fallbacks).
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <unordered_set>
+
+#include "codegen/codegen.h"
+#include "hook/eval_frame.h"
+#include "hook/state.h"
+
+namespace cdynamo::hook {
+
+namespace py = pybind11;
+
+namespace {
+
+int g_compiled_counter = 0;
+
+py::dict base_info(PyCodeObject* code) {
+  py::dict info;
+  info["co_name"] = py::reinterpret_borrow<py::object>(code->co_name);
+  info["co_filename"] = py::reinterpret_borrow<py::object>(code->co_filename);
+  info["co_firstlineno"] = code->co_firstlineno;
+  return info;
+}
+
+int recompile_limit() {
+  try {
+    return py::module_::import("cdynamo.config").attr("recompile_limit").cast<int>();
+  } catch (py::error_already_set&) {
+    return 8;
+  } catch (py::cast_error&) {
+    return 8;
+  }
+}
+
+bool nopython(PyObject* cb) {
+  int r = PyObject_IsTrue(py::handle(cb).attr("nopython").ptr());
+  if (r < 0) PyErr_Clear();
+  return r == 1;
+}
+
+// Raises cdynamo.exc.Unsupported(message) as the current Python error.
+void raise_unsupported(const std::string& message) {
+  try {
+    py::object exc = py::module_::import("cdynamo.exc").attr("Unsupported");
+    PyErr_SetString(exc.ptr(), message.c_str());
+  } catch (py::error_already_set& e) {
+    e.restore();
+  }
+}
+
+std::string located(const interp::StopInfo& s) {
+  std::string msg = s.reason + "\n  at " + s.filename + ":" + std::to_string(s.lineno);
+  if (!s.line.empty()) msg += "\n    " + s.line;
+  return msg;
+}
+
+void report(PyObject* cb, const char* method, py::dict info) {
+  try {
+    py::handle(cb).attr(method)(info);
+  } catch (py::error_already_set& e) {
+    // A failing report must not break the user's program.
+    PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "cdynamo: callback %s failed: %s", method, e.what());
+  }
+}
+
+CacheEntry* add_entry(CodeExtra* extra, compat::Frame* frame, guards::GuardSet guards) {
+  auto e = std::make_unique<CacheEntry>();
+  e->guards = std::move(guards);
+  e->globals = py::reinterpret_borrow<py::object>(compat::frame_globals(frame));
+  e->nargs = compat::code_total_args(compat::frame_code(frame));
+  extra->entries.push_back(std::move(e));
+  return extra->entries.back().get();
+}
+
+void add_state_guards(interp::Tracer& t) {
+  t.guards.add(guards::grad_mode_guard());
+  t.guards.add(guards::default_dtype_guard());
+  std::vector<guards::SourcePtr> tensors;
+  for (const auto& in : t.inputs) tensors.push_back(in.source);
+  if (tensors.size() > 1) t.guards.add(guards::no_aliasing(std::move(tensors)));
+}
+
+py::list guard_strings(const guards::GuardSet& g) {
+  py::list out;
+  for (const auto& s : g.describe()) out.append(py::str(s));
+  return out;
+}
+
+}  // namespace
+
+bool skip_by_file(PyCodeObject* code) {
+  static std::vector<std::string>* prefixes = [] {
+    auto* v = new std::vector<std::string>();  // process lifetime
+    try {
+      py::module_ os = py::module_::import("os");
+      py::module_ sysconfig = py::module_::import("sysconfig");
+      auto add = [&](py::object p) {
+        if (!p.is_none()) v->push_back(py::str(os.attr("path").attr("realpath")(p)).cast<std::string>() + "/");
+      };
+      add(os.attr("path").attr("dirname")(py::module_::import("torch").attr("__file__")));
+      add(sysconfig.attr("get_paths")()["stdlib"]);
+      add(os.attr("path").attr("dirname")(py::module_::import("cdynamo").attr("__file__")));
+      py::object pytest_dirs = py::module_::import("importlib.util").attr("find_spec")("_pytest");
+      if (!pytest_dirs.is_none() && !pytest_dirs.attr("origin").is_none())
+        add(os.attr("path").attr("dirname")(pytest_dirs.attr("origin")));
+    } catch (py::error_already_set&) {
+    }
+    return v;
+  }();
+  const char* f = PyUnicode_AsUTF8(code->co_filename);  // borrowed buffer
+  if (!f) {
+    PyErr_Clear();
+    return true;
+  }
+  std::string file(f);
+  if (file.empty() || file[0] == '<') return file.rfind("<frozen", 0) == 0;
+  for (const auto& p : *prefixes)
+    if (file.rfind(p, 0) == 0) return true;
+  return false;
+}
+
+CacheEntry* translate(compat::Frame* frame, PyObject* cb, CodeExtra* extra) {
+  PyCodeObject* code = compat::frame_code(frame);
+  auto t0 = std::chrono::steady_clock::now();
+  bool strict = nopython(cb);
+  try {
+    if (!extra->entries.empty()) {
+      int limit = recompile_limit();
+      if (static_cast<int>(extra->entries.size()) >= limit) {
+        if (strict) {
+          raise_unsupported("recompile limit (" + std::to_string(limit) + ") reached for " +
+                            py::str(code->co_name).cast<std::string>() + "; last guard failure: " +
+                            extra->last_failure);
+          return nullptr;
+        }
+        if (!extra->warned) {
+          extra->warned = true;
+          py::dict info = base_info(code);
+          info["reason"] = "recompile limit (" + std::to_string(limit) + ") reached; last guard failure: " +
+                           extra->last_failure;
+          info["kind"] = "recompile_limit";
+          report(cb, "on_fallback", info);
+        }
+        return nullptr;
+      }
+      // Why did the newest entry not match? (reported as the recompile reason)
+      std::string why;
+      extra->entries.back()->guards.check(frame_view(frame), &why);
+      extra->last_failure = why;
+      py::dict info = base_info(code);
+      info["reason"] = why;
+      report(cb, "on_recompile", info);
+    }
+
+    guards::FrameView fv = frame_view(frame);
+    interp::Tracer t(code, fv);
+    auto status = t.run();
+    if (status == interp::Tracer::Status::Unsupported) {
+      const auto& stop = t.stop_info();
+      if (strict) {
+        raise_unsupported(located(stop) +
+                          "\nHint: remove the construct from the compiled region, or compile without "
+                          "nopython/fullgraph to let it run as Python.");
+        return nullptr;
+      }
+      py::dict info = base_info(code);
+      info["reason"] = located(stop);
+      info["kind"] = "unsupported";
+      py::list breaks;
+      py::dict b;
+      b["reason"] = stop.reason;
+      b["filename"] = stop.filename;
+      b["lineno"] = stop.lineno;
+      b["line"] = stop.line;
+      breaks.append(b);
+      info["break_reasons"] = breaks;
+      report(cb, "on_fallback", info);
+      add_state_guards(t);
+      CacheEntry* e = add_entry(extra, frame, std::move(t.guards));
+      e->description = "unsupported: " + stop.reason;
+      return e;
+    }
+    add_state_guards(t);
+    if (t.graph.op_count() == 0) {
+      // Nothing for a graph: run the original code (for inputs passing the same guards).
+      CacheEntry* e = add_entry(extra, frame, std::move(t.guards));
+      e->description = "no graph";
+      return e;
+    }
+    std::vector<graph::Node*> outs = codegen::collect_outputs({t.return_value});
+    std::vector<graph::Arg> out_args;
+    for (auto* n : outs) out_args.push_back(graph::Arg::ref(n));
+    t.graph.output(graph::Arg::tuple(std::move(out_args)));
+    t.graph.verify();
+
+    std::string name = "__compiled_fn_" + std::to_string(g_compiled_counter++);
+    py::object root = py::module_::import("torch.nn").attr("Module")();
+    py::object gm = t.graph.to_fx(root);
+    py::list example_inputs;
+    for (const auto& in : t.inputs) example_inputs.append(in.value);
+    py::dict ginfo = base_info(code);
+    ginfo["name"] = name;
+    ginfo["graph_tabular"] = t.graph.tabular();
+    ginfo["graph_readable"] = t.graph.readable();
+    ginfo["op_count"] = t.graph.op_count();
+    py::object compiled;
+    try {
+      compiled = py::handle(cb).attr("compile_graph")(gm, example_inputs, ginfo);
+    } catch (py::error_already_set& err) {
+      if (strict) {
+        err.restore();
+        return nullptr;
+      }
+      py::dict info = base_info(code);
+      info["reason"] = std::string("backend failed: ") + err.what();
+      info["kind"] = "backend";
+      report(cb, "on_fallback", info);
+      CacheEntry* e = add_entry(extra, frame, std::move(t.guards));
+      e->description = "backend failed";
+      return e;
+    }
+    PyObject* disabled = make_optimized_callable(compiled.ptr(), Py_None);  // new reference
+    if (!disabled) throw py::error_already_set();
+    py::object disabled_obj = py::reinterpret_steal<py::object>(disabled);
+    py::object new_code = codegen::straight_line(t, name, outs);
+    ensure_extra(reinterpret_cast<PyCodeObject*>(new_code.ptr()))->generated = true;
+    if (PyDict_SetItemString(compat::frame_globals(frame), name.c_str(), disabled_obj.ptr()) < 0)
+      throw py::error_already_set();
+
+    py::list guard_list = guard_strings(t.guards);
+    CacheEntry* e = add_entry(extra, frame, std::move(t.guards));
+    e->code = new_code;
+    e->injected.push_back(name);
+    e->description = "graph " + name;
+
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    py::dict info = base_info(code);
+    info["original_bytecode"] = bytecode::format(code);
+    info["modified_bytecode"] = bytecode::format(reinterpret_cast<PyCodeObject*>(new_code.ptr()));
+    info["guards"] = guard_list;
+    info["graph_count"] = 1;
+    info["compile_time_s"] = secs;
+    info["break_reasons"] = py::list();
+    info["resume_bytecode"] = py::list();
+    report(cb, "on_compiled", info);
+    return e;
+  } catch (py::error_already_set& err) {
+    if (strict) {
+      err.restore();
+      return nullptr;
+    }
+    py::dict info = base_info(code);
+    info["reason"] = std::string("internal error: ") + err.what();
+    info["kind"] = "internal";
+    report(cb, "on_fallback", info);
+  } catch (const std::exception& err) {
+    if (strict) {
+      PyErr_Format(PyExc_RuntimeError, "cdynamo internal error in %U: %s", code->co_name, err.what());
+      return nullptr;
+    }
+    try {
+      py::dict info = base_info(code);
+      info["reason"] = std::string("internal error: ") + err.what();
+      info["kind"] = "internal";
+      report(cb, "on_fallback", info);
+    } catch (...) {
+      PyErr_Clear();
+    }
+  }
+  PyErr_Clear();
+  extra->skip = true;  // an internal failure is not retried on every call
+  return nullptr;
+}
+
+}  // namespace cdynamo::hook

@@ -1,0 +1,288 @@
+// calls.cpp — owns symbolic calls: torch functions and tensor methods into the graph (with meta shape
+// propagation), operators and pure builtins folded on constants.
+#include <unordered_set>
+
+#include "guards/tensor_match.h"
+#include "interp/torch_rules.h"
+#include "interp/tracer.h"
+
+namespace cdynamo::interp {
+
+namespace {
+
+bool any_tensor(const ValuePtr& v) {
+  if (v->is_tensor()) return true;
+  if (v->kind == VKind::Tuple || v->kind == VKind::List)
+    for (const auto& i : v->items)
+      if (any_tensor(i)) return true;
+  return false;
+}
+
+const ValuePtr* first_tensor(const std::vector<ValuePtr>& args) {
+  for (const auto& a : args) {
+    if (a->is_tensor()) return &a;
+    if (a->kind == VKind::Tuple || a->kind == VKind::List) {
+      const ValuePtr* r = first_tensor(a->items);
+      if (r) return r;
+    }
+  }
+  return nullptr;
+}
+
+bool is_device_like(py::handle o) {
+  return PyUnicode_Check(o.ptr()) || py::isinstance(o, PyRefs::get().torch_device);
+}
+
+// Calls `fn(*args, **kwargs)` on meta example values; a Python error becomes Unsupported.
+py::object run_meta(Tracer& t, const std::string& what, py::handle fn, py::tuple args, py::dict kwargs) {
+  try {
+    return fn(*args, **kwargs);
+  } catch (py::error_already_set& e) {
+    t.unsupported(what + " failed during shape propagation: " + std::string(e.what()));
+  }
+}
+
+}  // namespace
+
+ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
+                      std::vector<std::pair<std::string, ValuePtr>> kwargs) {
+  if (fn->kind == VKind::Method) return call_tensor_method(fn->self, fn->name, std::move(args), std::move(kwargs));
+  if (fn->kind != VKind::Object && fn->kind != VKind::Const) unsupported("call to " + fn->describe());
+  py::handle f = fn->obj;
+  CallKind kind = classify_callable(f);
+  switch (kind) {
+    case CallKind::GraphBreak:
+      unsupported("cdynamo.graph_break() was called");
+    case CallKind::Disallowed:
+      unsupported("call to " + callable_name(f) + ", which is marked disallow_in_graph");
+    case CallKind::TorchOp:
+    case CallKind::AllowedInGraph:
+      return call_torch(f, std::move(args), std::move(kwargs), false);
+    case CallKind::TorchFactory:
+      return call_torch(f, std::move(args), std::move(kwargs), true);
+    case CallKind::TorchMetadata:
+    case CallKind::Operator:
+    case CallKind::PureBuiltin: {
+      bool tensors = false;
+      for (const auto& a : args) tensors |= any_tensor(a);
+      for (const auto& kv : kwargs) tensors |= any_tensor(kv.second);
+      if (tensors && kind == CallKind::Operator && kwargs.empty()) return apply_operator(f, std::move(args));
+      if (tensors && kind == CallKind::TorchMetadata) {
+        py::tuple margs(args.size());
+        for (size_t i = 0; i < args.size(); ++i) margs[i] = to_example(args[i]);
+        py::dict mkw;
+        for (auto& kv : kwargs) mkw[py::str(kv.first)] = to_example(kv.second);
+        py::object r = run_meta(*this, callable_name(f), f, margs, mkw);
+        if (!is_constant_object(r)) unsupported(callable_name(f) + " returned a non-constant");
+        return Value::constant(r);
+      }
+      if (tensors) {
+        // len(tensor) and isinstance(tensor, cls) are metadata; other builtins on tensors are not.
+        std::string name = callable_name(f);
+        if (name == "len" && args.size() == 1 && args[0]->is_tensor()) {
+          py::object shape = args[0]->example.attr("shape");
+          if (py::len(shape) == 0) unsupported("len() of a 0-d tensor");
+          return Value::constant(shape[py::int_(0)]);
+        }
+        if (name == "isinstance" && args.size() == 2 && args[0]->is_tensor() && args[1]->is_constant_like() == false &&
+            args[1]->kind == VKind::Object) {
+          py::object cls = args[1]->obj;
+          PyObject* real_cls = args[0]->node && args[0]->node->op == graph::OpKind::Placeholder
+                                   ? nullptr
+                                   : PyRefs::get().tensor_type.ptr();
+          if (!real_cls) {
+            for (const auto& in : inputs)
+              if (in.node == args[0]->node) real_cls = reinterpret_cast<PyObject*>(Py_TYPE(in.value.ptr()));
+          }
+          if (real_cls) {
+            int r = PyObject_IsSubclass(real_cls, cls.ptr());
+            if (r < 0) throw py::error_already_set();
+            return Value::constant(py::bool_(r == 1));
+          }
+        }
+        unsupported("call to " + name + " with tensor arguments");
+      }
+      // All-constant call: fold it now.
+      py::tuple pargs(args.size());
+      for (size_t i = 0; i < args.size(); ++i) pargs[i] = args[i]->as_python();
+      py::dict pkw;
+      for (auto& kv : kwargs) pkw[py::str(kv.first)] = kv.second->as_python();
+      py::object r;
+      try {
+        r = f(*pargs, **pkw);
+      } catch (py::error_already_set& e) {
+        unsupported(callable_name(f) + " raised during constant folding: " + std::string(e.what()));
+      }
+      if (is_constant_object(r)) return Value::constant(r);
+      if (PyTuple_CheckExact(r.ptr())) {
+        std::vector<ValuePtr> items;
+        for (auto item : py::reinterpret_borrow<py::tuple>(r)) {
+          if (!is_constant_object(item)) unsupported(callable_name(f) + " returned a non-constant tuple");
+          items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
+        }
+        return Value::tuple(std::move(items));
+      }
+      if (PyList_CheckExact(r.ptr())) {
+        std::vector<ValuePtr> items;
+        for (auto item : py::reinterpret_borrow<py::list>(r)) {
+          if (!is_constant_object(item)) unsupported(callable_name(f) + " returned a non-constant list");
+          items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
+        }
+        return Value::list(std::move(items));
+      }
+      if (PyType_Check(r.ptr())) return Value::object(r);
+      unsupported(callable_name(f) + " returned " + std::string(Py_TYPE(r.ptr())->tp_name));
+    }
+    case CallKind::Unknown:
+      break;
+  }
+  unsupported("call to " + callable_name(f) + " is not supported (not a torch operation)");
+}
+
+ValuePtr Tracer::call_torch(py::handle fn, std::vector<ValuePtr> args,
+                            std::vector<std::pair<std::string, ValuePtr>> kwargs, bool factory) {
+  auto& refs = PyRefs::get();
+  std::vector<graph::Arg> gargs;
+  py::tuple margs(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    gargs.push_back(to_arg(args[i]));
+    margs[i] = to_example(args[i]);
+  }
+  std::vector<std::pair<std::string, graph::Arg>> gkwargs;
+  py::dict mkw;
+  py::object device;
+  if (const ValuePtr* ft = first_tensor(args)) device = (*ft)->device;
+  for (auto& kv : kwargs) {
+    gkwargs.emplace_back(kv.first, to_arg(kv.second));
+    if (kv.first == "device" && kv.second->is_const() && !kv.second->obj.is_none()) {
+      device = refs.torch_device(kv.second->obj);
+      mkw["device"] = refs.meta_device;
+    } else {
+      mkw[py::str(kv.first)] = to_example(kv.second);
+    }
+  }
+  if (!device) {
+    if (!factory) {
+      for (auto& kv : kwargs)
+        if (!device && kv.second->is_tensor()) device = kv.second->device;
+    }
+    if (!device) {
+      // A tensor created from nothing lands on torch's default device.
+      device = refs.torch.attr("get_default_device")();
+      mkw["device"] = refs.meta_device;
+    }
+  }
+  std::string name = callable_name(fn);
+  py::object result = run_meta(*this, name, fn, margs, mkw);
+  if (!guards::is_tensor(result.ptr()) && !PyTuple_Check(result.ptr()) && !PyList_Check(result.ptr()))
+    unsupported(name + " returned " + std::string(Py_TYPE(result.ptr())->tp_name) + ", not a tensor");
+  graph::Node* n = graph.call_function(py::reinterpret_borrow<py::object>(fn), std::move(gargs), std::move(gkwargs),
+                                       result);
+  return wrap_result(n, result, device);
+}
+
+ValuePtr Tracer::call_tensor_method(const ValuePtr& self, const std::string& name, std::vector<ValuePtr> args,
+                                    std::vector<std::pair<std::string, ValuePtr>> kwargs) {
+  auto& refs = PyRefs::get();
+  py::object device = self->device;
+  if (name == "cpu") {
+    if (device.attr("type").cast<std::string>() == "cpu" && args.empty() && kwargs.empty()) return self;
+    unsupported("Tensor.cpu() on a non-CPU tensor");
+  }
+  std::vector<graph::Arg> gargs{to_arg(self)};
+  py::list margs;
+  for (auto& a : args) {
+    gargs.push_back(to_arg(a));
+    if (name == "to" && a->is_const() && is_device_like(a->obj)) {
+      device = refs.torch_device(a->obj);  // device moves are recorded, not propagated on meta
+      continue;
+    }
+    if (name == "to" && a->is_tensor()) device = a->device;
+    margs.append(to_example(a));
+  }
+  std::vector<std::pair<std::string, graph::Arg>> gkwargs;
+  py::dict mkw;
+  for (auto& kv : kwargs) {
+    gkwargs.emplace_back(kv.first, to_arg(kv.second));
+    if (kv.first == "device" && kv.second->is_const() && !kv.second->obj.is_none()) {
+      if (name == "to") {
+        device = refs.torch_device(kv.second->obj);
+        continue;
+      }
+      mkw["device"] = refs.meta_device;
+      continue;
+    }
+    mkw[py::str(kv.first)] = to_example(kv.second);
+  }
+  py::object bound;
+  try {
+    bound = self->example.attr(name.c_str());
+  } catch (py::error_already_set& e) {
+    unsupported("Tensor." + name + ": " + std::string(e.what()));
+  }
+  py::object result = run_meta(*this, "Tensor." + name, bound, py::tuple(margs), mkw);
+  if (tensor_method_metadata(name)) {
+    if (!is_constant_object(result)) unsupported("Tensor." + name + " returned a non-constant");
+    return Value::constant(result);
+  }
+  if (!tensor_method_allowed(name)) unsupported("Tensor." + name + "() is not supported in a graph");
+  if (result.is_none() && name == "__setitem__") unsupported("Tensor.__setitem__ through a call");
+  if (!guards::is_tensor(result.ptr()) && !PyTuple_Check(result.ptr()) && !PyList_Check(result.ptr()))
+    unsupported("Tensor." + name + " returned " + std::string(Py_TYPE(result.ptr())->tp_name) + ", not a tensor");
+  graph::Node* n = graph.call_method(name, std::move(gargs), std::move(gkwargs), result);
+  return wrap_result(n, result, device);
+}
+
+ValuePtr Tracer::apply_operator(py::handle op, std::vector<ValuePtr> args) {
+  bool tensors = false;
+  for (const auto& a : args) tensors |= any_tensor(a);
+  std::string name = py::str(op.attr("__name__")).cast<std::string>();
+  if (!tensors) {
+    // Constant folding (tuples/lists of constants included).
+    py::tuple pargs(args.size());
+    for (size_t i = 0; i < args.size(); ++i) pargs[i] = args[i]->as_python();
+    py::object r;
+    try {
+      r = op(*pargs);
+    } catch (py::error_already_set& e) {
+      unsupported("operator." + name + " raised during constant folding: " + std::string(e.what()));
+    }
+    if (is_constant_object(r)) return Value::constant(r);
+    if (PyTuple_CheckExact(r.ptr()) || PyList_CheckExact(r.ptr())) {
+      std::vector<ValuePtr> items;
+      for (auto item : py::reinterpret_borrow<py::sequence>(r)) {
+        if (!is_constant_object(item)) unsupported("operator." + name + " produced a non-constant sequence");
+        items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
+      }
+      return PyTuple_CheckExact(r.ptr()) ? Value::tuple(std::move(items)) : Value::list(std::move(items));
+    }
+    unsupported("operator." + name + " produced " + std::string(Py_TYPE(r.ptr())->tp_name));
+  }
+  for (const auto& a : args)
+    if (!a->is_tensor() && !a->is_constant_like())
+      unsupported("operator." + name + " between a tensor and " + a->describe());
+  std::vector<graph::Arg> gargs;
+  py::tuple margs(args.size());
+  py::object device;
+  for (size_t i = 0; i < args.size(); ++i) {
+    gargs.push_back(to_arg(args[i]));
+    margs[i] = to_example(args[i]);
+    if (!device && args[i]->is_tensor()) device = args[i]->device;
+  }
+  py::object result = run_meta(*this, "operator." + name, op, margs, py::dict());
+  if (!guards::is_tensor(result.ptr()))
+    unsupported("operator." + name + " on tensors returned " + std::string(Py_TYPE(result.ptr())->tp_name));
+  graph::Node* n = graph.call_function(py::reinterpret_borrow<py::object>(op), std::move(gargs), {}, result);
+  return wrap_result(n, result, device);
+}
+
+void Tracer::setitem(const ValuePtr& container, const ValuePtr& key, const ValuePtr& value) {
+  if (!value->is_tensor() && !value->is_constant_like()) unsupported("item assignment of " + value->describe());
+  if (!key->is_tensor() && !key->is_constant_like()) unsupported("item assignment with key " + key->describe());
+  py::object op = PyRefs::get().operator_mod.attr("setitem");
+  run_meta(*this, "tensor item assignment", op, py::make_tuple(to_example(container), to_example(key), to_example(value)),
+           py::dict());
+  graph.call_function(op, {to_arg(container), to_arg(key), to_arg(value)}, {}, py::none());
+}
+
+}  // namespace cdynamo::interp

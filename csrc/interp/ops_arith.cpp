@@ -1,0 +1,127 @@
+// ops_arith.cpp — owns handlers for BINARY_OP, COMPARE_OP, unary operators, subscripts, IS_OP, CONTAINS_OP.
+#include "bytecode/bytecode.h"
+#include "interp/tracer.h"
+
+namespace cdynamo::interp {
+
+namespace {
+
+using bytecode::Instruction;
+
+py::object op_fn(const char* name) { return PyRefs::get().operator_mod.attr(name); }
+
+void binary_op(Tracer& t, const Instruction& i) {
+  // BINARY_OP's argument order is the NB_* order of 3.11 (opcode._nb_ops).
+  static const char* names[] = {"add",      "and_",     "floordiv", "lshift",  "matmul",  "mul",      "mod",
+                                "or_",      "pow",      "rshift",   "sub",     "truediv", "xor",      "iadd",
+                                "iand",     "ifloordiv", "ilshift", "imatmul", "imul",    "imod",     "ior",
+                                "ipow",     "irshift",  "isub",     "itruediv", "ixor"};
+  if (i.arg < 0 || i.arg >= static_cast<int>(sizeof(names) / sizeof(names[0])))
+    t.unsupported("BINARY_OP " + std::to_string(i.arg));
+  ValuePtr b = t.pop();
+  ValuePtr a = t.pop();
+  // In-place operators on immutable constants behave like the plain operator.
+  t.push(t.apply_operator(op_fn(names[i.arg]), {a, b}));
+}
+
+void compare_op(Tracer& t, const Instruction& i) {
+  static const char* names[] = {"lt", "le", "eq", "ne", "gt", "ge"};
+  if (i.arg < 0 || i.arg > 5) t.unsupported("COMPARE_OP " + std::to_string(i.arg));
+  ValuePtr b = t.pop();
+  ValuePtr a = t.pop();
+  t.push(t.apply_operator(op_fn(names[i.arg]), {a, b}));
+}
+
+void unary(Tracer& t, const char* name) {
+  ValuePtr a = t.pop();
+  t.push(t.apply_operator(op_fn(name), {a}));
+}
+void unary_negative(Tracer& t, const Instruction&) { unary(t, "neg"); }
+void unary_positive(Tracer& t, const Instruction&) { unary(t, "pos"); }
+void unary_invert(Tracer& t, const Instruction&) { unary(t, "invert"); }
+void unary_not(Tracer& t, const Instruction&) {
+  ValuePtr a = t.pop();
+  if (!a->is_constant_like()) t.unsupported("`not` on " + a->describe() + " (needs its truth value)");
+  t.push(t.apply_operator(op_fn("not_"), {a}));
+}
+
+void binary_subscr(Tracer& t, const Instruction&) {
+  ValuePtr key = t.pop();
+  ValuePtr container = t.pop();
+  if ((container->kind == VKind::Tuple || container->kind == VKind::List) && key->is_const()) {
+    py::handle k = key->obj;
+    if (PyLong_Check(k.ptr()) && !PyBool_Check(k.ptr())) {
+      long n = static_cast<long>(container->items.size());
+      long idx = PyLong_AsLong(k.ptr());
+      if (idx < 0) idx += n;
+      if (idx < 0 || idx >= n) t.unsupported("index out of range");
+      t.push(container->items[idx]);
+      return;
+    }
+    if (PySlice_Check(k.ptr())) {
+      Py_ssize_t start, stop, step, len;
+      if (PySlice_Unpack(k.ptr(), &start, &stop, &step) < 0) throw py::error_already_set();
+      len = PySlice_AdjustIndices(static_cast<Py_ssize_t>(container->items.size()), &start, &stop, step);
+      std::vector<ValuePtr> items;
+      for (Py_ssize_t j = 0; j < len; ++j) items.push_back(container->items[start + j * step]);
+      t.push(container->kind == VKind::Tuple ? Value::tuple(std::move(items)) : Value::list(std::move(items)));
+      return;
+    }
+    t.unsupported("subscript of a sequence with " + key->describe());
+  }
+  t.push(t.apply_operator(op_fn("getitem"), {container, key}));
+}
+
+bool same_identity(const ValuePtr& a, const ValuePtr& b, bool* known) {
+  *known = true;
+  if (a == b) return true;
+  bool a_obj = a->kind == VKind::Const || a->kind == VKind::Object;
+  bool b_obj = b->kind == VKind::Const || b->kind == VKind::Object;
+  if (a_obj && b_obj) return a->obj.ptr() == b->obj.ptr();
+  // A tensor (or container built in the trace) is never None / a constant.
+  if ((a->is_tensor() && b_obj) || (b->is_tensor() && a_obj)) return false;
+  if (a->is_tensor() && b->is_tensor()) {
+    if (a->node == b->node) return true;
+  }
+  *known = false;
+  return false;
+}
+
+void is_op(Tracer& t, const Instruction& i) {
+  ValuePtr b = t.pop();
+  ValuePtr a = t.pop();
+  bool known = false;
+  bool same = same_identity(a, b, &known);
+  if (!known) t.unsupported("`is` between " + a->describe() + " and " + b->describe());
+  t.push(Value::constant(py::bool_(i.arg ? !same : same)));
+}
+
+void contains_op(Tracer& t, const Instruction& i) {
+  ValuePtr container = t.pop();
+  ValuePtr item = t.pop();
+  if (!container->is_constant_like() || !item->is_constant_like())
+    t.unsupported("`in` on " + container->describe());
+  int r = PySequence_Contains(container->as_python().ptr(), item->as_python().ptr());
+  if (r < 0) throw py::error_already_set();
+  t.push(Value::constant(py::bool_(i.arg ? r == 0 : r == 1)));
+}
+
+}  // namespace
+
+void register_arith(HandlerTable& t) {
+  auto on = [&](const char* name, Handler h) {
+    int op = bytecode::opcode_by_name(name);
+    if (op >= 0) t[op] = h;
+  };
+  on("BINARY_OP", binary_op);
+  on("COMPARE_OP", compare_op);
+  on("UNARY_NEGATIVE", unary_negative);
+  on("UNARY_POSITIVE", unary_positive);
+  on("UNARY_INVERT", unary_invert);
+  on("UNARY_NOT", unary_not);
+  on("BINARY_SUBSCR", binary_subscr);
+  on("IS_OP", is_op);
+  on("CONTAINS_OP", contains_op);
+}
+
+}  // namespace cdynamo::interp

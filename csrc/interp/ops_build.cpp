@@ -1,0 +1,109 @@
+// ops_build.cpp — owns handlers that build and unpack containers and strings: BUILD_*, UNPACK_SEQUENCE,
+// LIST_EXTEND, LIST_TO_TUPLE, FORMAT_VALUE.
+#include "bytecode/bytecode.h"
+#include "interp/tracer.h"
+
+namespace cdynamo::interp {
+
+namespace {
+
+using bytecode::Instruction;
+
+void build_tuple(Tracer& t, const Instruction& i) { t.push(Value::tuple(t.popn(i.arg))); }
+void build_list(Tracer& t, const Instruction& i) { t.push(Value::list(t.popn(i.arg))); }
+
+void build_slice(Tracer& t, const Instruction& i) {
+  std::vector<ValuePtr> parts = t.popn(i.arg);
+  for (const auto& p : parts)
+    if (!p->is_const()) t.unsupported("slice bound " + p->describe() + " is not a constant");
+  PyObject* s = PySlice_New(parts[0]->obj.ptr(), parts[1]->obj.ptr(), i.arg == 3 ? parts[2]->obj.ptr() : nullptr);
+  if (!s) throw py::error_already_set();
+  t.push(Value::constant(py::reinterpret_steal<py::object>(s)));  // s: new reference, stolen
+}
+
+void unpack_sequence(Tracer& t, const Instruction& i) {
+  ValuePtr seq = t.pop();
+  std::vector<ValuePtr> items;
+  if (seq->kind == VKind::Tuple || seq->kind == VKind::List) {
+    items = seq->items;
+  } else if (seq->is_const() && PyTuple_Check(seq->obj.ptr())) {
+    for (auto item : py::reinterpret_borrow<py::tuple>(seq->obj))
+      items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
+  } else if (seq->is_tensor()) {
+    // Unpacking a tensor iterates its first dimension.
+    py::object shape = seq->example.attr("shape");
+    if (py::len(shape) == 0) t.unsupported("iteration over a 0-d tensor");
+    long n = shape[py::int_(0)].cast<long>();
+    if (n != i.arg) t.unsupported("unpacking a tensor of the wrong length");
+    py::object getitem = PyRefs::get().operator_mod.attr("getitem");
+    for (long k = 0; k < n; ++k) items.push_back(t.apply_operator(getitem, {seq, Value::constant(py::int_(k))}));
+  } else {
+    t.unsupported("unpacking " + seq->describe());
+  }
+  if (static_cast<int>(items.size()) != i.arg) t.unsupported("unpacking a sequence of the wrong length");
+  for (auto it = items.rbegin(); it != items.rend(); ++it) t.push(*it);
+}
+
+void list_extend(Tracer& t, const Instruction& i) {
+  ValuePtr src = t.pop();
+  ValuePtr& list = t.peek(i.arg);
+  if (list->kind != VKind::List) t.unsupported("LIST_EXTEND on " + list->describe());
+  std::vector<ValuePtr> items = list->items;
+  if (src->kind == VKind::Tuple || src->kind == VKind::List) {
+    items.insert(items.end(), src->items.begin(), src->items.end());
+  } else if (src->is_const() && PyTuple_Check(src->obj.ptr())) {
+    for (auto item : py::reinterpret_borrow<py::tuple>(src->obj))
+      items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
+  } else {
+    t.unsupported("extending a list with " + src->describe());
+  }
+  list = Value::list(std::move(items));
+}
+
+void list_to_tuple(Tracer& t, const Instruction&) {
+  ValuePtr l = t.pop();
+  if (l->kind != VKind::List) t.unsupported("LIST_TO_TUPLE on " + l->describe());
+  t.push(Value::tuple(l->items));
+}
+
+void format_value(Tracer& t, const Instruction& i) {
+  ValuePtr spec = (i.arg & 0x04) ? t.pop() : nullptr;
+  ValuePtr v = t.pop();
+  if (!v->is_constant_like() || (spec && !spec->is_const())) t.unsupported("f-string of " + v->describe());
+  py::object obj = v->as_python();
+  int conv = i.arg & 0x03;
+  if (conv == 1) obj = py::str(obj);
+  if (conv == 2) obj = py::repr(obj);
+  if (conv == 3) obj = py::module_::import("builtins").attr("ascii")(obj);
+  py::object out = py::module_::import("builtins").attr("format")(obj, spec ? spec->obj : py::str(""));
+  t.push(Value::constant(out));
+}
+
+void build_string(Tracer& t, const Instruction& i) {
+  std::vector<ValuePtr> parts = t.popn(i.arg);
+  std::string s;
+  for (const auto& p : parts) {
+    if (!p->is_const() || !PyUnicode_Check(p->obj.ptr())) t.unsupported("BUILD_STRING of " + p->describe());
+    s += p->obj.cast<std::string>();
+  }
+  t.push(Value::constant(py::str(s)));
+}
+
+}  // namespace
+
+void register_build(HandlerTable& t) {
+  auto on = [&](const char* name, Handler h) {
+    int op = bytecode::opcode_by_name(name);
+    if (op >= 0) t[op] = h;
+  };
+  on("BUILD_TUPLE", build_tuple);
+  on("BUILD_LIST", build_list);
+  on("BUILD_SLICE", build_slice);
+  on("UNPACK_SEQUENCE", unpack_sequence);
+  on("LIST_EXTEND", list_extend);
+  on("LIST_TO_TUPLE", list_to_tuple);
+  on("FORMAT_VALUE", format_value);
+  on("BUILD_STRING", build_string);
+}
+
+}  // namespace cdynamo::interp

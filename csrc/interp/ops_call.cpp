@@ -1,0 +1,65 @@
+// ops_call.cpp — owns handlers for the 3.11 call protocol: PRECALL, CALL, KW_NAMES, CALL_FUNCTION_EX.
+#include "bytecode/bytecode.h"
+#include "interp/tracer.h"
+
+namespace cdynamo::interp {
+
+namespace {
+
+using bytecode::Instruction;
+
+void precall(Tracer&, const Instruction&) {}
+
+void kw_names(Tracer& t, const Instruction& i) { t.kw_names = py::reinterpret_borrow<py::object>(t.const_at(i.arg)); }
+
+void call(Tracer& t, const Instruction& i) {
+  // Stack: [callable_or_NULL, self_or_callable, args...]. With a NULL first, the callable is second.
+  size_t n = static_cast<size_t>(i.arg);
+  std::vector<ValuePtr> args = t.popn(n);
+  ValuePtr second = t.pop();
+  ValuePtr first = t.pop();
+  ValuePtr fn;
+  if (first->kind == VKind::Null) {
+    fn = second;
+  } else {
+    fn = first;
+    args.insert(args.begin(), second);
+  }
+  std::vector<std::pair<std::string, ValuePtr>> kwargs;
+  if (t.kw_names) {
+    py::tuple names = py::reinterpret_borrow<py::tuple>(t.kw_names);
+    size_t nk = names.size();
+    if (nk > args.size()) t.unsupported("bad KW_NAMES");
+    size_t base = args.size() - nk;
+    for (size_t k = 0; k < nk; ++k) kwargs.emplace_back(py::str(names[k]).cast<std::string>(), args[base + k]);
+    args.resize(base);
+    t.kw_names = py::object();
+  }
+  t.push(t.call(fn, std::move(args), std::move(kwargs)));
+}
+
+void call_function_ex(Tracer& t, const Instruction& i) {
+  ValuePtr kw = (i.arg & 1) ? t.pop() : nullptr;
+  ValuePtr args = t.pop();
+  ValuePtr fn = t.pop();
+  ValuePtr null = t.pop();
+  if (null->kind != VKind::Null) t.unsupported("CALL_FUNCTION_EX without NULL");
+  if (kw) t.unsupported("call with **kwargs unpacking (not supported yet)");
+  if (args->kind != VKind::Tuple && args->kind != VKind::List) t.unsupported("call with *args of " + args->describe());
+  t.push(t.call(fn, args->items, {}));
+}
+
+}  // namespace
+
+void register_call(HandlerTable& t) {
+  auto on = [&](const char* name, Handler h) {
+    int op = bytecode::opcode_by_name(name);
+    if (op >= 0) t[op] = h;
+  };
+  on("PRECALL", precall);
+  on("KW_NAMES", kw_names);
+  on("CALL", call);
+  on("CALL_FUNCTION_EX", call_function_ex);
+}
+
+}  // namespace cdynamo::interp

@@ -1,0 +1,91 @@
+// ops_control.cpp — owns handlers for RETURN_VALUE and jumps on values known at trace time.
+#include "bytecode/bytecode.h"
+#include "interp/tracer.h"
+
+namespace cdynamo::interp {
+
+namespace {
+
+using bytecode::Instruction;
+
+constexpr int kMaxSteps = 200000;
+
+void return_value(Tracer& t, const Instruction&) {
+  t.return_value = t.pop();
+  t.stopped = true;
+}
+
+void jump_to(Tracer& t, const Instruction& i) {
+  if (!i.target) t.unsupported("jump without a target");
+  if (++t.steps > kMaxSteps) {
+    t.unsupported("trace too long (loop did not terminate within the step budget)");
+  }
+  t.pc = static_cast<size_t>(t.bc.index_of(i.target));
+}
+
+void jump(Tracer& t, const Instruction& i) { jump_to(t, i); }
+
+// Truth value of a value known at trace time; tensors need run-time data.
+bool truth(Tracer& t, const ValuePtr& v) {
+  if (v->is_tensor()) t.unsupported("branch on a tensor's value (data-dependent control flow)");
+  if (v->kind == VKind::Tuple || v->kind == VKind::List) return !v->items.empty();
+  if (v->kind == VKind::Const || v->kind == VKind::Object) {
+    int r = PyObject_IsTrue(v->obj.ptr());
+    if (r < 0) throw py::error_already_set();
+    return r == 1;
+  }
+  t.unsupported("truth value of " + v->describe());
+}
+
+void pop_jump_if(Tracer& t, const Instruction& i, bool when) {
+  ValuePtr v = t.pop();
+  if (truth(t, v) == when) jump_to(t, i);
+}
+void pop_jump_if_true(Tracer& t, const Instruction& i) { pop_jump_if(t, i, true); }
+void pop_jump_if_false(Tracer& t, const Instruction& i) { pop_jump_if(t, i, false); }
+
+void pop_jump_if_none(Tracer& t, const Instruction& i, bool when_none) {
+  ValuePtr v = t.pop();
+  bool is_none = v->kind == VKind::Const && v->obj.is_none();
+  if (v->is_tensor() || v->kind == VKind::Tuple || v->kind == VKind::List) is_none = false;
+  else if (v->kind != VKind::Const && v->kind != VKind::Object) t.unsupported("`is None` on " + v->describe());
+  if (is_none == when_none) jump_to(t, i);
+}
+void pop_jump_if_none_h(Tracer& t, const Instruction& i) { pop_jump_if_none(t, i, true); }
+void pop_jump_if_not_none_h(Tracer& t, const Instruction& i) { pop_jump_if_none(t, i, false); }
+
+void jump_if_or_pop(Tracer& t, const Instruction& i, bool when) {
+  ValuePtr v = t.peek(1);
+  if (truth(t, v) == when) {
+    jump_to(t, i);
+  } else {
+    t.pop();
+  }
+}
+void jump_if_true_or_pop(Tracer& t, const Instruction& i) { jump_if_or_pop(t, i, true); }
+void jump_if_false_or_pop(Tracer& t, const Instruction& i) { jump_if_or_pop(t, i, false); }
+
+}  // namespace
+
+void register_control(HandlerTable& t) {
+  auto on = [&](const char* name, Handler h) {
+    int op = bytecode::opcode_by_name(name);
+    if (op >= 0) t[op] = h;
+  };
+  on("RETURN_VALUE", return_value);
+  on("JUMP_FORWARD", jump);
+  on("JUMP_BACKWARD", jump);
+  on("JUMP_BACKWARD_NO_INTERRUPT", jump);
+  on("POP_JUMP_FORWARD_IF_TRUE", pop_jump_if_true);
+  on("POP_JUMP_BACKWARD_IF_TRUE", pop_jump_if_true);
+  on("POP_JUMP_FORWARD_IF_FALSE", pop_jump_if_false);
+  on("POP_JUMP_BACKWARD_IF_FALSE", pop_jump_if_false);
+  on("POP_JUMP_FORWARD_IF_NONE", pop_jump_if_none_h);
+  on("POP_JUMP_BACKWARD_IF_NONE", pop_jump_if_none_h);
+  on("POP_JUMP_FORWARD_IF_NOT_NONE", pop_jump_if_not_none_h);
+  on("POP_JUMP_BACKWARD_IF_NOT_NONE", pop_jump_if_not_none_h);
+  on("JUMP_IF_TRUE_OR_POP", jump_if_true_or_pop);
+  on("JUMP_IF_FALSE_OR_POP", jump_if_false_or_pop);
+}
+
+}  // namespace cdynamo::interp

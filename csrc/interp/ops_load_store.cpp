@@ -1,0 +1,123 @@
+// ops_load_store.cpp — owns handlers for loads, stores, attribute access and stack shuffling opcodes.
+#include "bytecode/bytecode.h"
+#include "interp/tracer.h"
+
+namespace cdynamo::interp {
+
+namespace {
+
+using bytecode::Instruction;
+
+void nop(Tracer&, const Instruction&) {}
+
+void load_fast(Tracer& t, const Instruction& i) {
+  ValuePtr v = t.load_local(i.arg);
+  if (!v) t.unsupported("local variable '" + t.local_name(i.arg) + "' referenced before assignment");
+  t.push(v);
+}
+
+void store_fast(Tracer& t, const Instruction& i) {
+  t.locals[i.arg] = t.pop();
+  t.local_loaded[i.arg] = 1;
+}
+
+void delete_fast(Tracer& t, const Instruction& i) {
+  t.locals[i.arg] = nullptr;
+  t.local_loaded[i.arg] = 1;
+}
+
+void load_const(Tracer& t, const Instruction& i) {
+  py::handle c = t.const_at(i.arg);
+  if (is_constant_object(c)) {
+    t.push(Value::constant(py::reinterpret_borrow<py::object>(c)));
+    return;
+  }
+  if (PyTuple_CheckExact(c.ptr())) {
+    std::vector<ValuePtr> items;
+    for (auto item : py::reinterpret_borrow<py::tuple>(c)) {
+      if (!is_constant_object(item)) t.unsupported("nested constant tuple");
+      items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
+    }
+    t.push(Value::tuple(std::move(items)));
+    return;
+  }
+  t.unsupported(std::string("constant of type ") + Py_TYPE(c.ptr())->tp_name + " (code objects, frozensets)");
+}
+
+void load_global(Tracer& t, const Instruction& i) {
+  // 3.11: the low bit asks for a NULL pushed before the global.
+  std::string name = py::str(t.name_at(i.arg >> 1)).cast<std::string>();
+  ValuePtr v = t.load_global(name);
+  if (i.arg & 1) t.push(Value::null());
+  t.push(v);
+}
+
+void load_deref(Tracer& t, const Instruction& i) {
+  // Cells and free variables are transparent in the trace: the slot holds the cell's content.
+  ValuePtr v = t.load_local(i.arg);
+  if (!v) t.unsupported("free variable '" + t.local_name(i.arg) + "' referenced before assignment");
+  t.push(v);
+}
+
+void store_deref(Tracer& t, const Instruction& i) {
+  t.unsupported("assignment to the cell variable '" + t.local_name(i.arg) + "' (not supported yet)");
+}
+
+void load_attr(Tracer& t, const Instruction& i) {
+  ValuePtr obj = t.pop();
+  t.push(t.load_attr(obj, py::str(t.name_at(i.arg)).cast<std::string>()));
+}
+
+void load_method(Tracer& t, const Instruction& i) {
+  // Modelled as [NULL, bound callable]: CALL then sees a plain callable and `n` arguments.
+  ValuePtr obj = t.pop();
+  ValuePtr m = t.load_attr(obj, py::str(t.name_at(i.arg)).cast<std::string>());
+  t.push(Value::null());
+  t.push(m);
+}
+
+void store_subscr(Tracer& t, const Instruction&) {
+  ValuePtr key = t.pop();
+  ValuePtr container = t.pop();
+  ValuePtr value = t.pop();
+  if (!container->is_tensor()) t.unsupported("item assignment on " + container->describe());
+  // operator.setitem returns None; the node is kept for its effect on the tensor.
+  t.setitem(container, key, value);
+}
+
+void pop_top(Tracer& t, const Instruction&) { t.pop(); }
+
+void push_null(Tracer& t, const Instruction&) { t.push(Value::null()); }
+
+void copy(Tracer& t, const Instruction& i) { t.push(t.peek(i.arg)); }
+
+void swap(Tracer& t, const Instruction& i) { std::swap(t.peek(1), t.peek(i.arg)); }
+
+}  // namespace
+
+void register_load_store(HandlerTable& t) {
+  auto on = [&](const char* name, Handler h) {
+    int op = bytecode::opcode_by_name(name);
+    if (op >= 0) t[op] = h;
+  };
+  on("NOP", nop);
+  on("RESUME", nop);
+  on("MAKE_CELL", nop);
+  on("COPY_FREE_VARS", nop);
+  on("LOAD_FAST", load_fast);
+  on("STORE_FAST", store_fast);
+  on("DELETE_FAST", delete_fast);
+  on("LOAD_CONST", load_const);
+  on("LOAD_GLOBAL", load_global);
+  on("LOAD_DEREF", load_deref);
+  on("STORE_DEREF", store_deref);
+  on("LOAD_ATTR", load_attr);
+  on("LOAD_METHOD", load_method);
+  on("STORE_SUBSCR", store_subscr);
+  on("POP_TOP", pop_top);
+  on("PUSH_NULL", push_null);
+  on("COPY", copy);
+  on("SWAP", swap);
+}
+
+}  // namespace cdynamo::interp

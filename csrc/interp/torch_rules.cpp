@@ -1,0 +1,212 @@
+// torch_rules.cpp — owns the allow/deny lists for torch functions, tensor methods and tensor attributes.
+#include "interp/torch_rules.h"
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "guards/tensor_match.h"
+#include "interp/tracer.h"
+
+namespace cdynamo::interp {
+
+namespace {
+
+bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
+
+std::string str_attr(py::handle o, const char* name) {
+  PyObject* a = PyObject_GetAttrString(o.ptr(), name);  // new
+  if (!a) {
+    PyErr_Clear();
+    return "";
+  }
+  std::string out;
+  if (PyUnicode_Check(a)) {
+    const char* s = PyUnicode_AsUTF8(a);  // borrowed buffer of a
+    if (s) out = s;
+  }
+  Py_DECREF(a);
+  PyErr_Clear();
+  return out;
+}
+
+const std::unordered_set<std::string>& blocked_torch_modules() {
+  static const std::unordered_set<std::string> s = {
+      "torch._dynamo", "torch.compiler", "torch._inductor", "torch.fx", "torch.jit", "torch.utils",
+      "torch.serialization", "torch.random", "torch.cuda", "torch.backends", "torch.distributed",
+      "torch.testing", "torch.autograd", "torch.overrides", "torch.hub", "torch.onnx", "torch.export",
+      "torch.package", "torch.multiprocessing", "torch.profiler", "torch._C._autograd", "torch.storage",
+      "torch._tensor_str", "torch.optim", "torch.nn.modules", "torch.nn.parameter", "torch.nn.init",
+      "torch._higher_order_ops", "torch._subclasses", "torch._prims", "torch._refs", "torch._ops"};
+  return s;
+}
+
+const std::unordered_set<std::string>& blocked_torch_names() {
+  static const std::unordered_set<std::string> s = {
+      "set_grad_enabled", "manual_seed", "seed", "initial_seed", "set_default_dtype", "get_default_dtype",
+      "set_default_device", "get_default_device", "set_printoptions", "save", "load", "set_num_threads",
+      "get_num_threads", "set_rng_state", "get_rng_state", "use_deterministic_algorithms", "is_grad_enabled",
+      "compile", "set_flush_denormal", "set_anomaly_enabled", "from_numpy", "frombuffer", "cond", "vmap",
+      "is_inference_mode_enabled", "set_warn_always", "is_warn_always_enabled", "typename", "is_storage",
+      "set_default_tensor_type", "set_autocast_enabled", "is_autocast_enabled", "_assert", "Generator",
+      "autocast", "no_grad", "enable_grad", "inference_mode", "is_nonzero", "equal", "allclose", "tolist",
+      "item", "numel_", "empty_cache", "synchronize", "as_strided_", "sym_int", "sym_float", "sym_max", "sym_min",
+      "sym_not", "sym_ite", "sym_sum", "broadcast_shapes", "chunk_", "register_hook"};
+  return s;
+}
+
+const std::unordered_set<std::string>& factory_names() {
+  static const std::unordered_set<std::string> s = {
+      "zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm", "arange", "range", "linspace",
+      "logspace", "eye", "tensor", "as_tensor", "scalar_tensor", "empty_strided", "normal", "bartlett_window",
+      "hann_window", "hamming_window", "blackman_window", "kaiser_window", "tril_indices", "triu_indices"};
+  return s;
+}
+
+const std::unordered_set<std::string>& metadata_torch_names() {
+  static const std::unordered_set<std::string> s = {"numel", "is_tensor", "is_floating_point", "is_complex",
+                                                     "result_type", "promote_types", "can_cast"};
+  return s;
+}
+
+const std::unordered_set<std::string>& pure_builtins() {
+  static const std::unordered_set<std::string> s = {
+      "len", "isinstance", "issubclass", "abs", "min", "max", "round", "int", "float", "bool", "str", "tuple",
+      "list", "sum", "any", "all", "type", "callable", "divmod", "pow", "sorted", "repr", "hash", "ord", "chr",
+      "complex", "hex", "oct", "bin", "format"};
+  return s;
+}
+
+}  // namespace
+
+std::string callable_name(py::handle fn) {
+  std::string mod = str_attr(fn, "__module__");
+  std::string name = str_attr(fn, "__qualname__");
+  if (name.empty()) name = str_attr(fn, "__name__");
+  if (name.empty()) return py::repr(fn).cast<std::string>();
+  if (mod.empty() || mod == "builtins") return name;
+  return mod + "." + name;
+}
+
+bool is_trusted_module(py::handle mod) {
+  std::string name = str_attr(mod, "__name__");
+  return name == "torch" || starts_with(name, "torch.") || name == "math" || name == "operator" ||
+         name == "_operator";
+}
+
+CallKind classify_callable(py::handle fn) {
+  // Cache by identity; the cache keeps a strong reference so ids cannot be reused.
+  static std::unordered_map<PyObject*, std::pair<py::object, CallKind>>* cache =
+      new std::unordered_map<PyObject*, std::pair<py::object, CallKind>>();
+  // allow_in_graph / disallow_in_graph registrations can change: check them before the cache.
+  try {
+    py::module_ allowed = py::module_::import("cdynamo._allowed");
+    py::object key = py::int_(reinterpret_cast<uintptr_t>(fn.ptr()));
+    if (allowed.attr("disallowed").contains(key)) return CallKind::Disallowed;
+    if (allowed.attr("allowed").contains(key)) return CallKind::AllowedInGraph;
+    py::object gb = py::module_::import("cdynamo").attr("graph_break");
+    if (gb.ptr() == fn.ptr()) return CallKind::GraphBreak;
+  } catch (py::error_already_set&) {
+  }
+  auto it = cache->find(fn.ptr());
+  if (it != cache->end()) return it->second.second;
+
+  CallKind kind = CallKind::Unknown;
+  std::string mod = str_attr(fn, "__module__");
+  std::string name = str_attr(fn, "__name__");
+  bool is_class = PyType_Check(fn.ptr());
+  if (!is_class && (mod == "torch" || starts_with(mod, "torch."))) {
+    bool blocked = blocked_torch_names().count(name) > 0 || (!name.empty() && name[0] == '_');
+    for (const auto& p : blocked_torch_modules())
+      if (mod == p || starts_with(mod, p + ".")) blocked = true;
+    if (!blocked) {
+      if (factory_names().count(name)) kind = CallKind::TorchFactory;
+      else if (metadata_torch_names().count(name)) kind = CallKind::TorchMetadata;
+      else kind = CallKind::TorchOp;
+    }
+  } else if (!is_class && (mod == "_operator" || mod == "operator")) {
+    kind = CallKind::Operator;
+  } else if (!is_class && mod == "math") {
+    kind = CallKind::PureBuiltin;
+  } else if (mod == "builtins" && pure_builtins().count(name)) {
+    // Only the real builtins (not a shadowing object with the same name).
+    py::object real = py::module_::import("builtins").attr(name.c_str());
+    if (real.ptr() == fn.ptr()) kind = CallKind::PureBuiltin;
+  }
+  (*cache)[fn.ptr()] = {py::reinterpret_borrow<py::object>(fn), kind};
+  return kind;
+}
+
+bool tensor_method_allowed(const std::string& name) {
+  static const std::unordered_set<std::string> blocked = {
+      "tolist", "item", "numpy", "data_ptr", "storage", "untyped_storage", "backward", "register_hook",
+      "register_post_accumulate_grad_hook", "share_memory_", "pin_memory", "record_stream", "cuda", "type",
+      "retain_grad", "requires_grad_", "set_", "resize_", "resize_as_", "apply_", "map_", "map2_", "is_pinned",
+      "is_shared", "__bool__", "__int__", "__float__", "__index__", "__complex__", "__iter__", "__repr__",
+      "__str__", "__format__", "__array__", "__reduce_ex__", "__setstate__", "__deepcopy__", "__hash__",
+      "__dlpack__", "__dlpack_device__", "cpu", "to_sparse", "nonzero_static", "storage_type", "dim_order",
+      "__contains__", "__setitem__", "__delitem__", "__getstate__", "__reversed__", "__len__", "tolist",
+      "_is_view", "is_set_to", "new_tensor", "module_load", "coalesce"};
+  if (blocked.count(name)) return false;
+  if (name.size() > 1 && name[0] == '_') {
+    // Arithmetic dunders are fine (x.__add__(y)); other private methods are not.
+    static const std::unordered_set<std::string> dunders = {
+        "__add__", "__radd__", "__iadd__", "__sub__", "__rsub__", "__isub__", "__mul__", "__rmul__", "__imul__",
+        "__truediv__", "__rtruediv__", "__itruediv__", "__matmul__", "__rmatmul__", "__pow__", "__rpow__",
+        "__neg__", "__abs__", "__getitem__", "__and__", "__or__", "__xor__", "__lt__", "__le__", "__gt__",
+        "__ge__", "__eq__", "__ne__", "__floordiv__", "__rfloordiv__", "__mod__", "__invert__", "__pos__"};
+    return dunders.count(name) > 0;
+  }
+  return true;
+}
+
+bool tensor_method_metadata(const std::string& name) {
+  static const std::unordered_set<std::string> s = {
+      "size", "dim", "ndimension", "numel", "nelement", "stride", "is_contiguous", "is_floating_point",
+      "is_complex", "element_size", "get_device", "is_signed", "storage_offset", "is_inference"};
+  return s.count(name) > 0;
+}
+
+ValuePtr tensor_attr(Tracer& t, const ValuePtr& self, const std::string& name) {
+  static const std::unordered_set<std::string> const_attrs = {"shape", "dtype", "ndim", "layout",
+                                                              "requires_grad", "is_sparse", "is_quantized",
+                                                              "is_mkldnn", "is_complex", "itemsize", "nbytes"};
+  static const std::unordered_set<std::string> node_attrs = {"T", "mT", "H", "mH", "real", "imag"};
+  py::object ex = self->example;
+  if (const_attrs.count(name)) return Value::constant(ex.attr(name.c_str()));
+  if (name == "device") return Value::constant(self->device);
+  if (name == "is_cuda" || name == "is_cpu" || name == "is_meta") {
+    std::string type = self->device.attr("type").cast<std::string>();
+    return Value::constant(py::bool_(type == name.substr(3)));
+  }
+  if (node_attrs.count(name) || name == "data") {
+    py::object result;
+    try {
+      result = name == "data" ? ex.attr("detach")() : ex.attr(name.c_str());
+    } catch (py::error_already_set& e) {
+      t.unsupported("tensor attribute '" + name + "' failed during tracing: " + e.what());
+    }
+    auto& refs = PyRefs::get();
+    graph::Node* n =
+        name == "data"
+            ? t.graph.call_method("detach", {t.to_arg(self)}, {}, result)
+            : t.graph.call_function(refs.getattr_fn, {t.to_arg(self), graph::Arg::constant(py::str(name))}, {}, result);
+    return t.wrap_result(n, result, self->device);
+  }
+  // Methods: bound lazily and called through CALL.
+  PyObject* cls_attr = PyObject_GetAttrString(PyRefs::get().tensor_type.ptr(), name.c_str());  // new
+  if (!cls_attr) {
+    PyErr_Clear();
+    t.unsupported("tensor has no attribute '" + name + "'");
+  }
+  bool callable = PyCallable_Check(cls_attr) && !PyObject_TypeCheck(cls_attr, &PyProperty_Type) &&
+                  std::string(Py_TYPE(cls_attr)->tp_name) != "getset_descriptor";
+  Py_DECREF(cls_attr);
+  if (callable) {
+    if (!tensor_method_allowed(name) && !tensor_method_metadata(name))
+      t.unsupported("Tensor." + name + "() is not supported in a graph");
+    return Value::method(self, name);
+  }
+  t.unsupported("tensor attribute '" + name + "' depends on run-time state");
+}
+
+}  // namespace cdynamo::interp

@@ -1,0 +1,38 @@
+// torch_rules.h — owns the rules that decide which callables, tensor methods and attributes go into graphs.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <string>
+
+#include "interp/value.h"
+
+namespace cdynamo::interp {
+
+class Tracer;
+
+enum class CallKind {
+  TorchOp,         // torch function: traced into the graph as call_function
+  TorchFactory,    // torch function that creates tensors from no tensor (needs device=meta to propagate)
+  TorchMetadata,   // torch function whose non-tensor result depends only on guarded metadata
+  Operator,        // operator.* function: graph node when a tensor is involved, folded otherwise
+  PureBuiltin,     // builtin or math function folded on constant arguments
+  GraphBreak,      // cdynamo.graph_break
+  AllowedInGraph,  // user callable registered with cdynamo.allow_in_graph
+  Disallowed,      // user callable registered with cdynamo.disallow_in_graph
+  Unknown,
+};
+
+CallKind classify_callable(py::handle fn);
+// Modules whose attributes are program constants (torch and its submodules, math, operator).
+bool is_trusted_module(py::handle mod);
+// Tensor attribute read (shape, dtype, device, T, ...): constant or graph node; throws Unsupported.
+ValuePtr tensor_attr(Tracer& t, const ValuePtr& self, const std::string& name);
+// True if `name` is a tensor method that may be put into a graph.
+bool tensor_method_allowed(const std::string& name);
+// True if the tensor method returns metadata (ints, Size, bool) computed from guarded properties.
+bool tensor_method_metadata(const std::string& name);
+// The readable name of a callable for messages ("print", "numpy.fft.fft", ...).
+std::string callable_name(py::handle fn);
+
+}  // namespace cdynamo::interp

@@ -1,0 +1,299 @@
+// tracer.cpp — owns the run loop, stack helpers, value wrapping (with guards) and attribute reads.
+#include "interp/tracer.h"
+
+#include "compat/compat.h"
+#include "guards/tensor_match.h"
+#include "interp/torch_rules.h"
+
+namespace cdynamo::interp {
+
+PyRefs& PyRefs::get() {
+  static PyRefs* refs = [] {
+    auto* r = new PyRefs();  // process lifetime: never destroyed (avoids teardown-order issues)
+    r->torch = py::module_::import("torch");
+    r->operator_mod = py::module_::import("operator");
+    r->builtins = py::module_::import("builtins");
+    r->math = py::module_::import("math");
+    r->getattr_fn = r->builtins.attr("getattr");
+    r->torch_device = r->torch.attr("device");
+    r->meta_device = r->torch_device("meta");
+    r->tensor_type = r->torch.attr("Tensor");
+    r->graph_break_fn = py::none();
+    return r;
+  }();
+  return *refs;
+}
+
+namespace {
+const HandlerTable& handlers() {
+  static HandlerTable table = [] {
+    HandlerTable t{};
+    register_load_store(t);
+    register_arith(t);
+    register_call(t);
+    register_build(t);
+    register_control(t);
+    return t;
+  }();
+  return table;
+}
+}  // namespace
+
+Tracer::Tracer(PyCodeObject* c, const guards::FrameView& f) : code(c), fv(f) {
+  int n = compat::code_nlocalsplus(code);
+  locals.assign(n, nullptr);
+  local_loaded.assign(n, 0);
+}
+
+Tracer::Status Tracer::run() {
+  try {
+    bc = bytecode::decode(code);
+    const auto& table = handlers();
+    while (!stopped) {
+      if (pc >= bc.insts.size()) unsupported("fell off the end of the bytecode");
+      const auto& inst = *bc.insts[pc];
+      if (inst.pos.line >= 0) lineno_ = inst.pos.line;
+      Handler h = table[inst.opcode & 0xff];
+      if (!h) unsupported(std::string("opcode ") + bytecode::opname(inst.opcode) + " is not supported yet");
+      size_t before = pc;
+      h(*this, inst);
+      if (pc == before) pc++;
+    }
+    status_ = Status::Returned;
+  } catch (const Unsupported& e) {
+    status_ = Status::Unsupported;
+    if (stop_.reason.empty()) {
+      stop_.reason = e.what();
+      stop_.lineno = lineno_;
+    }
+  } catch (py::error_already_set& e) {
+    status_ = Status::Unsupported;
+    stop_.reason = std::string("Python error during tracing: ") + e.what();
+    stop_.lineno = lineno_;
+  } catch (const std::exception& e) {
+    status_ = Status::Unsupported;
+    stop_.reason = std::string("internal error: ") + e.what();
+    stop_.lineno = lineno_;
+  }
+  if (status_ == Status::Unsupported) {
+    stop_.filename = py::str(code->co_filename).cast<std::string>();
+    try {
+      py::object line = py::module_::import("linecache").attr("getline")(stop_.filename, stop_.lineno);
+      stop_.line = py::str(line).cast<std::string>();
+      while (!stop_.line.empty() && (stop_.line.back() == '\n' || stop_.line.back() == ' ')) stop_.line.pop_back();
+      size_t s = stop_.line.find_first_not_of(' ');
+      stop_.line = s == std::string::npos ? "" : stop_.line.substr(s);
+    } catch (py::error_already_set&) {
+    }
+  }
+  return status_;
+}
+
+ValuePtr Tracer::pop() {
+  if (stack.empty()) unsupported("stack underflow");
+  ValuePtr v = std::move(stack.back());
+  stack.pop_back();
+  return v;
+}
+
+std::vector<ValuePtr> Tracer::popn(size_t n) {
+  if (stack.size() < n) unsupported("stack underflow");
+  std::vector<ValuePtr> out(stack.end() - static_cast<long>(n), stack.end());
+  stack.resize(stack.size() - n);
+  return out;
+}
+
+ValuePtr& Tracer::peek(size_t depth) {
+  if (stack.size() < depth) unsupported("stack underflow");
+  return stack[stack.size() - depth];
+}
+
+void Tracer::unsupported(const std::string& reason) {
+  stop_.reason = reason;
+  stop_.lineno = lineno_;
+  throw Unsupported(reason);
+}
+
+py::handle Tracer::const_at(int i) const { return PyTuple_GET_ITEM(code->co_consts, i); }  // borrowed
+py::handle Tracer::name_at(int i) const { return PyTuple_GET_ITEM(code->co_names, i); }    // borrowed
+std::string Tracer::local_name(int slot) const {
+  return py::str(compat::code_localsplus_name(code, slot)).cast<std::string>();
+}
+
+ValuePtr Tracer::load_local(int slot) {
+  if (slot < 0 || slot >= static_cast<int>(locals.size())) unsupported("bad local slot");
+  if (!local_loaded[slot]) {
+    local_loaded[slot] = 1;
+    int kind = compat::code_localsplus_kind(code, slot);
+    PyObject* v = nullptr;  // borrowed
+    SourcePtr src;
+    if (kind & compat::kFastFree) {
+      src = guards::Source::closure(slot, local_name(slot));
+      PyObject* nv = src->fetch(fv);  // new
+      if (nv) {
+        locals[slot] = wrap(nv, src);
+        Py_DECREF(nv);
+      }
+      return locals[slot];
+    }
+    v = fv.localsplus[slot];
+    if (v) locals[slot] = wrap(v, guards::Source::local(slot, local_name(slot)));
+  }
+  return locals[slot];
+}
+
+ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
+  PyObject* v = value.ptr();
+  if (guards::is_tensor(v)) {
+    // The same tensor object seen through two sources shares one placeholder (aliasing preserved).
+    for (const auto& in : inputs) {
+      if (in.value.ptr() == v) {
+        guards.add(guards::same_object(in.source, src));
+        return Value::tensor(in.node, in.node->example_value, value.attr("device"), src);
+      }
+    }
+    py::object meta = py::reinterpret_steal<py::object>(guards::make_meta(v));
+    if (!meta) throw py::error_already_set();
+    std::string name = src->kind == guards::Source::Kind::Local || src->kind == guards::Source::Kind::Closure ||
+                               src->kind == guards::Source::Kind::Global
+                           ? src->name
+                           : "input";
+    graph::Node* n = graph.placeholder(name, meta);
+    inputs.push_back(Input{src, n, py::reinterpret_borrow<py::object>(value)});
+    guards.add(guards::tensor_match(src, v));
+    return Value::tensor(n, meta, value.attr("device"), src);
+  }
+  if (is_constant_object(value)) {
+    guards.add(v == Py_None || PyBool_Check(v) ? guards::id_match(src, v) : guards::equals_match(src, v));
+    return Value::constant(py::reinterpret_borrow<py::object>(value), src);
+  }
+  if (PyTuple_CheckExact(v) || PyList_CheckExact(v)) {
+    guards.add(guards::length_match(src, v));
+    std::vector<ValuePtr> items;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(v);
+    for (Py_ssize_t i = 0; i < n; ++i)
+      items.push_back(wrap(PySequence_Fast_GET_ITEM(v, i), guards::Source::item(src, static_cast<int>(i))));
+    ValuePtr out = PyTuple_CheckExact(v) ? Value::tuple(std::move(items)) : Value::list(std::move(items));
+    out->source = src;
+    if (PyList_CheckExact(v)) out->obj = py::reinterpret_borrow<py::object>(value);  // identity for codegen
+    return out;
+  }
+  // Any other object: pinned by identity (sound; attribute reads add their own guards).
+  guards.add(guards::id_match(src, v));
+  return Value::object(py::reinterpret_borrow<py::object>(value), src);
+}
+
+ValuePtr Tracer::load_global(const std::string& name) {
+  py::str key(name);
+  PyObject* v = PyDict_GetItemWithError(fv.globals, key.ptr());  // borrowed
+  if (v) return wrap(v, guards::Source::global(name));
+  if (PyErr_Occurred()) throw py::error_already_set();
+  if (PyDict_Check(fv.builtins)) {
+    v = PyDict_GetItemWithError(fv.builtins, key.ptr());  // borrowed
+    if (v) {
+      // Builtins are pinned by identity only when not shadowed; the ID guard on the builtin source
+      // fails if a global of the same name appears later.
+      return wrap(v, guards::Source::builtin(name));
+    }
+    if (PyErr_Occurred()) throw py::error_already_set();
+  }
+  unsupported("name '" + name + "' is not defined");
+}
+
+ValuePtr Tracer::load_attr(const ValuePtr& obj, const std::string& name) {
+  switch (obj->kind) {
+    case VKind::Tensor:
+      return tensor_attr(*this, obj, name);
+    case VKind::Object: {
+      py::handle o = obj->obj;
+      if (PyModule_Check(o.ptr())) {
+        py::object a = py::reinterpret_steal<py::object>(PyObject_GetAttrString(o.ptr(), name.c_str()));
+        if (!a) {
+          PyErr_Clear();
+          unsupported("module " + py::str(o).cast<std::string>() + " has no attribute '" + name + "'");
+        }
+        if (is_trusted_module(o)) {
+          // torch / math / operator contents are treated as constants of the program.
+          if (is_constant_object(a)) return Value::constant(a);
+          return Value::object(a);
+        }
+        if (!obj->source) unsupported("attribute of a module without a source");
+        return wrap(a, guards::Source::attr(obj->source, name));
+      }
+      unsupported("attribute '" + name + "' of " + obj->describe() + " (object attributes are not supported yet)");
+    }
+    case VKind::Const: {
+      // Attributes of constants (e.g. dtype.is_floating_point, Size methods) are constant.
+      py::object a = py::reinterpret_steal<py::object>(PyObject_GetAttrString(obj->obj.ptr(), name.c_str()));
+      if (!a) {
+        PyErr_Clear();
+        unsupported("constant has no attribute '" + name + "'");
+      }
+      if (is_constant_object(a)) return Value::constant(a);
+      if (PyCFunction_Check(a.ptr()) || Py_TYPE(a.ptr()) == &PyMethodDescr_Type ||
+          std::string(Py_TYPE(a.ptr())->tp_name) == "builtin_function_or_method")
+        return Value::object(a);
+      unsupported("attribute '" + name + "' of a constant");
+    }
+    default:
+      unsupported("attribute '" + name + "' of " + obj->describe());
+  }
+}
+
+graph::Arg Tracer::to_arg(const ValuePtr& v) {
+  switch (v->kind) {
+    case VKind::Tensor: return graph::Arg::ref(v->node);
+    case VKind::Const: return graph::Arg::constant(v->obj);
+    case VKind::Tuple:
+    case VKind::List: {
+      std::vector<graph::Arg> items;
+      for (const auto& i : v->items) items.push_back(to_arg(i));
+      return v->kind == VKind::Tuple ? graph::Arg::tuple(std::move(items)) : graph::Arg::list(std::move(items));
+    }
+    default:
+      unsupported("cannot pass " + v->describe() + " to a graph operation");
+  }
+}
+
+py::object Tracer::to_example(const ValuePtr& v) {
+  switch (v->kind) {
+    case VKind::Tensor: return v->example;
+    case VKind::Const: return v->obj;
+    case VKind::Tuple: {
+      py::tuple t(v->items.size());
+      for (size_t i = 0; i < v->items.size(); ++i) t[i] = to_example(v->items[i]);
+      return t;
+    }
+    case VKind::List: {
+      py::list l;
+      for (const auto& i : v->items) l.append(to_example(i));
+      return l;
+    }
+    default:
+      unsupported("cannot pass " + v->describe() + " to a graph operation");
+  }
+}
+
+ValuePtr Tracer::wrap_result(graph::Node* node, py::handle result, py::object device) {
+  if (guards::is_tensor(result.ptr())) {
+    if (!guards::is_meta_tensor(result.ptr())) unsupported("operation produced a non-meta tensor during tracing");
+    return Value::tensor(node, py::reinterpret_borrow<py::object>(result), device);
+  }
+  if (PyTuple_Check(result.ptr()) || PyList_Check(result.ptr())) {
+    py::sequence seq = py::reinterpret_borrow<py::sequence>(result);
+    std::vector<ValuePtr> items;
+    auto& refs = PyRefs::get();
+    py::object getitem = refs.operator_mod.attr("getitem");
+    for (size_t i = 0; i < seq.size(); ++i) {
+      py::object item = seq[i];
+      if (!guards::is_tensor(item.ptr())) unsupported("operation returned a sequence with non-tensor items");
+      graph::Node* n = graph.call_function(getitem, {graph::Arg::ref(node), graph::Arg::constant(py::int_(i))}, {},
+                                           item);
+      items.push_back(wrap_result(n, item, device));
+    }
+    return PyList_Check(result.ptr()) ? Value::list(std::move(items)) : Value::tuple(std::move(items));
+  }
+  unsupported("operation returned " + std::string(Py_TYPE(result.ptr())->tp_name) + ", not a tensor");
+}
+
+}  // namespace cdynamo::interp

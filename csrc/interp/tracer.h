@@ -1,0 +1,125 @@
+// tracer.h — owns the symbolic interpreter state (stack, locals, graph, guards, inputs) and its run loop.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <array>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bytecode/bytecode.h"
+#include "graph/graph.h"
+#include "guards/guard.h"
+#include "interp/value.h"
+
+namespace cdynamo::interp {
+
+// A graph input: where it comes from, its placeholder, and the value seen at compile time.
+struct Input {
+  SourcePtr source;
+  graph::Node* node = nullptr;
+  py::object value;
+};
+
+// Where the trace stopped when it could not continue.
+struct StopInfo {
+  std::string reason;
+  std::string filename;
+  int lineno = -1;
+  std::string line;  // source text of lineno
+};
+
+class Tracer;
+using Handler = void (*)(Tracer&, const bytecode::Instruction&);
+using HandlerTable = std::array<Handler, 256>;
+
+// Handler families (ops_*.cpp) register themselves into the table.
+void register_load_store(HandlerTable& t);
+void register_arith(HandlerTable& t);
+void register_call(HandlerTable& t);
+void register_build(HandlerTable& t);
+void register_control(HandlerTable& t);
+
+class Tracer {
+ public:
+  enum class Status { Running, Returned, Unsupported };
+
+  // `code` and the FrameView are borrowed for the Tracer's lifetime.
+  Tracer(PyCodeObject* code, const guards::FrameView& fv);
+
+  // Interprets from the first instruction until RETURN_VALUE or an unsupported construct.
+  // Never throws; the outcome is in status()/stop_info().
+  Status run();
+  Status status() const { return status_; }
+  const StopInfo& stop_info() const { return stop_; }
+
+  // --- state used by handlers and by codegen ---
+  PyCodeObject* code;
+  guards::FrameView fv;
+  bytecode::Bytecode bc;
+  graph::Graph graph;
+  guards::GuardSet guards;
+  std::vector<Input> inputs;
+  std::vector<ValuePtr> stack;
+  std::vector<ValuePtr> locals;      // per localsplus slot; null = not yet read / unbound
+  std::vector<char> local_loaded;    // slot was read from the frame (wrapped) or assigned
+  py::object kw_names;               // tuple set by KW_NAMES for the next CALL
+  ValuePtr return_value;
+  size_t pc = 0;                     // index into bc.insts of the instruction being run
+  bool stopped = false;
+  int steps = 0;                     // jumps taken (bounds loops unrolled at trace time)
+
+  // --- helpers for handlers ---
+  void push(ValuePtr v) { stack.push_back(std::move(v)); }
+  ValuePtr pop();
+  std::vector<ValuePtr> popn(size_t n);  // in stack order (deepest first)
+  ValuePtr& peek(size_t depth = 1);      // 1 = top
+  [[noreturn]] void unsupported(const std::string& reason);
+
+  // Argument resolution against the code object (borrowed).
+  py::handle const_at(int i) const;
+  py::handle name_at(int i) const;
+  std::string local_name(int slot) const;
+
+  // Reads local slot `slot` (wrapping the frame's value on first use).
+  ValuePtr load_local(int slot);
+  // Wraps a real Python value seen at `src` into a symbolic value and installs the guards it needs.
+  ValuePtr wrap(py::handle value, SourcePtr src);
+  // Loads a global / builtin by name (wrapped and guarded).
+  ValuePtr load_global(const std::string& name);
+  // Attribute read on a symbolic value.
+  ValuePtr load_attr(const ValuePtr& obj, const std::string& name);
+
+  // Calls; args in call order, kwargs by name.
+  ValuePtr call(const ValuePtr& fn, std::vector<ValuePtr> args, std::vector<std::pair<std::string, ValuePtr>> kwargs);
+  ValuePtr call_torch(py::handle fn, std::vector<ValuePtr> args,
+                      std::vector<std::pair<std::string, ValuePtr>> kwargs, bool factory);
+  ValuePtr call_tensor_method(const ValuePtr& self, const std::string& name, std::vector<ValuePtr> args,
+                              std::vector<std::pair<std::string, ValuePtr>> kwargs);
+  // A binary/unary Python operator (an `operator` module function) applied to values.
+  ValuePtr apply_operator(py::handle op, std::vector<ValuePtr> args);
+  // container[key] = value on a tensor container (an operator.setitem node kept for its effect).
+  void setitem(const ValuePtr& container, const ValuePtr& key, const ValuePtr& value);
+
+  // Graph argument / meta example of a value (tensors by node / example value).
+  graph::Arg to_arg(const ValuePtr& v);
+  py::object to_example(const ValuePtr& v);
+  // Wraps the example result of a graph node into a value (tensor, tuple of tensors).
+  ValuePtr wrap_result(graph::Node* node, py::handle result, py::object device);
+
+ private:
+  void step(const bytecode::Instruction& inst);
+  Status status_ = Status::Running;
+  StopInfo stop_;
+  int lineno_ = -1;
+};
+
+// Process-wide Python objects the interpreter needs (imported once, never freed).
+struct PyRefs {
+  py::object torch, operator_mod, builtins, math, getattr_fn, torch_device, meta_device, tensor_type;
+  py::object graph_break_fn;  // cdynamo.graph_break, or None before cdynamo is imported
+  static PyRefs& get();
+};
+
+}  // namespace cdynamo::interp

@@ -1,0 +1,124 @@
+// value.cpp — owns construction and inspection of symbolic values.
+#include "interp/value.h"
+
+namespace cdynamo::interp {
+
+ValuePtr Value::tensor(graph::Node* n, py::object example, py::object device, SourcePtr src) {
+  auto v = std::make_shared<Value>();
+  v->kind = VKind::Tensor;
+  v->node = n;
+  v->example = std::move(example);
+  v->device = std::move(device);
+  v->source = std::move(src);
+  return v;
+}
+
+ValuePtr Value::constant(py::object o, SourcePtr src) {
+  auto v = std::make_shared<Value>();
+  v->kind = VKind::Const;
+  v->obj = std::move(o);
+  v->source = std::move(src);
+  return v;
+}
+
+ValuePtr Value::object(py::object o, SourcePtr src) {
+  auto v = std::make_shared<Value>();
+  v->kind = VKind::Object;
+  v->obj = std::move(o);
+  v->source = std::move(src);
+  return v;
+}
+
+ValuePtr Value::tuple(std::vector<ValuePtr> items) {
+  auto v = std::make_shared<Value>();
+  v->kind = VKind::Tuple;
+  v->items = std::move(items);
+  return v;
+}
+
+ValuePtr Value::list(std::vector<ValuePtr> items) {
+  auto v = std::make_shared<Value>();
+  v->kind = VKind::List;
+  v->items = std::move(items);
+  return v;
+}
+
+ValuePtr Value::null() {
+  auto v = std::make_shared<Value>();
+  v->kind = VKind::Null;
+  return v;
+}
+
+ValuePtr Value::method(ValuePtr self, std::string name) {
+  auto v = std::make_shared<Value>();
+  v->kind = VKind::Method;
+  v->self = std::move(self);
+  v->name = std::move(name);
+  return v;
+}
+
+bool Value::is_constant_like() const {
+  if (kind == VKind::Const) return true;
+  if (kind == VKind::Tuple || kind == VKind::List) {
+    for (const auto& i : items)
+      if (!i->is_constant_like()) return false;
+    return true;
+  }
+  return false;
+}
+
+py::object Value::as_python() const {
+  switch (kind) {
+    case VKind::Const:
+    case VKind::Object:
+      return obj;
+    case VKind::Tuple: {
+      py::tuple t(items.size());
+      for (size_t i = 0; i < items.size(); ++i) t[i] = items[i]->as_python();
+      return t;
+    }
+    case VKind::List: {
+      py::list l;
+      for (const auto& i : items) l.append(i->as_python());
+      return l;
+    }
+    default:
+      throw Unsupported("value " + describe() + " has no Python value at trace time");
+  }
+}
+
+std::string Value::describe() const {
+  switch (kind) {
+    case VKind::Tensor: return "Tensor(" + (node ? node->name : std::string("?")) + ")";
+    case VKind::Const: return "const " + py::repr(obj).cast<std::string>();
+    case VKind::Object: return py::repr(obj).cast<std::string>();
+    case VKind::Tuple: return "tuple of " + std::to_string(items.size());
+    case VKind::List: return "list of " + std::to_string(items.size());
+    case VKind::Null: return "NULL";
+    case VKind::Method: return "method " + self->describe() + "." + name;
+  }
+  return "?";
+}
+
+bool is_constant_object(py::handle o) {
+  if (o.is_none() || PyBool_Check(o.ptr()) || PyLong_CheckExact(o.ptr()) || PyFloat_CheckExact(o.ptr()) ||
+      PyUnicode_CheckExact(o.ptr()) || PyComplex_CheckExact(o.ptr()) || PySlice_Check(o.ptr()) ||
+      o.ptr() == Py_Ellipsis || PyBytes_CheckExact(o.ptr()))
+    return true;
+  // torch.dtype, torch.device, torch.layout, torch.memory_format, torch.Size (a tuple of ints)
+  static PyObject* torch_consts = nullptr;
+  if (!torch_consts) {
+    py::module_ torch = py::module_::import("torch");
+    py::tuple t = py::make_tuple(torch.attr("dtype"), torch.attr("device"), torch.attr("layout"),
+                                 torch.attr("memory_format"), torch.attr("Size"));
+    torch_consts = t.release().ptr();  // kept for the process lifetime
+  }
+  int r = PyObject_IsInstance(o.ptr(), torch_consts);
+  if (r < 0) {
+    PyErr_Clear();
+    return false;
+  }
+  return r == 1;
+}
+
+}  // namespace cdynamo::interp

@@ -1,0 +1,68 @@
+// value.h — owns the symbolic values of the interpreter: what the trace knows about each stack/local slot.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+#include "guards/source.h"
+
+namespace cdynamo::interp {
+
+namespace py = pybind11;
+using guards::SourcePtr;
+
+// Thrown when the trace meets something it cannot represent soundly; carries a user-facing reason.
+struct Unsupported : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+enum class VKind {
+  Tensor,  // a graph value: node + meta example value + real device
+  Const,   // an immutable Python constant (int, float, bool, None, str, slice, dtype, device, Size, ...)
+  Object,  // a known Python object with identity (module, function, class, user object)
+  Tuple,   // tuple of values
+  List,    // list of values (created in the trace)
+  Null,    // the NULL pushed by PUSH_NULL / LOAD_GLOBAL / LOAD_METHOD
+  Method,  // bound method `self.name` where self is a Tensor value
+};
+
+struct Value;
+using ValuePtr = std::shared_ptr<Value>;
+
+struct Value {
+  VKind kind = VKind::Const;
+  SourcePtr source;                 // how to fetch it again from the frame (may be null)
+  graph::Node* node = nullptr;      // Tensor
+  py::object example;               // Tensor: meta example value
+  py::object device;                // Tensor: torch.device it has at run time
+  py::object obj;                   // Const / Object
+  std::vector<ValuePtr> items;      // Tuple / List
+  ValuePtr self;                    // Method
+  std::string name;                 // Method name
+
+  static ValuePtr tensor(graph::Node* n, py::object example, py::object device, SourcePtr src = nullptr);
+  static ValuePtr constant(py::object o, SourcePtr src = nullptr);
+  static ValuePtr object(py::object o, SourcePtr src = nullptr);
+  static ValuePtr tuple(std::vector<ValuePtr> items);
+  static ValuePtr list(std::vector<ValuePtr> items);
+  static ValuePtr null();
+  static ValuePtr method(ValuePtr self, std::string name);
+
+  bool is_tensor() const { return kind == VKind::Tensor; }
+  bool is_const() const { return kind == VKind::Const; }
+  // Const, or a Tuple/List made only of constants (recursively).
+  bool is_constant_like() const;
+  // The Python value of a constant-like value (tuples/lists rebuilt); throws Unsupported otherwise.
+  py::object as_python() const;
+  std::string describe() const;  // short text for break reasons: "Tensor(sin)", "const 3", "function foo"
+};
+
+// True for Python objects treated as immutable constants.
+bool is_constant_object(py::handle o);
+
+}  // namespace cdynamo::interp
