@@ -10,6 +10,7 @@ namespace cdynamo::codegen {
 Emitter::Emitter(PyCodeObject* code) : code_(code) {
   names_ = py::list(py::reinterpret_borrow<py::tuple>(code->co_names));
   consts_ = py::list(py::reinterpret_borrow<py::tuple>(code->co_consts));
+  varnames_ = py::list(py::handle(reinterpret_cast<PyObject*>(code)).attr("co_varnames"));
   pos_.line = code->co_firstlineno;
   pos_.end_line = code->co_firstlineno;
 }
@@ -77,12 +78,26 @@ void Emitter::load_source(const guards::Source& src) {
   }
 }
 
+int Emitter::add_local(const std::string& name) {
+  if (code_->co_ncellvars || code_->co_nfreevars) throw std::runtime_error("add_local on a code with cells");
+  varnames_.append(py::str(name));
+  varnames_changed_ = true;
+  return static_cast<int>(varnames_.size() - 1);
+}
+
+void Emitter::set_varnames(py::list names, int argcount) {
+  varnames_ = std::move(names);
+  varnames_changed_ = true;
+  argcount_ = argcount;
+}
+
 py::object Emitter::finish(bool flatten_args, const std::string& name) {
   py::dict overrides;
+  if (varnames_changed_) overrides["co_varnames"] = py::tuple(varnames_);
   overrides["co_names"] = py::tuple(names_);
   overrides["co_consts"] = py::tuple(consts_);
   if (flatten_args) {
-    overrides["co_argcount"] = compat::code_total_args(code_);
+    overrides["co_argcount"] = argcount_ >= 0 ? argcount_ : compat::code_total_args(code_);
     overrides["co_posonlyargcount"] = 0;
     overrides["co_kwonlyargcount"] = 0;
     overrides["co_flags"] = code_->co_flags & ~(CO_VARARGS | CO_VARKEYWORDS);

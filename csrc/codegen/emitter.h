@@ -29,6 +29,11 @@ class Emitter {
   // Pushes the value of `src` (LOAD_FAST / LOAD_DEREF / LOAD_GLOBAL / LOAD_ATTR / BINARY_SUBSCR).
   void load_source(const guards::Source& src);
   void load_const(py::handle value) { emit("LOAD_CONST", const_index(value)); }
+  // Appends a new local variable and returns its slot. Only for codes without cells/free variables
+  // (their slots would shift).
+  int add_local(const std::string& name);
+  // Replaces co_varnames (and argument layout) in finish(): the first `argcount` names are arguments.
+  void set_varnames(py::list names, int argcount);
 
   // New reference: the original code with this instruction list and pools, taking its arguments all
   // positionally (co_argcount = every argument slot, no *args/**kwargs flags) when `flatten_args`.
@@ -38,6 +43,9 @@ class Emitter {
   PyCodeObject* code_;
   py::list names_;
   py::list consts_;
+  py::list varnames_;
+  bool varnames_changed_ = false;
+  int argcount_ = -1;
   bytecode::Position pos_;
 };
 

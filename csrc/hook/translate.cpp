@@ -16,6 +16,7 @@ namespace py = pybind11;
 namespace {
 
 int g_compiled_counter = 0;
+int g_resume_counter = 0;
 
 py::dict base_info(PyCodeObject* code) {
   py::dict info;
@@ -183,68 +184,125 @@ CacheEntry* translate(compat::Frame* frame, PyObject* cb, CodeExtra* extra) {
       e->description = "unsupported: " + stop.reason;
       return e;
     }
+    bool is_break = status == interp::Tracer::Status::Break;
+    const auto& stop = t.stop_info();
+    if (is_break && strict) {
+      raise_unsupported(located(stop) +
+                        "\nHint: this is a graph break; remove the construct from the compiled region, or compile "
+                        "without nopython/fullgraph to let it run as Python.");
+      return nullptr;
+    }
     add_state_guards(t);
-    if (t.graph.op_count() == 0) {
+    bool has_graph = t.graph.op_count() > 0;
+    if (!is_break && !has_graph) {
       // Nothing for a graph: run the original code (for inputs passing the same guards).
       CacheEntry* e = add_entry(extra, frame, std::move(t.guards));
       e->description = "no graph";
       return e;
     }
-    std::vector<graph::Node*> outs = codegen::collect_outputs({t.return_value});
-    std::vector<graph::Arg> out_args;
-    for (auto* n : outs) out_args.push_back(graph::Arg::ref(n));
-    t.graph.output(graph::Arg::tuple(std::move(out_args)));
-    t.graph.verify();
-
-    std::string name = "__compiled_fn_" + std::to_string(g_compiled_counter++);
-    py::object root = py::module_::import("torch.nn").attr("Module")();
-    py::object gm = t.graph.to_fx(root);
-    py::list example_inputs;
-    for (const auto& in : t.inputs) example_inputs.append(in.value);
-    py::dict ginfo = base_info(code);
-    ginfo["name"] = name;
-    ginfo["graph_tabular"] = t.graph.tabular();
-    ginfo["graph_readable"] = t.graph.readable();
-    ginfo["op_count"] = t.graph.op_count();
-    py::object compiled;
-    try {
-      compiled = py::handle(cb).attr("compile_graph")(gm, example_inputs, ginfo);
-    } catch (py::error_already_set& err) {
-      if (strict) {
-        err.restore();
-        return nullptr;
+    std::vector<interp::ValuePtr> values =
+        is_break ? codegen::break_values(t) : std::vector<interp::ValuePtr>{t.return_value};
+    std::vector<graph::Node*> outs;
+    std::string name;
+    py::object disabled_obj;
+    if (has_graph) {
+      outs = codegen::collect_outputs(values);
+      std::vector<graph::Arg> out_args;
+      for (auto* n : outs) out_args.push_back(graph::Arg::ref(n));
+      t.graph.output(graph::Arg::tuple(std::move(out_args)));
+      t.graph.verify();
+      name = "__compiled_fn_" + std::to_string(g_compiled_counter++);
+      py::object root = py::module_::import("torch.nn").attr("Module")();
+      py::object gm = t.graph.to_fx(root);
+      py::list example_inputs;
+      for (const auto& in : t.inputs) example_inputs.append(in.value);
+      py::dict ginfo = base_info(code);
+      ginfo["name"] = name;
+      ginfo["graph_tabular"] = t.graph.tabular();
+      ginfo["graph_readable"] = t.graph.readable();
+      ginfo["op_count"] = t.graph.op_count();
+      py::object compiled;
+      try {
+        compiled = py::handle(cb).attr("compile_graph")(gm, example_inputs, ginfo);
+      } catch (py::error_already_set& err) {
+        if (strict) {
+          err.restore();
+          return nullptr;
+        }
+        py::dict info = base_info(code);
+        info["reason"] = std::string("backend failed: ") + err.what();
+        info["kind"] = "backend";
+        report(cb, "on_fallback", info);
+        CacheEntry* e = add_entry(extra, frame, std::move(t.guards));
+        e->description = "backend failed";
+        return e;
       }
+      PyObject* disabled = make_optimized_callable(compiled.ptr(), Py_None);  // new reference
+      if (!disabled) throw py::error_already_set();
+      disabled_obj = py::reinterpret_steal<py::object>(disabled);
+    }
+    py::object new_code;
+    std::vector<codegen::Resume> resumes;
+    try {
+      if (is_break) {
+        codegen::BreakCode bcode = codegen::graph_break(t, name, outs, g_resume_counter);
+        new_code = bcode.code;
+        resumes = std::move(bcode.resumes);
+      } else {
+        new_code = codegen::straight_line(t, name, outs);
+      }
+    } catch (const interp::Unsupported& u) {
+      // The state at the break cannot be rebuilt as Python: the whole frame runs as Python.
       py::dict info = base_info(code);
-      info["reason"] = std::string("backend failed: ") + err.what();
-      info["kind"] = "backend";
+      info["reason"] = std::string(u.what()) + " (at a graph break: " + located(stop) + ")";
+      info["kind"] = "unsupported";
       report(cb, "on_fallback", info);
       CacheEntry* e = add_entry(extra, frame, std::move(t.guards));
-      e->description = "backend failed";
+      e->description = "unsupported";
       return e;
     }
-    PyObject* disabled = make_optimized_callable(compiled.ptr(), Py_None);  // new reference
-    if (!disabled) throw py::error_already_set();
-    py::object disabled_obj = py::reinterpret_steal<py::object>(disabled);
-    py::object new_code = codegen::straight_line(t, name, outs);
     ensure_extra(reinterpret_cast<PyCodeObject*>(new_code.ptr()))->generated = true;
-    if (PyDict_SetItemString(compat::frame_globals(frame), name.c_str(), disabled_obj.ptr()) < 0)
-      throw py::error_already_set();
+    PyObject* globals = compat::frame_globals(frame);
+    std::vector<std::string> injected;
+    if (has_graph) {
+      if (PyDict_SetItemString(globals, name.c_str(), disabled_obj.ptr()) < 0) throw py::error_already_set();
+      injected.push_back(name);
+    }
+    py::list resume_listing;
+    for (const auto& r : resumes) {
+      PyObject* fn = PyFunction_New(r.code.ptr(), globals);  // new reference
+      if (!fn) throw py::error_already_set();
+      int rc = PyDict_SetItemString(globals, r.name.c_str(), fn);
+      Py_DECREF(fn);
+      if (rc < 0) throw py::error_already_set();
+      injected.push_back(r.name);
+      resume_listing.append(py::make_tuple(r.name, bytecode::format(reinterpret_cast<PyCodeObject*>(r.code.ptr()))));
+    }
 
     py::list guard_list = guard_strings(t.guards);
     CacheEntry* e = add_entry(extra, frame, std::move(t.guards));
     e->code = new_code;
-    e->injected.push_back(name);
-    e->description = "graph " + name;
+    e->injected = std::move(injected);
+    e->description = is_break ? "graph break" : "graph " + name;
 
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     py::dict info = base_info(code);
     info["original_bytecode"] = bytecode::format(code);
     info["modified_bytecode"] = bytecode::format(reinterpret_cast<PyCodeObject*>(new_code.ptr()));
     info["guards"] = guard_list;
-    info["graph_count"] = 1;
+    info["graph_count"] = has_graph ? 1 : 0;
     info["compile_time_s"] = secs;
-    info["break_reasons"] = py::list();
-    info["resume_bytecode"] = py::list();
+    py::list breaks;
+    if (is_break) {
+      py::dict b;
+      b["reason"] = stop.reason;
+      b["filename"] = stop.filename;
+      b["lineno"] = stop.lineno;
+      b["line"] = stop.line;
+      breaks.append(b);
+    }
+    info["break_reasons"] = breaks;
+    info["resume_bytecode"] = resume_listing;
     report(cb, "on_compiled", info);
     return e;
   } catch (py::error_already_set& err) {

@@ -185,6 +185,8 @@ ValuePtr Tracer::call_tensor_method(const ValuePtr& self, const std::string& nam
                                     std::vector<std::pair<std::string, ValuePtr>> kwargs) {
   auto& refs = PyRefs::get();
   py::object device = self->device;
+  if (!tensor_method_allowed(name) && !tensor_method_metadata(name) && name != "cpu")
+    unsupported("Tensor." + name + "() needs real tensor data (not supported in a graph)");
   if (name == "cpu") {
     if (device.attr("type").cast<std::string>() == "cpu" && args.empty() && kwargs.empty()) return self;
     unsupported("Tensor.cpu() on a non-CPU tensor");

@@ -202,8 +202,7 @@ ValuePtr tensor_attr(Tracer& t, const ValuePtr& self, const std::string& name) {
                   std::string(Py_TYPE(cls_attr)->tp_name) != "getset_descriptor";
   Py_DECREF(cls_attr);
   if (callable) {
-    if (!tensor_method_allowed(name) && !tensor_method_metadata(name))
-      t.unsupported("Tensor." + name + "() is not supported in a graph");
+    // Disallowed methods are refused when called (CALL), where a graph break can be placed.
     return Value::method(self, name);
   }
   t.unsupported("tensor attribute '" + name + "' depends on run-time state");

@@ -48,8 +48,21 @@ Tracer::Tracer(PyCodeObject* c, const guards::FrameView& f) : code(c), fv(f) {
 Tracer::Status Tracer::run() {
   try {
     bc = bytecode::decode(code);
-    const auto& table = handlers();
-    while (!stopped) {
+  } catch (const std::exception& e) {
+    status_ = Status::Unsupported;
+    stop_.reason = std::string("cannot decode bytecode: ") + e.what();
+  }
+  const auto& table = handlers();
+  while (status_ == Status::Running) {
+    // Snapshot what a failing instruction may have changed, to stop cleanly *before* it.
+    std::vector<ValuePtr> saved_stack = stack;
+    py::object saved_kw = kw_names;
+    size_t saved_graph = graph.mark();
+    try {
+      if (stopped) {
+        status_ = Status::Returned;
+        break;
+      }
       if (pc >= bc.insts.size()) unsupported("fell off the end of the bytecode");
       const auto& inst = *bc.insts[pc];
       if (inst.pos.line >= 0) lineno_ = inst.pos.line;
@@ -58,24 +71,33 @@ Tracer::Status Tracer::run() {
       size_t before = pc;
       h(*this, inst);
       if (pc == before) pc++;
-    }
-    status_ = Status::Returned;
-  } catch (const Unsupported& e) {
-    status_ = Status::Unsupported;
-    if (stop_.reason.empty()) {
-      stop_.reason = e.what();
+    } catch (const Unsupported& e) {
+      if (stop_.reason.empty()) stop_.reason = e.what();
+      stop_.lineno = lineno_;
+      stack = std::move(saved_stack);
+      kw_names = saved_kw;
+      graph.rollback(saved_graph);
+      std::string why;
+      if (pc < bc.insts.size() && breakable(pc, &why)) {
+        status_ = Status::Break;
+        int op = bc.insts[pc]->opcode;
+        std::string name = bytecode::opname(op);
+        conditional_break = name.find("POP_JUMP") == 0;
+      } else {
+        status_ = Status::Unsupported;
+        if (!why.empty()) stop_.reason += " (" + why + ")";
+      }
+    } catch (py::error_already_set& e) {
+      status_ = Status::Unsupported;
+      stop_.reason = std::string("Python error during tracing: ") + e.what();
+      stop_.lineno = lineno_;
+    } catch (const std::exception& e) {
+      status_ = Status::Unsupported;
+      stop_.reason = std::string("internal error: ") + e.what();
       stop_.lineno = lineno_;
     }
-  } catch (py::error_already_set& e) {
-    status_ = Status::Unsupported;
-    stop_.reason = std::string("Python error during tracing: ") + e.what();
-    stop_.lineno = lineno_;
-  } catch (const std::exception& e) {
-    status_ = Status::Unsupported;
-    stop_.reason = std::string("internal error: ") + e.what();
-    stop_.lineno = lineno_;
   }
-  if (status_ == Status::Unsupported) {
+  if (status_ != Status::Returned) {
     stop_.filename = py::str(code->co_filename).cast<std::string>();
     try {
       py::object line = py::module_::import("linecache").attr("getline")(stop_.filename, stop_.lineno);
@@ -87,6 +109,64 @@ Tracer::Status Tracer::run() {
     }
   }
   return status_;
+}
+
+bool Tracer::breakable(size_t index, std::string* why) const {
+  const bytecode::Instruction* inst = bc.insts[index].get();
+  if (code->co_ncellvars > 0 || code->co_nfreevars > 0) {
+    *why = "graph breaks in functions with closures or cells are not supported yet";
+    return false;
+  }
+  for (const auto& e : bc.exception_table) {
+    int s = bc.index_of(e.start), t = bc.index_of(e.end);
+    if (static_cast<int>(index) >= s && static_cast<int>(index) <= t) {
+      *why = "inside a try/with block";
+      return false;
+    }
+  }
+  if (loop_depth(index)) {
+    *why = "inside a loop: the frame runs as Python";
+    return false;
+  }
+  std::string name = bytecode::opname(inst->opcode);
+  if (name.find("POP_JUMP") == 0) {
+    bool on_truth = name.find("_IF_TRUE") != std::string::npos || name.find("_IF_FALSE") != std::string::npos;
+    if (!on_truth || stack.empty() || !stack.back()->is_tensor()) {
+      *why = "jump on a value that cannot be rebuilt";
+      return false;
+    }
+    return true;
+  }
+  if (bytecode::is_jump(inst->opcode) || bytecode::is_terminator(inst->opcode)) {
+    *why = "inside a loop or at a control-flow instruction";
+    return false;
+  }
+  static const char* restartable[] = {"CALL",          "LOAD_ATTR",     "LOAD_METHOD",  "BINARY_OP",   "COMPARE_OP",
+                                      "BINARY_SUBSCR", "STORE_SUBSCR",  "STORE_ATTR",   "BUILD_TUPLE", "BUILD_LIST",
+                                      "BUILD_MAP",     "BUILD_CONST_KEY_MAP", "BUILD_SET", "UNPACK_SEQUENCE",
+                                      "UNPACK_EX",     "IMPORT_NAME",   "IMPORT_FROM",  "LOAD_GLOBAL", "STORE_GLOBAL",
+                                      "FORMAT_VALUE",  "BUILD_STRING",  "CONTAINS_OP",  "IS_OP",       "UNARY_NOT",
+                                      "UNARY_NEGATIVE", "UNARY_INVERT", "UNARY_POSITIVE", "LIST_APPEND", "LIST_EXTEND",
+                                      "DELETE_SUBSCR", "CALL_FUNCTION_EX", "LOAD_BUILD_CLASS", "BUILD_SLICE",
+                                      "DICT_UPDATE",   "DICT_MERGE",    "SET_UPDATE",   "LIST_TO_TUPLE", "MAP_ADD",
+                                      "SET_ADD",       "GET_ITER",      "PRINT_EXPR",   "LOAD_ASSERTION_ERROR",
+                                      "MAKE_FUNCTION", "DELETE_ATTR",   "DELETE_GLOBAL"};
+  for (const char* r : restartable)
+    if (name == r) return true;
+  *why = "instruction " + name + " cannot be restarted as Python";
+  return false;
+}
+
+bool Tracer::loop_depth(size_t index) const {
+  // An instruction is inside a loop if some backward jump at or after it targets at or before it.
+  for (size_t j = index; j < bc.insts.size(); ++j) {
+    const auto* i = bc.insts[j].get();
+    if (i->target && bytecode::is_backward_jump(i->opcode)) {
+      int target = bc.index_of(i->target);
+      if (target >= 0 && static_cast<size_t>(target) <= index) return true;
+    }
+  }
+  return false;
 }
 
 ValuePtr Tracer::pop() {

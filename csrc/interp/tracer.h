@@ -43,7 +43,10 @@ void register_control(HandlerTable& t);
 
 class Tracer {
  public:
-  enum class Status { Running, Returned, Unsupported };
+  // Returned: traced to RETURN_VALUE. Break: stopped before bc.insts[pc] with the stack as it was before
+  // that instruction (a graph break: the instruction runs as Python, then a continuation). Unsupported:
+  // the frame cannot be captured at all (it runs as plain Python).
+  enum class Status { Running, Returned, Break, Unsupported };
 
   // `code` and the FrameView are borrowed for the Tracer's lifetime.
   Tracer(PyCodeObject* code, const guards::FrameView& fv);
@@ -68,6 +71,7 @@ class Tracer {
   ValuePtr return_value;
   size_t pc = 0;                     // index into bc.insts of the instruction being run
   bool stopped = false;
+  bool conditional_break = false;    // Break on POP_JUMP_*_IF_TRUE/FALSE of a tensor (top of stack)
   int steps = 0;                     // jumps taken (bounds loops unrolled at trace time)
 
   // --- helpers for handlers ---
@@ -110,6 +114,10 @@ class Tracer {
 
  private:
   void step(const bytecode::Instruction& inst);
+  // True if a graph break can be placed before instruction `index` (restartable there as Python).
+  bool breakable(size_t index, std::string* why) const;
+  // True if instruction `index` is inside a loop (a later backward jump lands at or before it).
+  bool loop_depth(size_t index) const;
   Status status_ = Status::Running;
   StopInfo stop_;
   int lineno_ = -1;

@@ -1,0 +1,264 @@
+// graph_break.cpp — owns codegen at a graph break: the rewritten frame (graph call, rebuilt state, the
+// breaking instruction run as Python) and the __resume_at continuations that re-enter the original bytecode.
+#include <unordered_map>
+
+#include "codegen/codegen.h"
+#include "codegen/emitter.h"
+#include "codegen/liveness.h"
+#include "codegen/rebuild.h"
+#include "compat/compat.h"
+
+namespace cdynamo::codegen {
+
+using interp::Tracer;
+using interp::ValuePtr;
+using interp::VKind;
+
+namespace {
+
+int nlocals_of(const Tracer& t) { return static_cast<int>(t.code->co_nlocals); }
+
+bool is_conditional(const Tracer& t) { return t.conditional_break; }
+
+// Stack items consumed by the breaking instruction (it runs as Python in the rewritten code).
+int consumed_by(const bytecode::Instruction& i) {
+  std::string n = bytecode::opname(i.opcode);
+  if (n == "CALL") return i.arg + 2;
+  if (n == "BINARY_OP" || n == "COMPARE_OP" || n == "BINARY_SUBSCR" || n == "CONTAINS_OP" || n == "IS_OP" ||
+      n == "IMPORT_NAME" || n == "DELETE_SUBSCR" || n == "STORE_ATTR")
+    return 2;
+  if (n == "STORE_SUBSCR") return 3;
+  if (n == "BUILD_TUPLE" || n == "BUILD_LIST" || n == "BUILD_SET" || n == "BUILD_STRING" || n == "BUILD_SLICE")
+    return i.arg;
+  if (n == "BUILD_MAP") return 2 * i.arg;
+  if (n == "BUILD_CONST_KEY_MAP") return i.arg + 1;
+  if (n == "FORMAT_VALUE") return (i.arg & 0x04) ? 2 : 1;
+  if (n == "CALL_FUNCTION_EX") return (i.arg & 1) ? 4 : 3;
+  if (n == "LOAD_ATTR" || n == "UNPACK_SEQUENCE" || n == "UNPACK_EX" || n == "STORE_GLOBAL" || n == "GET_ITER" ||
+      n == "LIST_TO_TUPLE" || n == "DELETE_ATTR" || n == "PRINT_EXPR" || n == "IMPORT_FROM" || n.rfind("UNARY_", 0) == 0)
+    return 1;
+  if (n == "LOAD_BUILD_CLASS" || n == "LOAD_ASSERTION_ERROR" || n == "DELETE_GLOBAL") return 0;
+  return -1;
+}
+
+// What the rewritten frame holds in a local when the continuation is called.
+enum class LocalState { Untouched, Unchanged, Store, Delete };
+
+LocalState local_state(const Tracer& t, int slot) {
+  int nargs = compat::code_total_args(t.code);
+  if (!t.local_loaded[slot]) return LocalState::Untouched;
+  const ValuePtr& v = t.locals[slot];
+  if (!v) return slot < nargs ? LocalState::Delete : LocalState::Untouched;
+  const guards::Source* s = v->source.get();
+  if (slot < nargs && s && s->kind == guards::Source::Kind::Local && s->index == slot) return LocalState::Unchanged;
+  return LocalState::Store;
+}
+
+// Locals bound in the rewritten frame at the continuation call and live at `target`.
+std::vector<int> passed_locals(const Tracer& t, const std::vector<char>& live) {
+  int nargs = compat::code_total_args(t.code);
+  std::vector<int> out;
+  for (int slot = 0; slot < static_cast<int>(live.size()); ++slot) {
+    if (!live[slot]) continue;
+    LocalState st = local_state(t, slot);
+    bool bound = st == LocalState::Store || st == LocalState::Unchanged || (st == LocalState::Untouched && slot < nargs);
+    if (bound) out.push_back(slot);
+  }
+  return out;
+}
+
+bytecode::Bytecode clone(const bytecode::Bytecode& src) {
+  bytecode::Bytecode out;
+  std::unordered_map<const bytecode::Instruction*, bytecode::Instruction*> map;
+  for (const auto& i : src.insts) {
+    bytecode::Instruction* c = out.append(i->opcode, i->arg);
+    c->offset = i->offset;
+    c->pos = i->pos;
+    map[i.get()] = c;
+  }
+  for (size_t k = 0; k < src.insts.size(); ++k)
+    if (src.insts[k]->target) out.insts[k]->target = map.at(src.insts[k]->target);
+  for (const auto& e : src.exception_table)
+    out.exception_table.push_back({map.at(e.start), map.at(e.end), map.at(e.target), e.depth, e.lasti});
+  return out;
+}
+
+// Builds `__resume_at_<offset>_<n>(stack..., locals...)`: a prologue that rebuilds the stack (NULLs where
+// the original stack had them) and jumps into a copy of the original bytecode at `target`.
+Resume make_resume(const Tracer& t, size_t target, const std::vector<char>& null_at, const std::vector<int>& passed,
+                   int& counter) {
+  Resume r;
+  r.name = "__resume_at_" + std::to_string(t.bc.insts[target]->offset) + "_" + std::to_string(++counter);
+  py::tuple old_names = py::handle(reinterpret_cast<PyObject*>(t.code)).attr("co_varnames");
+  int nlocals = static_cast<int>(old_names.size());
+  py::list names;
+  std::vector<int> remap(nlocals, -1);
+  int nstack_args = 0;
+  for (size_t i = 0; i < null_at.size(); ++i)
+    if (!null_at[i]) names.append(py::str("___stack" + std::to_string(nstack_args++)));
+  for (int slot : passed) {
+    remap[slot] = static_cast<int>(names.size());
+    names.append(old_names[slot]);
+  }
+  int argcount = static_cast<int>(names.size());
+  for (int slot = 0; slot < nlocals; ++slot) {
+    if (remap[slot] >= 0) continue;
+    remap[slot] = static_cast<int>(names.size());
+    names.append(old_names[slot]);
+  }
+  bytecode::Bytecode body = clone(t.bc);
+  const int load_fast = bytecode::opcode_by_name("LOAD_FAST");
+  const int store_fast = bytecode::opcode_by_name("STORE_FAST");
+  const int delete_fast = bytecode::opcode_by_name("DELETE_FAST");
+  for (auto& i : body.insts)
+    if (i->opcode == load_fast || i->opcode == store_fast || i->opcode == delete_fast) i->arg = remap.at(i->arg);
+  bytecode::Instruction* entry = body.insts[target].get();
+  size_t at = 0;
+  auto pro = [&](const char* op, int arg) {
+    bytecode::Instruction* i = body.insert(at++, bytecode::opcode_by_name(op), arg);
+    i->pos = entry->pos;
+    return i;
+  };
+  pro("RESUME", 0);
+  int k = 0;
+  for (char is_null : null_at) {
+    if (is_null) pro("PUSH_NULL", 0);
+    else pro("LOAD_FAST", k++);
+  }
+  pro("JUMP_FORWARD", 0)->target = entry;
+
+  Emitter e(t.code);
+  e.bc = std::move(body);
+  e.set_varnames(names, argcount);
+  r.code = e.finish(true, r.name);
+  return r;
+}
+
+// Pushes the stack items below the breaking instruction's operands, except NULLs (a continuation's
+// prologue recreates those).
+void emit_deep_stack(Rebuilder& rb, const Tracer& t, size_t ndeep) {
+  for (size_t i = 0; i < ndeep; ++i) {
+    const ValuePtr& v = t.stack[i];
+    if (v->kind == VKind::Null) continue;  // recreated by the continuation's prologue
+    rb.push(v);
+  }
+}
+
+}  // namespace
+
+std::vector<ValuePtr> break_values(const Tracer& t) {
+  std::vector<ValuePtr> values(t.stack.begin(), t.stack.end());
+  for (size_t slot = 0; slot < t.locals.size() && static_cast<int>(slot) < nlocals_of(t); ++slot)
+    if (local_state(t, static_cast<int>(slot)) == LocalState::Store) values.push_back(t.locals[slot]);
+  return values;
+}
+
+BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::vector<graph::Node*>& outputs,
+                      int& counter) {
+  BreakCode out;
+  size_t pc = t.pc;
+  const bytecode::Instruction& inst = *t.bc.insts[pc];
+  int nlocals = nlocals_of(t);
+  auto live = live_locals(t.bc, nlocals);
+  bool cond = is_conditional(t);
+  int consumed = cond ? 1 : consumed_by(inst);
+  if (consumed < 0 || static_cast<size_t>(consumed) > t.stack.size())
+    throw interp::Unsupported(std::string("cannot restart ") + bytecode::opname(inst.opcode) + " after a graph break");
+  size_t ndeep = t.stack.size() - static_cast<size_t>(consumed);
+
+  Emitter e(t.code);
+  e.copy_prefix(t.bc);
+  int tmp = -1;
+  if (!compiled_name.empty()) {
+    tmp = e.add_local("___graph_out");
+    e.emit("LOAD_GLOBAL", (e.name_index(compiled_name) << 1) | 1);
+    for (const auto& in : t.inputs) e.load_source(*in.source);
+    int n = static_cast<int>(t.inputs.size());
+    e.emit("PRECALL", n);
+    e.emit("CALL", n);
+    e.emit("STORE_FAST", tmp);
+  }
+  Rebuilder rb(e, outputs, tmp);
+  for (int slot = 0; slot < nlocals; ++slot) {
+    LocalState st = local_state(t, slot);
+    if (st == LocalState::Store) {
+      rb.push(t.locals[slot]);
+      e.emit("STORE_FAST", slot);
+    } else if (st == LocalState::Delete) {
+      e.emit("DELETE_FAST", slot);
+    }
+  }
+  std::vector<char> deep_null(ndeep);
+  for (size_t i = 0; i < ndeep; ++i) deep_null[i] = t.stack[i]->kind == VKind::Null;
+
+  auto call_resume = [&](int extra_on_stack, const std::vector<int>& passed) {
+    // Stack now: [NULL, fn, deep..., extra...]; add the locals and call.
+    for (int slot : passed) e.emit("LOAD_FAST", slot);
+    int nargs = 0;
+    for (char n : deep_null) nargs += n ? 0 : 1;
+    nargs += extra_on_stack + static_cast<int>(passed.size());
+    e.emit("PRECALL", nargs);
+    e.emit("CALL", nargs);
+    e.emit("RETURN_VALUE");
+  };
+
+  if (cond) {
+    rb.push(t.stack.back());
+    std::string jump = bytecode::opname(inst.opcode);
+    size_t p = jump.find("BACKWARD");
+    if (p != std::string::npos) jump.replace(p, 8, "FORWARD");
+    bytecode::Instruction* j = e.emit(jump.c_str(), 0);
+    size_t targets[2] = {pc + 1, static_cast<size_t>(t.bc.index_of(inst.target))};
+    for (int b = 0; b < 2; ++b) {
+      size_t tgt = targets[b];
+      std::vector<int> passed = passed_locals(t, live[tgt]);
+      Resume r = make_resume(t, tgt, deep_null, passed, counter);
+      size_t first = e.bc.insts.size();
+      e.emit("LOAD_GLOBAL", (e.name_index(r.name) << 1) | 1);
+      if (b == 1) j->target = e.bc.insts[first].get();
+      emit_deep_stack(rb, t, ndeep);
+      if (tmp >= 0) e.emit("DELETE_FAST", tmp);
+      call_resume(0, passed);
+      out.resumes.push_back(std::move(r));
+    }
+  } else {
+    int effect = bytecode::stack_effect(inst.opcode, inst.arg, false);
+    int pushed = consumed + effect;
+    std::vector<int> passed = passed_locals(t, live[pc + 1]);
+    std::vector<char> null_at = deep_null;
+    null_at.insert(null_at.end(), static_cast<size_t>(pushed), 0);
+    Resume r = make_resume(t, pc + 1, null_at, passed, counter);
+    e.emit("LOAD_GLOBAL", (e.name_index(r.name) << 1) | 1);
+    emit_deep_stack(rb, t, ndeep);
+    // The breaking instruction's own operands, then the instruction itself, run as Python.
+    for (size_t i = ndeep; i < t.stack.size(); ++i) {
+      const ValuePtr& v = t.stack[i];
+      if (v->kind == VKind::Null && i + 1 < t.stack.size() && t.stack[i + 1]->kind == VKind::Method) {
+        rb.push(t.stack[i + 1]->self);
+        e.emit("LOAD_METHOD", e.name_index(t.stack[i + 1]->name));
+        ++i;
+        continue;
+      }
+      rb.push(v);
+    }
+    if (tmp >= 0) e.emit("DELETE_FAST", tmp);
+    std::string name = bytecode::opname(inst.opcode);
+    if (name == "CALL") {
+      for (size_t k = pc; k-- > 0;) {
+        std::string prev = bytecode::opname(t.bc.insts[k]->opcode);
+        if (prev == "PRECALL") continue;
+        if (prev == "KW_NAMES") e.emit("KW_NAMES", t.bc.insts[k]->arg);
+        break;
+      }
+      e.emit("PRECALL", inst.arg);
+    }
+    bytecode::Instruction* copy = e.bc.append(inst.opcode, inst.arg);
+    copy->pos = inst.pos;
+    call_resume(pushed, passed);
+    out.resumes.push_back(std::move(r));
+  }
+  out.code = e.finish(true);
+  return out;
+}
+
+}  // namespace cdynamo::codegen

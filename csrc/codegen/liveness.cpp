@@ -1,0 +1,52 @@
+// liveness.cpp — owns the backward dataflow computing live fast locals per instruction.
+#include "codegen/liveness.h"
+
+#include <string>
+
+namespace cdynamo::codegen {
+
+std::vector<std::vector<char>> live_locals(const bytecode::Bytecode& bc, int nlocals) {
+  size_t n = bc.insts.size();
+  std::vector<std::vector<char>> live(n + 1, std::vector<char>(nlocals, 0));
+  const int load_fast = bytecode::opcode_by_name("LOAD_FAST");
+  const int store_fast = bytecode::opcode_by_name("STORE_FAST");
+  const int delete_fast = bytecode::opcode_by_name("DELETE_FAST");
+  // Successor lists (indices).
+  std::vector<std::vector<size_t>> succ(n);
+  for (size_t i = 0; i < n; ++i) {
+    const auto* inst = bc.insts[i].get();
+    if (!bytecode::is_unconditional_jump(inst->opcode) && !bytecode::is_terminator(inst->opcode) && i + 1 < n)
+      succ[i].push_back(i + 1);
+    if (inst->target) {
+      int t = bc.index_of(inst->target);
+      if (t >= 0) succ[i].push_back(static_cast<size_t>(t));
+    }
+  }
+  for (const auto& e : bc.exception_table) {
+    int s = bc.index_of(e.start), end = bc.index_of(e.end), h = bc.index_of(e.target);
+    if (s < 0 || end < 0 || h < 0) continue;
+    for (int i = s; i <= end; ++i) succ[i].push_back(static_cast<size_t>(h));
+  }
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    for (size_t k = n; k-- > 0;) {
+      const auto* inst = bc.insts[k].get();
+      std::vector<char> out(nlocals, 0);
+      for (size_t s : succ[k])
+        for (int j = 0; j < nlocals; ++j) out[j] |= live[s][j];
+      bool reads = inst->opcode == load_fast || inst->opcode == delete_fast;
+      bool writes = inst->opcode == store_fast;
+      if (writes && inst->arg < nlocals) out[inst->arg] = 0;
+      if (reads && inst->arg < nlocals) out[inst->arg] = 1;
+      if (out != live[k]) {
+        live[k] = std::move(out);
+        changed = true;
+      }
+    }
+  }
+  live.resize(n);
+  return live;
+}
+
+}  // namespace cdynamo::codegen

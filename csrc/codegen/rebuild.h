@@ -1,0 +1,31 @@
+// rebuild.h — owns emitting bytecode that rebuilds symbolic values after the graph ran: from graph outputs,
+// Sources, constants and pinned objects.
+#pragma once
+
+#include <unordered_map>
+#include <vector>
+
+#include "codegen/emitter.h"
+#include "interp/value.h"
+
+namespace cdynamo::codegen {
+
+class Rebuilder {
+ public:
+  // Graph output k is read either from a temporary local `out_slot` (>= 0) or, when out_slot < 0, from
+  // the output tuple sitting on the stack below the values pushed so far.
+  Rebuilder(Emitter& e, const std::vector<graph::Node*>& outputs, int out_slot);
+  // Emits code pushing `v`; `above` counts values pushed above the output tuple (stack mode only).
+  void push(const interp::ValuePtr& v, int above = 0);
+
+ private:
+  Emitter& e_;
+  int out_slot_;
+  std::unordered_map<graph::Node*, int> index_;
+};
+
+// Graph nodes whose values must leave the graph to rebuild `values`: tensors without a Source,
+// reachable through tuples/lists, deduplicated in first-seen order.
+std::vector<graph::Node*> collect_outputs(const std::vector<interp::ValuePtr>& values);
+
+}  // namespace cdynamo::codegen

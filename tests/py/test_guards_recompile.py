@@ -1,0 +1,161 @@
+# test_guards_recompile.py — owns tests that guards pass when they should, fail (and recompile) when they
+# should, and that the recompile limit and reset() behave.
+import warnings
+
+import pytest
+import torch
+
+import cdynamo
+from cdynamo import _C
+from cdynamo.testing import CompileCounter
+
+
+@pytest.fixture(autouse=True)
+def _reset():
+    cdynamo.reset()
+    old = cdynamo.config.recompile_limit
+    yield
+    cdynamo.config.recompile_limit = old
+    cdynamo.reset()
+
+
+def add_one(x):
+    return torch.sin(x) + 1
+
+
+def scaled(x, s):
+    return x * s
+
+
+def compiled(fn):
+    cnt = CompileCounter()
+    return cdynamo.optimize(cnt)(fn), cnt
+
+
+def test_same_metadata_does_not_recompile():
+    opt, cnt = compiled(add_one)
+    for _ in range(5):
+        x = torch.randn(4)
+        torch.testing.assert_close(opt(x), add_one(x))
+    assert cnt.frame_count == 1
+
+
+@pytest.mark.parametrize(
+    "second",
+    [
+        lambda: torch.randn(4, dtype=torch.float64),   # dtype
+        lambda: torch.randn(5),                        # shape
+        lambda: torch.randn(4, 1),                     # ndim
+        lambda: torch.randn(4, requires_grad=True),    # requires_grad
+        lambda: torch.randn(8)[::2],                   # strides
+    ],
+    ids=["dtype", "shape", "ndim", "requires_grad", "strides"],
+)
+def test_tensor_property_change_recompiles(second):
+    opt, cnt = compiled(add_one)
+    x = torch.randn(4)
+    torch.testing.assert_close(opt(x), add_one(x))
+    y = second()
+    torch.testing.assert_close(opt(y), add_one(y))
+    assert cnt.frame_count == 2
+    # Both entries now hit.
+    torch.testing.assert_close(opt(x), add_one(x))
+    torch.testing.assert_close(opt(y), add_one(y))
+    assert cnt.frame_count == 2
+
+
+def test_scalar_argument_change_recompiles():
+    opt, cnt = compiled(scaled)
+    x = torch.randn(3)
+    torch.testing.assert_close(opt(x, 2), scaled(x, 2))
+    torch.testing.assert_close(opt(x, 2), scaled(x, 2))
+    assert cnt.frame_count == 1
+    torch.testing.assert_close(opt(x, 3), scaled(x, 3))
+    assert cnt.frame_count == 2
+    torch.testing.assert_close(opt(x, 2.0), scaled(x, 2.0))  # same value, other type
+    assert cnt.frame_count == 3
+
+
+def test_grad_mode_change_recompiles():
+    opt, cnt = compiled(add_one)
+    x = torch.randn(3, requires_grad=True)
+    out = opt(x)
+    assert out.requires_grad
+    with torch.no_grad():
+        out2 = opt(x)
+    assert not out2.requires_grad
+    assert cnt.frame_count == 2
+
+
+def test_global_tensor_replacement_recompiles():
+    global G
+    G = torch.ones(3)
+
+    def uses_global(x):
+        return x + G
+
+    opt, cnt = compiled(uses_global)
+    x = torch.randn(3)
+    torch.testing.assert_close(opt(x), x + 1)
+    G = torch.full((3,), 5.0)
+    torch.testing.assert_close(opt(x), x + 5)  # same metadata: the new global value is read at run time
+    G = torch.ones(4)
+    with pytest.raises(RuntimeError):
+        opt(x)
+    G = torch.ones(3, dtype=torch.float64)
+    torch.testing.assert_close(opt(x), x + G)
+    assert cnt.frame_count == 2
+
+
+def test_guard_fail_fn_receives_reason():
+    reasons = []
+    opt = cdynamo.optimize(CompileCounter(), guard_fail_fn=lambda failure: reasons.append(failure))(add_one)
+    opt(torch.randn(3))
+    opt(torch.randn(3, dtype=torch.float64))
+    assert len(reasons) == 1
+    text = str(getattr(reasons[0], "reason", reasons[0]))
+    assert "local 'x'" in text and "dtype" in text
+
+
+def test_recompile_limit_falls_back_with_one_warning():
+    cdynamo.config.recompile_limit = 2
+    opt, cnt = compiled(add_one)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in range(1, 7):
+            x = torch.randn(n)
+            torch.testing.assert_close(opt(x), add_one(x))
+    assert cnt.frame_count == 2
+    limit_warnings = [w for w in caught if "recompile" in str(w.message)]
+    assert len(limit_warnings) == 1
+    assert "add_one" in str(limit_warnings[0].message)
+
+
+def test_cache_size_limit_alias():
+    cdynamo.config.cache_size_limit = 3
+    assert cdynamo.config.recompile_limit == 3
+
+
+def test_reset_frees_cache_entries():
+    opt, cnt = compiled(add_one)
+    opt(torch.randn(3))
+    assert _C.cache_entry_count(add_one.__code__) == 1
+    cdynamo.reset()
+    assert _C.cache_entry_count(add_one.__code__) == 0
+    assert not any(k.startswith("__compiled_fn_") for k in globals())
+    opt(torch.randn(3))
+    assert cnt.frame_count == 2
+
+
+def test_aliased_inputs_guarded():
+    def fn(a, b):
+        a.add_(1)
+        return a + b
+
+    opt, cnt = compiled(fn)
+    x, y = torch.zeros(3), torch.zeros(3)
+    torch.testing.assert_close(opt(x, y), torch.ones(3))
+    w = torch.zeros(3)
+    w_eager = torch.zeros(3)
+    torch.testing.assert_close(opt(w, w), fn(w_eager, w_eager))
+    assert cnt.frame_count == 2
