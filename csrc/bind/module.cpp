@@ -1,5 +1,8 @@
 // module.cpp — owns the pybind11 module cdynamo._C: callback control, OptimizedCallable, reset, skip_code.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "hook/eval_frame.h"
 
 #include "hook/cache.h"
 #include "hook/state.h"
@@ -41,6 +44,8 @@ PYBIND11_MODULE(_C, m) {
         hook::ensure_extra(reinterpret_cast<PyCodeObject*>(code.ptr()))->skip = true;
       },
       py::arg("code"), "Never capture frames of this code object.");
+  m.def("set_skip_dirs", &hook::set_skip_dirs, py::arg("dirs"),
+        "Directories (realpaths) whose code is never captured: torch, the stdlib, cdynamo itself.");
   m.def(
       "cache_entry_count",
       [](py::object code) {

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace cdynamo::bytecode {
@@ -50,6 +51,9 @@ struct Bytecode {
 };
 
 // Opcode facts of the running Python, generated at build time (opcodes_gen.h) plus dis.stack_effect.
+// Numeric OP_<NAME> constants are in "opcodes_gen.h" (namespace cdynamo::bytecode::gen).
+// stack_effect, stack_depth, assemble, make_code, decode and format need the GIL (a stack_effect memo miss
+// calls dis.stack_effect).
 bool has_arg(int opcode);
 bool is_jump(int opcode);           // relative or absolute jump with a target
 bool is_backward_jump(int opcode);  // JUMP_BACKWARD, JUMP_BACKWARD_NO_INTERRUPT, POP_JUMP_BACKWARD_*
@@ -89,13 +93,44 @@ int stack_depth(const Bytecode& bc);
 
 // Returns a new reference: `base.replace(co_code=..., co_exceptiontable=..., co_linetable=...,
 // co_stacksize=...)` plus any extra keyword overrides in `overrides` (a dict, borrowed, may be nullptr).
-// Returns nullptr with a Python error set on failure.
+// Returns nullptr with a Python error set on failure. The location table is encoded relative to
+// overrides["co_firstlineno"] when given, else base->co_firstlineno; overrides win over the computed fields.
 PyObject* make_code(PyCodeObject* base, const Bytecode& bc, PyObject* overrides);
+
+// ---- Raw table codecs (3.11 formats); decode/assemble use them, tests call them directly. ----
+
+// One exception-table entry with byte offsets; [start, end) is half-open, as dis reports it.
+struct RawExceptionEntry {
+  int start = 0;
+  int end = 0;
+  int target = 0;
+  int depth = 0;
+  bool lasti = false;
+  bool operator==(const RawExceptionEntry&) const = default;
+};
+// Parses co_exceptiontable bytes. Throws std::runtime_error on truncated or malformed input.
+std::vector<RawExceptionEntry> parse_exception_table(std::string_view table);
+// Encodes entries as the 3.11 compiler does (offsets must be even, end > start).
+std::string encode_exception_table(const std::vector<RawExceptionEntry>& entries);
+
+// Parses co_linetable bytes into one Position per code unit (`code_units` of them; units the table does not
+// cover get no location). Throws std::runtime_error on malformed input or a table longer than the code.
+std::vector<Position> parse_location_table(std::string_view table, int firstlineno, size_t code_units);
+// One instruction's position and its size in code units (EXTENDED_ARG prefixes + opcode + CACHE entries).
+struct LocationRun {
+  Position pos;
+  int units = 1;
+};
+// Encodes runs exactly as the 3.11 compiler does (entries of at most 8 units; short / one-line / no-column /
+// long / no-location forms chosen by the same rules).
+std::string encode_location_table(const std::vector<LocationRun>& runs, int firstlineno);
 
 // dis-style listing of `code`'s decoded instructions: line number column, ">>" for jump targets, offset,
 // opname, arg and the resolved argument in parentheses, as `dis.dis` prints for 3.11.
 std::string format(PyCodeObject* code);
 // Same for a Bytecode interpreted against `code`'s names/consts/varnames (offsets as assembled).
 std::string format(const Bytecode& bc, PyCodeObject* code);
+// Same as `dis.dis(code)`: format(code) followed by every nested code object in co_consts, recursively.
+std::string format_recursive(PyCodeObject* code);
 
 }  // namespace cdynamo::bytecode

@@ -93,7 +93,11 @@ void Emitter::set_varnames(py::list names, int argcount) {
 
 py::object Emitter::finish(bool flatten_args, const std::string& name) {
   py::dict overrides;
-  if (varnames_changed_) overrides["co_varnames"] = py::tuple(varnames_);
+  if (varnames_changed_) {
+    // code.replace() checks co_nlocals against co_varnames but does not recompute it.
+    overrides["co_varnames"] = py::tuple(varnames_);
+    overrides["co_nlocals"] = py::int_(varnames_.size());
+  }
   overrides["co_names"] = py::tuple(names_);
   overrides["co_consts"] = py::tuple(consts_);
   if (flatten_args) {

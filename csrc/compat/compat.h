@@ -10,8 +10,9 @@ namespace cdynamo::compat {
 using Frame = struct _PyInterpreterFrame;
 using EvalFrameFn = PyObject* (*)(PyThreadState*, Frame*, int);
 
-// Installs `fn` as the interpreter's PEP 523 eval-frame function; nullptr restores CPython's default.
-void set_eval_frame(EvalFrameFn fn);
+// Installs `fn` as the interpreter's PEP 523 eval-frame function (nullptr: CPython's default) and returns
+// the function that was installed before (nullptr if it was CPython's default).
+EvalFrameFn set_eval_frame(EvalFrameFn fn);
 // Runs `frame` with CPython's default evaluator. Returns a new reference or nullptr with an error set.
 PyObject* eval_default(PyThreadState* tstate, Frame* frame, int throwflag);
 

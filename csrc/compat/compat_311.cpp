@@ -17,10 +17,12 @@ const int kFastLocal = CO_FAST_LOCAL;
 const int kFastCell = CO_FAST_CELL;
 const int kFastFree = CO_FAST_FREE;
 
-void set_eval_frame(EvalFrameFn fn) {
+EvalFrameFn set_eval_frame(EvalFrameFn fn) {
   PyThreadState* tstate = PyThreadState_GET();
+  _PyFrameEvalFunction prev = _PyInterpreterState_GetEvalFrameFunc(tstate->interp);
   _PyInterpreterState_SetEvalFrameFunc(tstate->interp,
                                         fn ? reinterpret_cast<_PyFrameEvalFunction>(fn) : &_PyEval_EvalFrameDefault);
+  return prev == &_PyEval_EvalFrameDefault ? nullptr : reinterpret_cast<EvalFrameFn>(prev);
 }
 
 PyObject* eval_default(PyThreadState* tstate, Frame* frame, int throwflag) {

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <variant>
@@ -66,6 +67,12 @@ class Graph {
   // Number of call_function / call_method / call_module nodes.
   int op_count() const;
 
+  // Placeholders are kept in front of all other nodes (a placeholder added late is inserted after the
+  // last placeholder). mark()/rollback() undo the non-placeholder nodes added after a mark (used when
+  // an instruction fails half-way and the trace stops before it).
+  size_t mark() const { return nodes_.size() - num_placeholders_; }
+  void rollback(size_t mark);
+
   // print_tabular-style table with columns opcode, name, target, args, kwargs. Targets print as
   // readable qualified names ("torch.sin", "operator.mul", "<method 'sum'>" -> "sum").
   std::string tabular() const;
@@ -86,8 +93,18 @@ class Graph {
             std::vector<std::pair<std::string, Arg>> kwargs, py::object example_value);
   std::vector<std::unique_ptr<Node>> nodes_;
   std::unordered_map<std::string, int> name_counts_;
+  size_t num_placeholders_ = 0;
   std::unordered_set<std::string> used_names_;
 };
+
+namespace detail {
+// fx's _snake_case: "_" before an ASCII capital that follows an ASCII lowercase letter, then lowercase.
+std::string snake_case(std::string_view s);
+// fx's Graph._target_to_str for a node: callable -> __name__; str -> strip __magic__; then snake_case.
+std::string candidate_for(OpKind op, const py::handle& target);
+// True if fx refuses `name` as a variable name (keyword, builtin, fx custom builtin like "torch").
+bool is_illegal_name(const std::string& name);
+}  // namespace detail
 
 // Readable qualified name of a call target: "torch.sin", "operator.add", "torch.nn.functional.relu".
 std::string target_name(const py::handle& target);

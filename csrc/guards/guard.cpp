@@ -136,7 +136,13 @@ bool Guard::check(const FrameView& fv, std::string* why) const {
   return ok ? true : fail(why, *this, reason);
 }
 
-void GuardSet::add(Guard g) { guards_.push_back(std::move(g)); }
+void GuardSet::add(Guard g) {
+  // The same check on the same source is kept once (a global read twice is guarded once).
+  std::string text = g.describe();
+  for (const auto& have : guards_)
+    if (have.kind == g.kind && have.describe() == text) return;
+  guards_.push_back(std::move(g));
+}
 
 bool GuardSet::check(const FrameView& fv, std::string* why) const {
   for (const auto& g : guards_) {

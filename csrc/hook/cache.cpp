@@ -52,14 +52,16 @@ CodeExtra* ensure_extra(PyCodeObject* code) {
 }
 
 void reset_all() {
-  std::vector<CodeExtra*> all(g_registry->begin(), g_registry->end());
-  for (CodeExtra* e : all) {
-    // Replacing the extra with NULL makes CPython call free_extra on the old value.
-    if (_PyCode_SetExtra(reinterpret_cast<PyObject*>(e->code), g_extra_index, nullptr) < 0) PyErr_Clear();
+  // Freeing one extra can free others (its rewritten and resume codes die with it), so take one element
+  // at a time from the live registry instead of iterating a snapshot.
+  while (!g_registry->empty()) {
+    CodeExtra* e = *g_registry->begin();
+    // Replacing the extra with NULL makes CPython call free_extra on the old value (which erases it).
+    if (_PyCode_SetExtra(reinterpret_cast<PyObject*>(e->code), g_extra_index, nullptr) < 0) {
+      PyErr_Clear();
+      g_registry->erase(e);  // leaked rather than left dangling in the code object
+    }
   }
-  // Anything CPython did not free (should be nothing) is freed here.
-  std::vector<CodeExtra*> rest(g_registry->begin(), g_registry->end());
-  for (CodeExtra* e : rest) delete e;
 }
 
 size_t extra_count() { return g_registry->size(); }

@@ -12,6 +12,7 @@ namespace {
 thread_local PyObject* tl_callback = nullptr;  // strong reference while set
 int g_active = 0;                               // threads with a callback; guarded by the GIL
 PyObject* g_run_only = nullptr;                 // strong, process lifetime
+compat::EvalFrameFn g_previous_hook = nullptr;  // what was installed before ours (another frontend's hook)
 }  // namespace
 
 PyObject* current_callback() { return tl_callback; }
@@ -23,9 +24,12 @@ PyObject* exchange_callback(PyObject* cb) {
   Py_XINCREF(cb);
   tl_callback = cb;
   if (!prev && cb) {
-    if (g_active++ == 0) compat::set_eval_frame(&eval_frame);
+    if (g_active++ == 0) {
+      compat::EvalFrameFn before = compat::set_eval_frame(&eval_frame);
+      g_previous_hook = before == &eval_frame ? nullptr : before;
+    }
   } else if (prev && !cb) {
-    if (--g_active == 0) compat::set_eval_frame(nullptr);
+    if (--g_active == 0) compat::set_eval_frame(g_previous_hook);
   }
   return prev;
 }

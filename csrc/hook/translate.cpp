@@ -23,6 +23,7 @@ py::dict base_info(PyCodeObject* code) {
   info["co_name"] = py::reinterpret_borrow<py::object>(code->co_name);
   info["co_filename"] = py::reinterpret_borrow<py::object>(code->co_filename);
   info["co_firstlineno"] = code->co_firstlineno;
+  info["code"] = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(code));
   return info;
 }
 
@@ -92,25 +93,23 @@ py::list guard_strings(const guards::GuardSet& g) {
 
 }  // namespace
 
+namespace {
+// Directory prefixes (ending in '/') whose code is never captured; set from Python at import time
+// (cdynamo._core), never computed inside the hook, where running Python would re-enter it.
+std::vector<std::string>& skip_prefixes() {
+  static auto* v = new std::vector<std::string>();  // process lifetime
+  return *v;
+}
+}  // namespace
+
+void set_skip_dirs(std::vector<std::string> dirs) {
+  for (auto& d : dirs)
+    if (!d.empty() && d.back() != '/') d += '/';
+  skip_prefixes() = std::move(dirs);
+}
+
 bool skip_by_file(PyCodeObject* code) {
-  static std::vector<std::string>* prefixes = [] {
-    auto* v = new std::vector<std::string>();  // process lifetime
-    try {
-      py::module_ os = py::module_::import("os");
-      py::module_ sysconfig = py::module_::import("sysconfig");
-      auto add = [&](py::object p) {
-        if (!p.is_none()) v->push_back(py::str(os.attr("path").attr("realpath")(p)).cast<std::string>() + "/");
-      };
-      add(os.attr("path").attr("dirname")(py::module_::import("torch").attr("__file__")));
-      add(sysconfig.attr("get_paths")()["stdlib"]);
-      add(os.attr("path").attr("dirname")(py::module_::import("cdynamo").attr("__file__")));
-      py::object pytest_dirs = py::module_::import("importlib.util").attr("find_spec")("_pytest");
-      if (!pytest_dirs.is_none() && !pytest_dirs.attr("origin").is_none())
-        add(os.attr("path").attr("dirname")(pytest_dirs.attr("origin")));
-    } catch (py::error_already_set&) {
-    }
-    return v;
-  }();
+  const auto& prefixes = skip_prefixes();
   const char* f = PyUnicode_AsUTF8(code->co_filename);  // borrowed buffer
   if (!f) {
     PyErr_Clear();
@@ -118,7 +117,7 @@ bool skip_by_file(PyCodeObject* code) {
   }
   std::string file(f);
   if (file.empty() || file[0] == '<') return file.rfind("<frozen", 0) == 0;
-  for (const auto& p : *prefixes)
+  for (const auto& p : prefixes)
     if (file.rfind(p, 0) == 0) return true;
   return false;
 }

@@ -1,0 +1,278 @@
+# Shared helpers for the cdynamo benchmarks: timing, counting backend, frontends, result tables.
+import gc
+import os
+import statistics
+import sys
+import time
+import traceback
+import types
+
+import torch
+
+# ---------------------------------------------------------------------------
+# environment
+
+
+def setup():
+    """One thread for stable numbers; make sure the repo's benchmarks dir is importable."""
+    torch.set_num_threads(1)
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+
+
+def machine_info():
+    import platform
+
+    return (f"Python {platform.python_version()}, torch {torch.__version__}, "
+            f"{os.cpu_count()} cores, torch threads {torch.get_num_threads()}, "
+            f"{platform.machine()} {platform.system()}, load avg {os.getloadavg()[0]:.2f}")
+
+
+# ---------------------------------------------------------------------------
+# timing
+
+
+def time_once_ns(fn, *args):
+    """Wall time of one call (ns) and its result."""
+    t0 = time.perf_counter_ns()
+    out = fn(*args)
+    return time.perf_counter_ns() - t0, out
+
+
+def loop_ns(fn, args, number):
+    """Mean ns per call of fn(*args) over `number` calls, gc disabled (like timeit)."""
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        t0 = time.perf_counter_ns()
+        for _ in range(number):
+            fn(*args)
+        t1 = time.perf_counter_ns()
+    finally:
+        if gc_was:
+            gc.enable()
+    return (t1 - t0) / number
+
+
+def interleaved_ns(fns, args, number, repeat, warmup=200):
+    """Time several callables on the same args, round-robin per repeat (so slow drift hits all alike).
+
+    fns: dict name -> callable. Returns dict name -> list of ns/call (one entry per repeat).
+    """
+    for f in fns.values():
+        for _ in range(warmup):
+            f(*args)
+    res = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, f in fns.items():
+            res[name].append(loop_ns(f, args, number))
+    return res
+
+
+def median(xs):
+    return statistics.median(xs)
+
+
+# ---------------------------------------------------------------------------
+# backend that counts graphs / ops and runs the graph as-is
+
+
+def count_ops(gm):
+    return sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method"))
+
+
+class CountingBackend:
+    """backend(gm, example_inputs) -> gm.forward; records the op count of every graph it receives."""
+
+    def __init__(self):
+        self.op_counts = []
+
+    def __call__(self, gm, example_inputs):
+        self.op_counts.append(count_ops(gm))
+        return gm.forward
+
+    @property
+    def graphs(self):
+        return len(self.op_counts)
+
+    @property
+    def ops(self):
+        return sum(self.op_counts)
+
+
+# ---------------------------------------------------------------------------
+# frontends: never both active at once -- each compiled fn is called on its own
+
+
+def fresh_copy(fn):
+    """A new function object with a new code object, so no frontend sees a warmed cache."""
+    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__,
+                              fn.__defaults__, fn.__closure__)
+
+
+_CDYNAMO = None
+
+PROBE_TIMEOUT_S = 60
+_PROBE = ("import cdynamo, cdynamo._C, torch\n"
+          "f = cdynamo.optimize('eager')(lambda x: torch.sin(x))\n"
+          "x = torch.randn(3)\n"
+          "assert torch.equal(f(x), torch.sin(x))\n")
+
+
+def probe_cdynamo(timeout=PROBE_TIMEOUT_S):
+    """Smoke-test cdynamo in a subprocess, so a hang or a crash cannot take the benchmark down.
+
+    Returns None if it works, else an error string (with the tail of the child's stderr).
+    """
+    import subprocess
+
+    try:
+        r = subprocess.run([sys.executable, "-X", "faulthandler", "-c", _PROBE], capture_output=True,
+                           text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return (f"cdynamo smoke test (optimize('eager')(torch.sin) first call) hung: "
+                f"no result after {timeout}s")
+    if r.returncode != 0:
+        tail = " | ".join(r.stderr.strip().splitlines()[-3:])
+        return f"cdynamo smoke test failed (exit code {r.returncode}): {tail}"
+    return None
+
+
+def load_cdynamo(probe=True):
+    """(module, None) or (None, error string). Imported lazily so eager/dynamo still run without it."""
+    global _CDYNAMO
+    if _CDYNAMO is None:
+        err = probe_cdynamo() if probe and os.environ.get("CDYNAMO_BENCH_NO_PROBE") != "1" else None
+        if err:
+            _CDYNAMO = (None, err)
+            return _CDYNAMO
+        try:
+            import cdynamo
+            import cdynamo._C  # noqa: F401
+            _CDYNAMO = (cdynamo, None)
+        except Exception as e:  # noqa: BLE001 - report any failure as a row error
+            _CDYNAMO = (None, f"import cdynamo failed: {type(e).__name__}: {e}")
+    return _CDYNAMO
+
+
+class Frontend:
+    name = "?"
+
+    def reset(self):
+        raise NotImplementedError
+
+    def compile(self, fn, backend):
+        raise NotImplementedError
+
+
+class DynamoFrontend(Frontend):
+    name = "torch._dynamo"
+
+    def reset(self):
+        import torch._dynamo
+        torch._dynamo.reset()
+
+    def compile(self, fn, backend):
+        return torch.compile(fn, backend=backend)
+
+
+class CDynamoFrontend(Frontend):
+    name = "cdynamo"
+
+    def __init__(self):
+        self.mod, self.error = load_cdynamo()
+
+    def reset(self):
+        if self.mod is None:
+            raise RuntimeError(self.error)
+        self.mod.reset()
+
+    def compile(self, fn, backend):
+        if self.mod is None:
+            raise RuntimeError(self.error)
+        return self.mod.optimize(backend)(fn)
+
+
+def short_error(e):
+    msg = f"{type(e).__name__}: {e}".strip().splitlines()
+    return msg[0][:200] if msg else type(e).__name__
+
+
+def format_exc_tail(limit=3):
+    return "".join(traceback.format_exc(limit=-limit)).rstrip()
+
+
+# ---------------------------------------------------------------------------
+# tables
+
+
+def fmt(v, digits=3):
+    if v is None:
+        return "-"
+    if isinstance(v, str):
+        return v
+    if v == 0:
+        return "0"
+    a = abs(v)
+    if a >= 1000:
+        return f"{v:,.0f}"
+    if a >= 100:
+        return f"{v:.1f}"
+    if a >= 10:
+        return f"{v:.2f}"
+    return f"{v:.{digits}f}"
+
+
+def ratio(a, b):
+    """a / b, or None when either is missing or b is not positive."""
+    if a is None or b is None or isinstance(a, str) or isinstance(b, str) or b <= 0:
+        return None
+    return a / b
+
+
+def status(ok):
+    if ok is None:
+        return "ERR"
+    return "PASS" if ok else "MISS"
+
+
+class Table:
+    """rows = cases; columns = eager / torch._dynamo / cdynamo, ratio dynamo/cdynamo, target, PASS/MISS."""
+
+    HEAD = ("case", "eager", "torch._dynamo", "cdynamo", "dynamo/cdynamo", "target", "status")
+
+    def __init__(self, title, unit):
+        self.title = title
+        self.unit = unit
+        self.rows = []
+        self.notes = []
+
+    def add(self, case, eager, dyn, cdyn, rat, target, st, note=None):
+        self.rows.append((case, fmt(eager), fmt(dyn), fmt(cdyn),
+                          (fmt(rat) + "x") if isinstance(rat, (int, float)) else fmt(rat),
+                          target or "-", st))
+        if note:
+            self.notes.append(f"{case}: {note}")
+
+    def note(self, text):
+        self.notes.append(text)
+
+    def render(self):
+        cells = [self.HEAD] + self.rows
+        widths = [max(len(str(r[i])) for r in cells) for i in range(len(self.HEAD))]
+        lines = [f"## {self.title}  [{self.unit}]"]
+        sep = "  "
+        for j, r in enumerate(cells):
+            parts = [str(c).ljust(widths[i]) if i == 0 else str(c).rjust(widths[i])
+                     for i, c in enumerate(r)]
+            lines.append(sep.join(parts).rstrip())
+            if j == 0:
+                lines.append(sep.join("-" * w for w in widths))
+        for n in self.notes:
+            lines.append(f"  * {n}")
+        return "\n".join(lines)
+
+    def print(self):
+        print(self.render(), flush=True)
+        print(flush=True)

@@ -1,0 +1,27 @@
+# __init__.py — owns cdynamo's public surface (torch._dynamo-style names).
+"""cdynamo: a C++ PEP 523 frontend that captures PyTorch code into FX graphs for backends.
+
+    import cdynamo
+    opt_fn = cdynamo.optimize("eager")(fn)
+"""
+import importlib
+
+from . import config, exc
+from ._allowed import allow_in_graph, disallow_in_graph, graph_break
+from .backends.registry import list_backends, lookup_backend, register_backend
+from .eval_frame import OptimizedModule, compile, disable, optimize, reset, run
+from ._explain import ExplainOutput, explain, export
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "OptimizedModule", "allow_in_graph", "compile", "config", "disable", "disallow_in_graph", "exc",
+    "explain", "export", "graph_break", "list_backends", "lookup_backend", "optimize", "register_backend",
+    "reset", "run", "testing", "ExplainOutput",
+]
+
+
+def __getattr__(name):
+    if name in ("testing", "_C"):
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'cdynamo' has no attribute {name!r}")

@@ -1,0 +1,116 @@
+# _callback.py — owns the Callback object the C++ frame hook calls (compile_graph, on_compiled, on_recompile,
+# on_fallback), the Python-side counters, and the once-per-code fallback warnings.
+import collections
+import time
+import warnings
+
+from . import _logging, config
+from .exc import BackendCompilerFailed, CdynamoWarning
+
+GuardFail = collections.namedtuple("GuardFail", ["reason", "orig_code"])
+
+# Python-side counters; cleared by cdynamo.reset().
+counters = collections.Counter()
+_warned = set()
+
+_FALLBACK_WHAT = {
+    "internal": "internal error",
+    "backend": "backend failed",
+    "recompile_limit": "recompile limit reached",
+}
+
+
+def clear_state():
+    counters.clear()
+    _warned.clear()
+
+
+def _first_line(text):
+    text = str(text).strip()
+    return text.splitlines()[0] if text else ""
+
+
+class Callback:
+    """What the C++ hook calls while a thread runs inside an optimized callable.
+
+    ``backend`` is a resolved backend callable; ``recorder`` (optional) gets every event (explain/export).
+    """
+
+    def __init__(self, backend, *, nopython=False, guard_fail_fn=None, dynamic=None, recorder=None,
+                 backend_name=None):
+        self.backend = backend
+        self.nopython = bool(nopython)
+        self.guard_fail_fn = guard_fail_fn
+        self.dynamic = dynamic
+        self.recorder = recorder
+        self.backend_name = backend_name or getattr(backend, "__name__", type(backend).__name__)
+
+    def __repr__(self):
+        return f"<cdynamo Callback backend={self.backend_name!r} nopython={self.nopython}>"
+
+    # -- called by C++ --
+
+    def compile_graph(self, gm, example_inputs, info):
+        _logging.emit("graph", _logging.format_graph(info, gm))
+        t0 = time.perf_counter()
+        try:
+            compiled = self.backend(gm, list(example_inputs))
+        except Exception as e:
+            counters["backend_failures"] += 1
+            raise BackendCompilerFailed(self.backend_name, e) from e
+        if not callable(compiled):
+            err = TypeError(f"backend returned {type(compiled).__name__}, expected a callable")
+            counters["backend_failures"] += 1
+            raise BackendCompilerFailed(self.backend_name, err)
+        counters["graphs"] += 1
+        if self.recorder is not None:
+            self.recorder.on_graph(gm, example_inputs, info, time.perf_counter() - t0)
+        return compiled
+
+    def on_compiled(self, info):
+        counters["frames"] += 1
+        _logging.emit("bytecode", _logging.format_bytecode(info))
+        _logging.emit("guards", _logging.format_guards(info.get("guards") or ()))
+        for reason in info.get("break_reasons") or ():
+            _logging.emit("graph_breaks", _logging.format_break(reason))
+        if self.recorder is not None:
+            self.recorder.on_compiled(info)
+
+    def on_recompile(self, info):
+        counters["recompiles"] += 1
+        _logging.emit("recompiles", _logging.format_recompile(info))
+        if self.recorder is not None:
+            self.recorder.on_recompile(info)
+        if self.guard_fail_fn is not None:
+            self.guard_fail_fn(GuardFail(info.get("reason", ""), info.get("code")))
+
+    def on_fallback(self, info):
+        kind = info.get("kind", "internal")
+        counters[f"fallback_{kind}"] += 1
+        if self.recorder is not None:
+            self.recorder.on_fallback(info)
+        if kind == "unsupported":
+            reasons = info.get("break_reasons") or [{
+                "reason": info.get("reason", "?"), "filename": info.get("co_filename", "?"),
+                "lineno": info.get("co_firstlineno", "?"), "line": ""}]
+            for reason in reasons:
+                _logging.emit("graph_breaks", _logging.format_break(reason))
+            return
+        _logging.emit("graph_breaks", f"{_FALLBACK_WHAT.get(kind, kind)}: {info.get('reason', '?')}")
+        if kind == "backend" and config.suppress_errors:
+            return
+        key = (info.get("co_filename"), info.get("co_firstlineno"), info.get("co_name"), kind)
+        if key in _warned:
+            return
+        _warned.add(key)
+        what = _FALLBACK_WHAT.get(kind, kind)
+        reason = str(info.get("reason", "")).strip() if config.verbose else _first_line(info.get("reason", ""))
+        for prefix in (what + ":", kind.replace("_", " ") + ":"):
+            if reason.startswith(prefix):  # the C++ reason may repeat what the message already says
+                reason = reason[len(prefix):].strip()
+        filename = str(info.get("co_filename", "?"))
+        lineno = info.get("co_firstlineno", 0)
+        lineno = lineno if isinstance(lineno, int) else 0
+        msg = (f"cdynamo: {what} in {info.get('co_name', '?')} "
+               f"({filename}:{lineno}): {reason}; running as plain Python")
+        warnings.warn_explicit(msg, CdynamoWarning, filename, lineno, module="cdynamo")

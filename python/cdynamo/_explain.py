@@ -1,0 +1,178 @@
+# _explain.py — owns explain() (graphs, breaks, guards, compile times of one run) and export() (one whole graph).
+import dataclasses
+import torch
+
+from . import _callback, _format
+from .eval_frame import OptimizedModule, _CallbackContext, reset
+from .exc import Unsupported
+
+
+@dataclasses.dataclass
+class BreakReason:
+    reason: str
+    filename: str = "?"
+    lineno: object = "?"
+    line: str = ""
+
+    @property
+    def hint(self):
+        r = self.reason.lower()
+        if any(w in r for w in ("jump", "bool", "branch", "control flow", "data-dependent", "__bool__")):
+            return ("data-dependent control flow on a tensor: use torch.where / torch.cond, or move the "
+                    "branch out of the compiled function")
+        if "graph_break" in r:
+            return "an explicit cdynamo.graph_break() call"
+        if "disable" in r or "skip" in r:
+            return "a call to a function marked cdynamo.disable or skipped by cdynamo"
+        return "this construct is not supported inside a graph; it runs as plain Python between graphs"
+
+    def __str__(self):
+        text = f"{self.reason}\n      at {self.filename}:{self.lineno}"
+        if self.line:
+            text += f"\n        {self.line.strip()}"
+        return text + f"\n      Hint: {self.hint}"
+
+
+class _Recorder:
+    """Collects what the C++ hook reports through a Callback during one explain/export run."""
+
+    def __init__(self):
+        self.graphs = []
+        self.graph_infos = []
+        self.frames = []        # on_compiled infos
+        self.recompiles = []
+        self.fallbacks = []
+        self.break_reasons = []
+
+    def backend(self, gm, example_inputs):
+        return gm.forward
+
+    def on_graph(self, gm, example_inputs, info, seconds):
+        self.graphs.append(gm)
+        self.graph_infos.append(dict(info))
+
+    def on_compiled(self, info):
+        self.frames.append(dict(info))
+        self._add_breaks(info.get("break_reasons"))
+
+    def on_recompile(self, info):
+        self.recompiles.append(dict(info))
+
+    def on_fallback(self, info):
+        self.fallbacks.append(dict(info))
+        if info.get("kind") == "unsupported":
+            breaks = info.get("break_reasons") or [{"reason": info.get("reason", "?"),
+                                                    "filename": info.get("co_filename", "?"),
+                                                    "lineno": info.get("co_firstlineno", "?")}]
+            self._add_breaks(breaks)
+
+    def _add_breaks(self, breaks):
+        for b in breaks or ():
+            self.break_reasons.append(BreakReason(str(b.get("reason", "?")), str(b.get("filename", "?")),
+                                                  b.get("lineno", "?"), str(b.get("line") or "")))
+
+    def guards(self):
+        out = []
+        for f in self.frames:
+            out.extend(str(g) for g in f.get("guards") or ())
+        return out
+
+
+@dataclasses.dataclass
+class ExplainOutput:
+    graphs: list
+    graph_count: int
+    graph_break_count: int
+    break_reasons: list
+    op_count: int
+    ops_per_graph: list
+    out_guards: list
+    compile_times: dict
+    fallbacks: list
+
+    def __str__(self):
+        lines = [f"Graph Count: {self.graph_count}", f"Graph Break Count: {self.graph_break_count}",
+                 f"Op Count: {self.op_count}"]
+        if self.break_reasons:
+            lines.append("Break Reasons:")
+            for i, b in enumerate(self.break_reasons, 1):
+                lines.append(f"  Break Reason {i}:\n    Reason: {b}")
+        if self.fallbacks:
+            lines.append("Frames run as plain Python:")
+            for f in self.fallbacks:
+                lines.append(f"  {f.get('co_name')} ({f.get('co_filename')}:{f.get('co_firstlineno')}) "
+                             f"[{f.get('kind')}]: {_first_line(f.get('reason', ''))}")
+        lines.append("Ops per Graph:")
+        for i, ops in enumerate(self.ops_per_graph, 1):
+            lines.append(f"  Ops {i}:")
+            lines.extend(f"    {op}" for op in ops)
+        lines.append("Out Guards:")
+        lines.extend(f"  - {g}" for g in self.out_guards)
+        if self.compile_times:
+            lines.append("Compile Times (s):")
+            lines.extend(f"  {name}: {', '.join(f'{t:.4f}' for t in ts)}" for name, ts in self.compile_times.items())
+        return "\n".join(lines)
+
+
+def _first_line(text):
+    lines = str(text).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def _ops(gm):
+    return [n.target for n in gm.graph.nodes if n.op in _format.OP_KINDS]
+
+
+def _output(rec):
+    times = {}
+    for f in rec.frames:
+        times.setdefault(f.get("co_name", "?"), []).append(float(f.get("compile_time_s", 0.0)))
+    ops = [_ops(gm) for gm in rec.graphs]
+    return ExplainOutput(graphs=list(rec.graphs), graph_count=len(rec.graphs),
+                         graph_break_count=len(rec.break_reasons), break_reasons=list(rec.break_reasons),
+                         op_count=sum(len(o) for o in ops), ops_per_graph=ops, out_guards=rec.guards(),
+                         compile_times=times, fallbacks=list(rec.fallbacks))
+
+
+def _run_recorded(fn, args, kwargs, nopython):
+    rec = _Recorder()
+    cb = _callback.Callback(rec.backend, nopython=nopython, recorder=rec, backend_name="eager")
+    ctx = _CallbackContext(cb)
+    wrapped = OptimizedModule(fn, ctx) if isinstance(fn, torch.nn.Module) else ctx(fn)
+    reset()  # cached frames would not report their graphs
+    try:
+        result = wrapped(*args, **kwargs)
+    finally:
+        reset()  # nothing compiled for explain/export is reused by later optimize() calls
+    return rec, result
+
+
+def explain(fn, *args, **kwargs):
+    """``explain(fn)(*args)`` or ``explain(fn, *args)``: run fn once with capture and report the graphs,
+    graph breaks (reason, file:line, hint), guards and compile times as an ExplainOutput."""
+    if not callable(fn):
+        raise TypeError(f"explain expects a callable, got {type(fn).__name__} {fn!r}")
+
+    def inner(*a, **k):
+        rec, _ = _run_recorded(fn, a, k, nopython=False)
+        return _output(rec)
+
+    if args or kwargs:
+        return inner(*args, **kwargs)
+    return inner
+
+
+def export(fn, *args, **kwargs):
+    """Capture fn(*args, **kwargs) as exactly one graph: returns (graph_module, guards) or raises
+    cdynamo.exc.Unsupported naming the construct that broke the graph."""
+    if not callable(fn):
+        raise TypeError(f"export expects a callable, got {type(fn).__name__} {fn!r}")
+    rec, _ = _run_recorded(fn, args, kwargs, nopython=True)
+    if len(rec.graphs) != 1:
+        where = "; ".join(f"{f.get('co_name')} ({f.get('co_filename')}:{f.get('co_firstlineno')})"
+                          for f in rec.graph_infos)
+        detail = f" from {where}" if where else ""
+        raise Unsupported(f"export expects exactly one graph, captured {len(rec.graphs)}{detail}. "
+                          "Hint: make sure the function contains tensor operations and no graph breaks "
+                          "(inner function calls that are not inlined become separate graphs).")
+    return rec.graphs[0], rec.guards()

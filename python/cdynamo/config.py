@@ -1,0 +1,102 @@
+# config.py — owns cdynamo's runtime options: validated get/set, aliases, and config.patch().
+"""cdynamo options.
+
+Read and set them as attributes: ``cdynamo.config.recompile_limit = 4``. Unknown names raise
+AttributeError, values of the wrong type raise TypeError. ``config.patch(...)`` changes options
+for a ``with`` block or a decorated function. The C++ core reads ``recompile_limit`` on each
+recompile.
+"""
+import contextlib
+import sys
+import types
+
+# name -> (type, default, doc)
+_OPTIONS = {
+    "recompile_limit": (int, 8, "cache entries per code object before it runs as plain Python"),
+    "suppress_errors": (bool, False, "silence the warning when a backend failure falls back to Python"),
+    "verbose": (bool, False, "keep full multi-line reasons (tracebacks) in fallback warnings and errors"),
+}
+_ALIASES = {"cache_size_limit": "recompile_limit"}
+
+_values = {name: spec[1] for name, spec in _OPTIONS.items()}
+
+
+def _canonical(name):
+    name = _ALIASES.get(name, name)
+    if name not in _OPTIONS:
+        valid = ", ".join(sorted(list(_OPTIONS) + list(_ALIASES)))
+        raise AttributeError(f"cdynamo.config has no option {name!r}; valid options: {valid}")
+    return name
+
+
+def _check(name, value):
+    typ = _OPTIONS[name][0]
+    # bool is an int subclass: reject it for int options, and accept only real bools for bool options.
+    if typ is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise TypeError(f"cdynamo.config.{name} must be an int, got {type(value).__name__} {value!r}")
+    if typ is bool and not isinstance(value, bool):
+        raise TypeError(f"cdynamo.config.{name} must be a bool, got {type(value).__name__} {value!r}")
+    if name == "recompile_limit" and value < 1:
+        raise ValueError(f"cdynamo.config.recompile_limit must be >= 1, got {value}")
+
+
+def to_dict():
+    """A copy of every option's current value."""
+    return dict(_values)
+
+
+def defaults():
+    """Every option's default value."""
+    return {name: spec[1] for name, spec in _OPTIONS.items()}
+
+
+class patch(contextlib.ContextDecorator):
+    """Temporarily set options: ``with config.patch(recompile_limit=2):`` or ``@config.patch("verbose", True)``."""
+
+    def __init__(self, arg=None, value=None, **kwargs):
+        changes = {}
+        if isinstance(arg, dict):
+            changes.update(arg)
+        elif isinstance(arg, str):
+            changes[arg] = value
+        elif arg is not None:
+            raise TypeError(f"config.patch expects a name, a dict or keywords, got {type(arg).__name__}")
+        changes.update(kwargs)
+        self._changes = {}
+        for name, val in changes.items():
+            canon = _canonical(name)
+            _check(canon, val)
+            self._changes[canon] = val
+        self._saved = []
+
+    def __enter__(self):
+        self._saved.append({name: _values[name] for name in self._changes})
+        _values.update(self._changes)
+        return self
+
+    def __exit__(self, *exc):
+        _values.update(self._saved.pop())
+        return False
+
+
+class _ConfigModule(types.ModuleType):
+    def __getattr__(self, name):  # only reached for names not in the module's __dict__
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _values[_canonical(name)]
+
+    def __setattr__(self, name, value):
+        if name.startswith("__"):
+            return super().__setattr__(name, value)
+        canon = _canonical(name)
+        _check(canon, value)
+        _values[canon] = value
+
+    def __delattr__(self, name):
+        raise AttributeError(f"cdynamo.config options cannot be deleted ({name!r})")
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(_OPTIONS) | set(_ALIASES))
+
+
+sys.modules[__name__].__class__ = _ConfigModule

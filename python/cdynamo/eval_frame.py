@@ -1,0 +1,226 @@
+# eval_frame.py — owns optimize/compile/disable/run, their decorator and context-manager forms, reset(),
+# and OptimizedModule (an nn.Module whose calls run with the frame callback set).
+import functools
+import inspect
+
+import torch
+
+from . import _callback, _core
+from .backends.registry import lookup_backend
+
+
+def _wrap(fn, cb):
+    oc = _core.C().OptimizedCallable(fn, cb)
+    try:
+        functools.update_wrapper(oc, fn)
+    except (AttributeError, TypeError):  # callables without __name__ etc. keep what they have
+        oc.__wrapped__ = fn
+    return oc
+
+
+class _CallbackContext:
+    """Sets the thread's frame callback while active; wraps functions and nn.Modules when called."""
+
+    def __init__(self, callback):
+        self.callback = callback
+        self._prev = []
+
+    def __enter__(self):
+        self._prev.append(_core.C().set_callback(self.callback))
+        return self
+
+    def __exit__(self, *exc):
+        _core.C().set_callback(self._prev.pop())
+        return False
+
+    def __call__(self, fn):
+        if isinstance(fn, torch.nn.Module):
+            return OptimizedModule(fn, self)
+        if inspect.isclass(fn):
+            raise TypeError(f"cdynamo cannot wrap a class ({fn.__qualname__}); wrap a function, a method or "
+                            "an nn.Module instance")
+        if not callable(fn):
+            raise TypeError(f"cdynamo expects a function or an nn.Module, got {type(fn).__name__} {fn!r}")
+        return self._wrap_fn(fn)
+
+    def _wrap_fn(self, fn):
+        return _wrap(fn, self.callback)
+
+    def _wrap_module_call(self, mod):
+        return _wrap(mod.__call__, self.callback)
+
+
+class _OptimizeContext(_CallbackContext):
+    """Returned by optimize(): capture with a backend."""
+
+
+class _NullContext(_CallbackContext):
+    """optimize(..., disable=True): wraps nothing and changes nothing."""
+
+    def __init__(self):
+        super().__init__(None)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def __call__(self, fn):
+        return fn
+
+
+class _DisableContext(_CallbackContext):
+    """disable(): frames inside run uncaptured; the wrapped function itself is never captured."""
+
+    def __init__(self):
+        super().__init__(None)
+
+    def _wrap_fn(self, fn):
+        code = getattr(fn, "__code__", None)
+        if code is not None and inspect.iscode(code):
+            _core.C().skip_code(code)
+        return _wrap(fn, None)
+
+
+class _RunContext(_CallbackContext):
+    """run(): use code already compiled, never compile anything new."""
+
+    def __init__(self):
+        super().__init__(_core.C().RUN_ONLY)
+
+
+def _check_bool(name, value):
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+
+
+def optimize(backend="inductor", *, nopython=False, guard_fail_fn=None, disable=False, dynamic=None):
+    """Compile the frames of a function or nn.Module with ``backend`` (a registered name or a callable
+    ``backend(gm, example_inputs) -> callable``). Returns a context usable as a decorator, a wrapper
+    (``optimize("eager")(fn)``) or a ``with`` block."""
+    _check_bool("nopython", nopython)
+    _check_bool("disable", disable)
+    if dynamic is not None and not isinstance(dynamic, bool):
+        raise TypeError(f"dynamic must be None or a bool, got {type(dynamic).__name__} {dynamic!r}")
+    if guard_fail_fn is not None and not callable(guard_fail_fn):
+        raise TypeError(f"guard_fail_fn must be callable, got {type(guard_fail_fn).__name__}")
+    if disable:
+        return _NullContext()
+    fn = lookup_backend(backend)
+    name = backend if isinstance(backend, str) else None
+    cb = _callback.Callback(fn, nopython=nopython, guard_fail_fn=guard_fail_fn, dynamic=dynamic,
+                            backend_name=name)
+    _core.C()  # a missing extension is reported here, not at the first call
+    return _OptimizeContext(cb)
+
+
+def _inductor_with(mode, options):
+    import torch._inductor
+
+    patches = dict(torch._inductor.list_mode_options(mode) if mode else {})
+    patches.update(options or {})
+    inductor = lookup_backend("inductor")
+
+    def inductor_with_options(gm, example_inputs):
+        return inductor(gm, example_inputs, config_patches=patches)
+
+    return inductor_with_options
+
+
+def compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=None, options=None,
+            disable=False):
+    """torch.compile's signature: ``compile(fn)``, ``@compile``, ``@compile(backend="eager")``."""
+    _check_bool("fullgraph", fullgraph)
+    _check_bool("disable", disable)
+    if mode is not None and options is not None:
+        raise RuntimeError("Either mode or options can be specified, but both can't be specified at the same time.")
+    if mode is not None and not isinstance(mode, str):
+        raise TypeError(f"mode must be a str, got {type(mode).__name__}")
+    if options is not None and not isinstance(options, dict):
+        raise TypeError(f"options must be a dict, got {type(options).__name__}")
+    if model is None:
+        def decorator(m):
+            return compile(m, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode,
+                           options=options, disable=disable)
+        return decorator
+    if not callable(model):
+        raise TypeError(f"compile expects a callable or an nn.Module, got {type(model).__name__} {model!r}")
+    if (mode is not None or options) and not disable:
+        if backend != "inductor":
+            raise ValueError(f"mode/options are only supported with backend='inductor', got {backend!r}")
+        if mode not in (None, "default"):
+            import torch._inductor
+
+            if mode not in torch._inductor.list_mode_options():
+                raise RuntimeError(f"Unrecognized mode={mode!r}, should be one of: "
+                                   f"{', '.join(torch._inductor.list_mode_options())}")
+        backend = _inductor_with(None if mode == "default" else mode, options)
+    return optimize(backend, nopython=fullgraph, dynamic=dynamic, disable=disable)(model)
+
+
+def disable(fn=None, recursive=True):
+    """Run ``fn`` (and everything it calls) without capture; ``fn``'s own frames are never captured.
+    Without ``fn``: a decorator / ``with`` block that turns capture off."""
+    if not recursive:
+        raise NotImplementedError("cdynamo.disable(recursive=False) is not supported")
+    ctx = _DisableContext()
+    return ctx if fn is None else ctx(fn)
+
+
+def run(fn=None):
+    """Run ``fn`` with the code already compiled for it (guards checked) but never compile anything new.
+    Without ``fn``: a decorator / ``with`` block."""
+    ctx = _RunContext()
+    return ctx if fn is None else ctx(fn)
+
+
+def reset():
+    """Forget every compiled frame (C++ caches and injected globals) and the Python-side counters."""
+    _core.C().reset()
+    _callback.clear_state()
+
+
+class OptimizedModule(torch.nn.Module):
+    """Wraps an nn.Module: same parameters and attributes (forwarded to ``_orig_mod``), and each call runs
+    the original module's ``__call__`` (hooks included) under the optimize context."""
+
+    _own_attrs = frozenset({"_orig_mod", "_cdynamo_ctx", "forward", "_super_module_initialized"})
+
+    def __init__(self, mod, ctx):
+        object.__setattr__(self, "_super_module_initialized", False)
+        super().__init__()
+        object.__setattr__(self, "_super_module_initialized", True)
+        self._orig_mod = mod  # registered as a submodule: parameters are shared, not copied
+        self._cdynamo_ctx = ctx
+        self.forward = ctx._wrap_module_call(mod)
+
+    @property
+    def training(self):
+        return self._orig_mod.training
+
+    @training.setter
+    def training(self, value):
+        if self._super_module_initialized:
+            self._orig_mod.training = value
+
+    def __getattr__(self, name):
+        if name == "_orig_mod":
+            return self._modules["_orig_mod"]
+        return getattr(self._orig_mod, name)
+
+    def __setattr__(self, name, value):
+        if name in OptimizedModule._own_attrs or hasattr(type(self), name):
+            return super().__setattr__(name, value)
+        return setattr(self._orig_mod, name, value)
+
+    def __delattr__(self, name):
+        if name in OptimizedModule._own_attrs or hasattr(type(self), name):
+            return super().__delattr__(name)
+        return delattr(self._orig_mod, name)
+
+    def __dir__(self):
+        return sorted(set(self._orig_mod.__dir__()) | set(super().__dir__()))
+
+    def __repr__(self):
+        return f"OptimizedModule({self._orig_mod!r})"

@@ -1,0 +1,44 @@
+# conftest.py — owns making pytest use the installed cdynamo (never python/ of the source tree) and the
+# per-test hang limit.
+import faulthandler
+import os
+import sys
+
+import pytest
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_SRC = os.path.join(_ROOT, "python")
+
+# python/cdynamo has no _C: drop the source folder from the import path if anything put it there.
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != _SRC]
+for _name in [m for m in sys.modules if m == "cdynamo" or m.startswith("cdynamo.")]:
+    if os.path.abspath(getattr(sys.modules[_name], "__file__", "") or "").startswith(_SRC + os.sep):
+        del sys.modules[_name]
+
+import cdynamo  # noqa: E402
+
+if os.path.abspath(cdynamo.__file__).startswith(_SRC + os.sep):
+    raise RuntimeError(f"tests must import the installed cdynamo, got {cdynamo.__file__}; run bash scripts/setup.sh")
+
+
+# A test that hangs (e.g. a deadlock in the frame hook) dumps every thread's stack and ends the run, so it
+# fails fast instead of eating CI's time budget. CDYNAMO_TEST_TIMEOUT=0 turns this off (e.g. for gdb).
+_TIMEOUT = float(os.environ.get("CDYNAMO_TEST_TIMEOUT", "300"))
+_stderr = None
+
+
+def pytest_configure(config):
+    global _stderr
+    if _TIMEOUT > 0 and _stderr is None:  # capture is suspended here: fd 2 is the real stderr
+        _stderr = os.fdopen(os.dup(2), "w")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if _TIMEOUT > 0:
+        faulthandler.dump_traceback_later(_TIMEOUT, exit=True, file=_stderr or sys.__stderr__)
+    try:
+        yield
+    finally:
+        if _TIMEOUT > 0:
+            faulthandler.cancel_dump_traceback_later()
