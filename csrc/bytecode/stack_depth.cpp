@@ -12,10 +12,15 @@ namespace cdynamo::bytecode {
 
 namespace {
 
+// "OP at index i (offset o)" followed by the instructions up to i, so an invalid sequence built by codegen
+// can be read off the error message.
 std::string where(const Bytecode& bc, size_t i) {
   const Instruction& in = *bc.insts[i];
-  return std::string(opname(in.opcode)) + " at index " + std::to_string(i) +
-         (in.offset >= 0 ? " (offset " + std::to_string(in.offset) + ")" : std::string());
+  std::string s = std::string(opname(in.opcode)) + " at index " + std::to_string(i) +
+                  (in.offset >= 0 ? " (offset " + std::to_string(in.offset) + ")" : std::string()) + "; listing:";
+  for (size_t k = 0; k <= i && k < bc.insts.size(); ++k)
+    s += " " + std::to_string(k) + ":" + opname(bc.insts[k]->opcode) + "(" + std::to_string(bc.insts[k]->arg) + ")";
+  return s;
 }
 
 }  // namespace

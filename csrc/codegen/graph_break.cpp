@@ -223,6 +223,8 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
     }
   } else {
     int effect = bytecode::stack_effect(inst.opcode, inst.arg, false);
+    // dis.stack_effect splits a call over PRECALL (-oparg) and CALL (-1); the rewritten code runs both.
+    if (std::string(bytecode::opname(inst.opcode)) == "CALL") effect -= inst.arg;
     int pushed = consumed + effect;
     std::vector<int> passed = passed_locals(t, live[pc + 1]);
     std::vector<char> null_at = deep_null;

@@ -68,8 +68,9 @@ Node* Graph::add(OpKind op, std::string name, py::object target, std::vector<Arg
 }
 
 Node* Graph::placeholder(const std::string& name, py::object example_value) {
-  py::str target(name);
-  std::string n = unique_name(detail::candidate_for(OpKind::Placeholder, target));
+  std::string n = unique_name(detail::candidate_for(OpKind::Placeholder, py::str(name)));
+  // fx spells the generated forward()'s parameters from placeholder targets: they must be unique too.
+  py::str target(n);
   Node* node = add(OpKind::Placeholder, std::move(n), std::move(target), {}, {}, std::move(example_value));
   // Move it behind the existing placeholders; later nodes shift by one.
   size_t at = num_placeholders_++;

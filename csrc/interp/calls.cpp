@@ -79,6 +79,10 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
       if (tensors) {
         // len(tensor) and isinstance(tensor, cls) are metadata; other builtins on tensors are not.
         std::string name = callable_name(f);
+        // abs(t) and pow(t, e) are the tensor's own operators.
+        if ((name == "abs" && args.size() == 1) || (name == "pow" && args.size() == 2)) {
+          if (kwargs.empty()) return apply_operator(PyRefs::get().operator_mod.attr(name.c_str()), std::move(args));
+        }
         if (name == "len" && args.size() == 1 && args[0]->is_tensor()) {
           py::object shape = args[0]->example.attr("shape");
           if (py::len(shape) == 0) unsupported("len() of a 0-d tensor");

@@ -222,6 +222,18 @@ ValuePtr Tracer::load_local(int slot) {
   return locals[slot];
 }
 
+namespace {
+// A graph input's name spelled from where it came from: x, xs_0, self_weight (made unique by the graph).
+std::string placeholder_name(const guards::Source& s) {
+  using K = guards::Source::Kind;
+  switch (s.kind) {
+    case K::Attr: return placeholder_name(*s.base) + "_" + s.name;
+    case K::Item: return placeholder_name(*s.base) + "_" + std::to_string(s.index);
+    default: return s.name.empty() ? std::string("input") : s.name;
+  }
+}
+}  // namespace
+
 ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
   PyObject* v = value.ptr();
   if (guards::is_tensor(v)) {
@@ -234,10 +246,7 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
     }
     py::object meta = py::reinterpret_steal<py::object>(guards::make_meta(v));
     if (!meta) throw py::error_already_set();
-    std::string name = src->kind == guards::Source::Kind::Local || src->kind == guards::Source::Kind::Closure ||
-                               src->kind == guards::Source::Kind::Global
-                           ? src->name
-                           : "input";
+    std::string name = placeholder_name(*src);
     graph::Node* n = graph.placeholder(name, meta);
     inputs.push_back(Input{src, n, py::reinterpret_borrow<py::object>(value)});
     guards.add(guards::tensor_match(src, v));

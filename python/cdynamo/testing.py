@@ -77,3 +77,27 @@ def same(ref, res, tol=1e-4, equal_nan=False):
             return equal_nan and math.isnan(res)
         return math.isclose(ref, res, rel_tol=tol, abs_tol=tol)
     return type(ref) is type(res) and ref == res
+
+
+def assert_same(res, ref, path="result", equal_nan=True, **tol):
+    """Asserts ``res`` equals ``ref`` recursively: the same container types and structure, tensors equal by
+    ``torch.testing.assert_close`` (dtype, device, shape, requires_grad's absence of surprises), other values
+    of the same type and equal. The AssertionError names the path of the first difference."""
+    if isinstance(ref, torch.Tensor):
+        assert isinstance(res, torch.Tensor), f"{path}: expected a tensor, got {type(res).__name__}"
+        torch.testing.assert_close(res, ref, equal_nan=equal_nan, msg=lambda m: f"{path}: {m}", **tol)
+        assert res.requires_grad == ref.requires_grad, f"{path}: requires_grad {res.requires_grad} != eager's"
+        return
+    assert type(res) is type(ref), f"{path}: type {type(res).__name__} != eager's {type(ref).__name__}"
+    if isinstance(ref, (list, tuple)):
+        assert len(res) == len(ref), f"{path}: length {len(res)} != eager's {len(ref)}"
+        for i, (a, b) in enumerate(zip(res, ref)):
+            assert_same(a, b, f"{path}[{i}]", equal_nan, **tol)
+    elif isinstance(ref, dict):
+        assert list(res) == list(ref), f"{path}: keys {list(res)} != eager's {list(ref)}"
+        for k in ref:
+            assert_same(res[k], ref[k], f"{path}[{k!r}]", equal_nan, **tol)
+    elif isinstance(ref, float) and math.isnan(ref):
+        assert equal_nan and math.isnan(res), f"{path}: {res!r} != eager's nan"
+    else:
+        assert res == ref, f"{path}: {res!r} != eager's {ref!r}"

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import cdynamo
-from cdynamo.testing import CompileCounter
+from cdynamo.testing import CompileCounter, assert_same
 
 from straight_line_corpus import CASES
 
@@ -47,15 +47,15 @@ def test_equal_to_eager_in_one_graph(case):
     counter = CompileCounter()
     opt = cdynamo.optimize(counter)(fn)
     got = opt(*compiled_args)
-    torch.testing.assert_close(got, expected, equal_nan=True)
+    assert_same(got, expected)
     # Mutations of inputs are visible exactly as in eager.
-    torch.testing.assert_close(compiled_args, eager_args, equal_nan=True)
+    assert_same(compiled_args, eager_args, "args")
     assert counter.frame_count == 1, f"{fn.__name__}: expected one graph, got {counter.frame_count}"
     if expected_ops is not None:
         assert counter.op_count == expected_ops
     # A second call with fresh inputs of the same metadata reuses the cache.
     again_args = clone_args(make_args())
-    torch.testing.assert_close(opt(*clone_args(again_args)), fn(*clone_args(again_args)), equal_nan=True)
+    assert_same(opt(*clone_args(again_args)), fn(*clone_args(again_args)))
     assert counter.frame_count == 1
 
 
