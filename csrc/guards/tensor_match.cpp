@@ -111,6 +111,8 @@ PyObject* make_meta(PyObject* tensor) {
 
 bool grad_mode_enabled() { return c10::GradMode::is_enabled(); }
 
+void set_grad_mode_enabled(bool enabled) { c10::GradMode::set_enabled(enabled); }
+
 int default_dtype_code() { return static_cast<int>(c10::get_default_dtype_as_scalartype()); }
 
 }  // namespace cdynamo::guards

@@ -27,6 +27,8 @@ PyObject* make_meta(PyObject* tensor);
 // True if `obj` is a tensor on the meta device.
 bool is_meta_tensor(PyObject* obj);
 bool grad_mode_enabled();
+// Sets this thread's grad mode (what torch._C._set_grad_enabled does, without a Python call).
+void set_grad_mode_enabled(bool enabled);
 // torch's default dtype as an int ScalarType code.
 int default_dtype_code();
 

@@ -236,7 +236,7 @@ CacheEntry* translate(compat::Frame* frame, PyObject* cb, CodeExtra* extra) {
         e->description = "backend failed";
         return e;
       }
-      PyObject* disabled = make_optimized_callable(compiled.ptr(), Py_None);  // new reference
+      PyObject* disabled = make_optimized_callable(compiled.ptr(), Py_None, true);  // new reference
       if (!disabled) throw py::error_already_set();
       disabled_obj = py::reinterpret_steal<py::object>(disabled);
     }

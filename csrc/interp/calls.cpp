@@ -47,8 +47,16 @@ py::object run_meta(Tracer& t, const std::string& what, py::handle fn, py::tuple
 ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
                       std::vector<std::pair<std::string, ValuePtr>> kwargs) {
   if (fn->kind == VKind::Method) return call_tensor_method(fn->self, fn->name, std::move(args), std::move(kwargs));
+  if (fn->grad_exit >= 0) {  // leaving `with torch.no_grad()/enable_grad()` normally: __exit__(None, None, None)
+    set_grad_mode(fn->grad_exit == 1);
+    return Value::constant(py::none());
+  }
   if (fn->kind != VKind::Object && fn->kind != VKind::Const) unsupported("call to " + fn->describe());
   py::handle f = fn->obj;
+  if (is_grad_context_class(f) && args.empty() && kwargs.empty()) return Value::object(f());
+  // Grad mode is known at every point of the trace (guarded at entry, switched only by traced `with`s).
+  if (f.is(PyRefs::get().torch.attr("is_grad_enabled")) && args.empty() && kwargs.empty())
+    return Value::constant(py::bool_(guards::grad_mode_enabled()));
   CallKind kind = classify_callable(f);
   switch (kind) {
     case CallKind::GraphBreak:

@@ -33,6 +33,7 @@ const HandlerTable& handlers() {
     register_call(t);
     register_build(t);
     register_control(t);
+    register_with(t);
     return t;
   }();
   return table;
@@ -46,6 +47,12 @@ Tracer::Tracer(PyCodeObject* c, const guards::FrameView& f) : code(c), fv(f) {
 }
 
 Tracer::Status Tracer::run() {
+  // `with torch.no_grad():` switches the real grad mode while tracing (shape propagation sees it); the
+  // frame's own mode is back in place when the trace ends, however it ends.
+  struct GradModeRestore {
+    bool entry = guards::grad_mode_enabled();
+    ~GradModeRestore() { guards::set_grad_mode_enabled(entry); }
+  } restore_grad_mode;
   try {
     bc = bytecode::decode(code);
   } catch (const std::exception& e) {

@@ -40,6 +40,9 @@ void register_arith(HandlerTable& t);
 void register_call(HandlerTable& t);
 void register_build(HandlerTable& t);
 void register_control(HandlerTable& t);
+void register_with(HandlerTable& t);
+// True for torch.no_grad / torch.enable_grad (classes whose `with` blocks are traced; ops_with.cpp).
+bool is_grad_context_class(py::handle fn);
 
 class Tracer {
  public:
@@ -101,6 +104,8 @@ class Tracer {
                       std::vector<std::pair<std::string, ValuePtr>> kwargs, bool factory);
   ValuePtr call_tensor_method(const ValuePtr& self, const std::string& name, std::vector<ValuePtr> args,
                               std::vector<std::pair<std::string, ValuePtr>> kwargs);
+  // Switches grad mode inside the graph (a torch._C._set_grad_enabled node) and for the rest of the trace.
+  void set_grad_mode(bool enabled);
   // A binary/unary Python operator (an `operator` module function) applied to values.
   ValuePtr apply_operator(py::handle op, std::vector<ValuePtr> args);
   // container[key] = value on a tensor container (an operator.setitem node kept for its effect).

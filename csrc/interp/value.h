@@ -44,6 +44,7 @@ struct Value {
   std::vector<ValuePtr> items;      // Tuple / List
   ValuePtr self;                    // Method
   std::string name;                 // Method name
+  int grad_exit = -1;               // Object: calling it leaves a grad-mode `with` block, restoring 0/1
 
   static ValuePtr tensor(graph::Node* n, py::object example, py::object device, SourcePtr src = nullptr);
   static ValuePtr constant(py::object o, SourcePtr src = nullptr);

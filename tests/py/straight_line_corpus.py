@@ -407,6 +407,28 @@ def conv_fn(x, w):
     return F.conv2d(x, w, padding=1)
 
 
+def no_grad_block(x):
+    y = x * 2
+    with torch.no_grad():
+        z = y.sin() + 1
+    return z * y, z.requires_grad, torch.is_grad_enabled()
+
+
+def nested_grad_blocks(x):
+    with torch.no_grad():
+        a = x + 1
+        with torch.enable_grad():
+            b = a * x
+        c = b.cos()
+    return a, b, c, a.requires_grad, b.requires_grad
+
+
+def grad_enabled_folds(x):
+    if torch.is_grad_enabled():
+        return x + 1
+    return x - 1
+
+
 # (function, args factory, expected op count or None)
 CASES = [
     (toy, lambda: (f32(10),), 3),
@@ -491,4 +513,8 @@ CASES = [
     (conv_fn, lambda: (f32(1, 2, 5, 5), f32(3, 2, 3, 3)), 1),
     (cumsum_sort, lambda: (f32(5),), None),
     (lambda x: x.sin() * 2, lambda: (f64(4),), 2),
+    # Grad-mode switches are graph nodes (torch._C._set_grad_enabled), as in torch._dynamo.
+    (no_grad_block, lambda: (f32(3).requires_grad_(),), 6),
+    (nested_grad_blocks, lambda: (f32(3).requires_grad_(),), 7),
+    (grad_enabled_folds, lambda: (f32(3),), 1),
 ]

@@ -142,3 +142,33 @@ def test_exception_raised_inside_compiled_graph_propagates():
         fn(x, torch.tensor([7, 1]))
     with pytest.raises(IndexError):
         opt(x, torch.tensor([7, 1]))
+
+
+def test_grad_mode_restored_when_graph_raises_inside_no_grad():
+    def fn(x, y):
+        with torch.no_grad():
+            return x @ y
+
+    opt = cdynamo.optimize("eager")(fn)
+    a, b = torch.randn(2, 3, requires_grad=True), torch.randn(3, 2)
+    assert_same(opt(a, b), fn(a, b))
+    with pytest.raises(RuntimeError):
+        opt(torch.randn(2, 3), torch.randn(4, 2))  # new shapes: recompiles, then the graph raises
+    assert torch.is_grad_enabled()
+    # The cached graph raising (same metadata as the failing call) restores grad mode too.
+    with pytest.raises(RuntimeError):
+        opt(torch.randn(2, 3), torch.randn(4, 2))
+    assert torch.is_grad_enabled()
+
+
+def test_grad_mode_guard_recompiles_under_no_grad():
+    def fn(x):
+        return x * 2
+
+    counter = CompileCounter()
+    opt = cdynamo.optimize(counter)(fn)
+    x = torch.randn(3, requires_grad=True)
+    assert opt(x).requires_grad
+    with torch.no_grad():
+        assert not opt(x).requires_grad
+    assert counter.frame_count == 2
