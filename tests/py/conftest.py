@@ -42,3 +42,10 @@ def pytest_runtest_protocol(item, nextitem):
     finally:
         if _TIMEOUT > 0:
             faulthandler.cancel_dump_traceback_later()
+
+
+def pytest_unconfigure(config):
+    global _stderr
+    if _stderr is not None:
+        _stderr.close()
+        _stderr = None
