@@ -10,8 +10,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common as C  # noqa: E402
 import bench_call_overhead  # noqa: E402
 import bench_first_call  # noqa: E402
+import bench_graph_breaks  # noqa: E402
 
-BENCHES = {"first_call": bench_first_call, "call_overhead": bench_call_overhead}
+BENCHES = {"first_call": bench_first_call, "call_overhead": bench_call_overhead,
+           "graph_breaks": bench_graph_breaks}
 
 
 def main():

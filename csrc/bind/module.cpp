@@ -2,7 +2,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "hook/eval_frame.h"
+#include "interp/skip_files.h"
 
 #include "hook/cache.h"
 #include "hook/state.h"
@@ -44,7 +44,7 @@ PYBIND11_MODULE(_C, m) {
         hook::ensure_extra(reinterpret_cast<PyCodeObject*>(code.ptr()))->skip = true;
       },
       py::arg("code"), "Never capture frames of this code object.");
-  m.def("set_skip_dirs", &hook::set_skip_dirs, py::arg("dirs"),
+  m.def("set_skip_dirs", &interp::set_skip_dirs, py::arg("dirs"),
         "Directories (realpaths) whose code is never captured: torch, the stdlib, cdynamo itself.");
   m.def(
       "cache_entry_count",

@@ -179,6 +179,7 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
     e.emit("STORE_FAST", tmp);
   }
   Rebuilder rb(e, outputs, tmp);
+  rb.share(break_values(t));
   for (int slot = 0; slot < nlocals; ++slot) {
     LocalState st = local_state(t, slot);
     if (st == LocalState::Store) {

@@ -33,7 +33,56 @@ Rebuilder::Rebuilder(Emitter& e, const std::vector<graph::Node*>& outputs, int o
   for (size_t i = 0; i < outputs.size(); ++i) index_[outputs[i]] = static_cast<int>(i);
 }
 
+namespace {
+void count_lists(const ValuePtr& v, std::unordered_map<const interp::Value*, int>& n,
+                 std::vector<const interp::Value*>& order) {
+  if (!v || (v->kind != VKind::Tuple && v->kind != VKind::List)) return;
+  if (v->kind == VKind::List && !(v->source && v->obj)) {
+    if (n[v.get()]++ == 0) order.push_back(v.get());
+    else return;  // its items were counted on first sight
+  }
+  for (const auto& i : v->items) count_lists(i, n, order);
+}
+}  // namespace
+
+void Rebuilder::share(const std::vector<ValuePtr>& roots) {
+  std::unordered_map<const interp::Value*, int> n;
+  std::vector<const interp::Value*> order;
+  for (const auto& r : roots) count_lists(r, n, order);
+  // Innermost first (a shared list inside a shared list is loaded, not rebuilt); `order` is outer-first.
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    if (n[*it] < 2) continue;
+    // Find the owning ValuePtr again to call push() (which recurses through items).
+    for (const auto& r : roots) {
+      std::vector<ValuePtr> work{r};
+      ValuePtr found;
+      while (!work.empty() && !found) {
+        ValuePtr w = work.back();
+        work.pop_back();
+        if (!w) continue;
+        if (w.get() == *it) found = w;
+        else if (w->kind == VKind::Tuple || w->kind == VKind::List)
+          for (const auto& i : w->items) work.push_back(i);
+      }
+      if (found) {
+        push(found, 0);
+        int slot = e_.add_local("___list" + std::to_string(shared_.size()));
+        e_.emit("STORE_FAST", slot);
+        shared_[*it] = slot;
+        break;
+      }
+    }
+  }
+}
+
 void Rebuilder::push(const ValuePtr& v, int above) {
+  if (v->kind == VKind::List) {
+    auto it = shared_.find(v.get());
+    if (it != shared_.end()) {
+      e_.emit("LOAD_FAST", it->second);
+      return;
+    }
+  }
   switch (v->kind) {
     case VKind::Tensor: {
       if (v->source) {

@@ -17,9 +17,14 @@ class Rebuilder {
   Rebuilder(Emitter& e, const std::vector<graph::Node*>& outputs, int out_slot);
   // Emits code pushing `v`; `above` counts values pushed above the output tuple (stack mode only).
   void push(const interp::ValuePtr& v, int above = 0);
+  // Lists made in the trace are objects: one that `roots` reach more than once (a local and a stack
+  // slot, two items of a tuple) is built once into a temporary local here, and every push() of it
+  // afterwards loads that local, so Python sees one list, as in eager. Call before any push().
+  void share(const std::vector<interp::ValuePtr>& roots);
 
  private:
   Emitter& e_;
+  std::unordered_map<const interp::Value*, int> shared_;  // list value -> temporary local
   int out_slot_;
   std::unordered_map<graph::Node*, int> index_;
 };

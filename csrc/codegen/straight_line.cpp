@@ -19,6 +19,7 @@ py::object straight_line(interp::Tracer& t, const std::string& compiled_name,
     e.emit("UNPACK_SEQUENCE", 1);
   } else {
     Rebuilder r(e, outputs, -1);
+    r.share({ret});
     r.push(ret, 0);
     e.emit("SWAP", 2);
     e.emit("POP_TOP");

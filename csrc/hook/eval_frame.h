@@ -24,7 +24,6 @@ guards::FrameView frame_view(compat::Frame* frame);
 
 // True if frames of this code are never captured (torch, the stdlib, cdynamo itself).
 bool skip_by_file(PyCodeObject* code);
-// Replaces the directories whose code skip_by_file() rejects (a '/' is appended where missing).
-void set_skip_dirs(std::vector<std::string> dirs);
+
 
 }  // namespace cdynamo::hook

@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "codegen/codegen.h"
+#include "interp/skip_files.h"
 #include "hook/eval_frame.h"
 #include "hook/state.h"
 
@@ -93,34 +94,7 @@ py::list guard_strings(const guards::GuardSet& g) {
 
 }  // namespace
 
-namespace {
-// Directory prefixes (ending in '/') whose code is never captured; set from Python at import time
-// (cdynamo._core), never computed inside the hook, where running Python would re-enter it.
-std::vector<std::string>& skip_prefixes() {
-  static auto* v = new std::vector<std::string>();  // process lifetime
-  return *v;
-}
-}  // namespace
-
-void set_skip_dirs(std::vector<std::string> dirs) {
-  for (auto& d : dirs)
-    if (!d.empty() && d.back() != '/') d += '/';
-  skip_prefixes() = std::move(dirs);
-}
-
-bool skip_by_file(PyCodeObject* code) {
-  const auto& prefixes = skip_prefixes();
-  const char* f = PyUnicode_AsUTF8(code->co_filename);  // borrowed buffer
-  if (!f) {
-    PyErr_Clear();
-    return true;
-  }
-  std::string file(f);
-  if (file.empty() || file[0] == '<') return file.rfind("<frozen", 0) == 0;
-  for (const auto& p : prefixes)
-    if (file.rfind(p, 0) == 0) return true;
-  return false;
-}
+bool skip_by_file(PyCodeObject* code) { return interp::is_library_file(code); }
 
 CacheEntry* translate(compat::Frame* frame, PyObject* cb, CodeExtra* extra) {
   PyCodeObject* code = compat::frame_code(frame);

@@ -29,6 +29,22 @@ const ValuePtr* first_tensor(const std::vector<ValuePtr>& args) {
   return nullptr;
 }
 
+bool foldable(const ValuePtr& v) {
+  switch (v->kind) {
+    case VKind::Const: return true;
+    case VKind::Tuple:
+    case VKind::List:
+      for (const auto& i : v->items)
+        if (!foldable(i)) return false;
+      return true;
+    case VKind::Object: {
+      PyObject* o = v->obj.ptr();
+      return PyType_Check(o) || PyFunction_Check(o) || PyCFunction_Check(o) || PyModule_Check(o);
+    }
+    default: return false;
+  }
+}
+
 bool is_device_like(py::handle o) {
   return PyUnicode_Check(o.ptr()) || py::isinstance(o, PyRefs::get().torch_device);
 }
@@ -114,7 +130,14 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
         }
         unsupported("call to " + name + " with tensor arguments");
       }
-      // All-constant call: fold it now.
+      // All-constant call: fold it now. Only values that cannot change or be consumed by the call
+      // (constants, classes, functions, modules) are folded: an iterator, a user object or a dict
+      // folded at trace time would be used up or go stale (`list(enumerate(...))`).
+      for (const auto& a : args)
+        if (!foldable(a)) unsupported("call to " + callable_name(f) + " on " + a->describe() + " (not a constant)");
+      for (const auto& kv : kwargs)
+        if (!foldable(kv.second))
+          unsupported("call to " + callable_name(f) + " on " + kv.second->describe() + " (not a constant)");
       py::tuple pargs(args.size());
       for (size_t i = 0; i < args.size(); ++i) pargs[i] = args[i]->as_python();
       py::dict pkw;
@@ -146,6 +169,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
       unsupported(callable_name(f) + " returned " + std::string(Py_TYPE(r.ptr())->tp_name));
     }
     case CallKind::Unknown:
+      if (PyFunction_Check(f.ptr())) return inline_call(fn, std::move(args), std::move(kwargs));
       break;
   }
   unsupported("call to " + callable_name(f) + " is not supported (not a torch operation)");

@@ -60,6 +60,14 @@ void list_extend(Tracer& t, const Instruction& i) {
   list = Value::list(std::move(items));
 }
 
+// LIST_APPEND(i): list literal / comprehension building; the list is below `i - 1` other items.
+void list_append(Tracer& t, const Instruction& i) {
+  ValuePtr v = t.pop();
+  ValuePtr& list = t.peek(i.arg);
+  if (list->kind != VKind::List || list->source) t.unsupported("LIST_APPEND on " + list->describe());
+  list->items.push_back(std::move(v));  // in place: a list made in the trace is one object wherever it is
+}
+
 void list_to_tuple(Tracer& t, const Instruction&) {
   ValuePtr l = t.pop();
   if (l->kind != VKind::List) t.unsupported("LIST_TO_TUPLE on " + l->describe());
@@ -101,6 +109,7 @@ void register_build(HandlerTable& t) {
   on("BUILD_SLICE", build_slice);
   on("UNPACK_SEQUENCE", unpack_sequence);
   on("LIST_EXTEND", list_extend);
+  on("LIST_APPEND", list_append);
   on("LIST_TO_TUPLE", list_to_tuple);
   on("FORMAT_VALUE", format_value);
   on("BUILD_STRING", build_string);

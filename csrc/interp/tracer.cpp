@@ -24,8 +24,7 @@ PyRefs& PyRefs::get() {
   return *refs;
 }
 
-namespace {
-const HandlerTable& handlers() {
+const HandlerTable& handler_table() {
   static HandlerTable table = [] {
     HandlerTable t{};
     register_load_store(t);
@@ -38,7 +37,6 @@ const HandlerTable& handlers() {
   }();
   return table;
 }
-}  // namespace
 
 Tracer::Tracer(PyCodeObject* c, const guards::FrameView& f) : code(c), fv(f) {
   int n = compat::code_nlocalsplus(code);
@@ -59,7 +57,7 @@ Tracer::Status Tracer::run() {
     status_ = Status::Unsupported;
     stop_.reason = std::string("cannot decode bytecode: ") + e.what();
   }
-  const auto& table = handlers();
+  const auto& table = handler_table();
   while (status_ == Status::Running) {
     // Snapshot what a failing instruction may have changed, to stop cleanly *before* it.
     std::vector<ValuePtr> saved_stack = stack;
@@ -209,6 +207,7 @@ std::string Tracer::local_name(int slot) const {
 
 ValuePtr Tracer::load_local(int slot) {
   if (slot < 0 || slot >= static_cast<int>(locals.size())) unsupported("bad local slot");
+  if (inline_depth_ > 0) return locals[slot];  // inlined frames are bound from the call's arguments
   if (!local_loaded[slot]) {
     local_loaded[slot] = 1;
     int kind = compat::code_localsplus_kind(code, slot);

@@ -41,6 +41,8 @@ void register_call(HandlerTable& t);
 void register_build(HandlerTable& t);
 void register_control(HandlerTable& t);
 void register_with(HandlerTable& t);
+// The opcode -> handler table (built once from the families above).
+const HandlerTable& handler_table();
 // True for torch.no_grad / torch.enable_grad (classes whose `with` blocks are traced; ops_with.cpp).
 bool is_grad_context_class(py::handle fn);
 
@@ -106,6 +108,10 @@ class Tracer {
                               std::vector<std::pair<std::string, ValuePtr>> kwargs);
   // Switches grad mode inside the graph (a torch._C._set_grad_enabled node) and for the rest of the trace.
   void set_grad_mode(bool enabled);
+  // Traces a call of a user Python function (a PyFunction) inline; throws Unsupported when it cannot.
+  ValuePtr inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
+                       std::vector<std::pair<std::string, ValuePtr>> kwargs);
+  int inline_depth() const { return inline_depth_; }
   // A binary/unary Python operator (an `operator` module function) applied to values.
   ValuePtr apply_operator(py::handle op, std::vector<ValuePtr> args);
   // container[key] = value on a tensor container (an operator.setitem node kept for its effect).
@@ -123,6 +129,9 @@ class Tracer {
   bool breakable(size_t index, std::string* why) const;
   // True if instruction `index` is inside a loop (a later backward jump lands at or before it).
   bool loop_depth(size_t index) const;
+  // Runs handlers until RETURN_VALUE in the current (inlined) frame state; Unsupported propagates.
+  void run_nested();
+  int inline_depth_ = 0;
   Status status_ = Status::Running;
   StopInfo stop_;
   int lineno_ = -1;

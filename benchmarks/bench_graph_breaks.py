@@ -1,0 +1,136 @@
+# Graph breaks: first-call time of all graphs and continuations (seeds' bar, a break-heavy chain) and the
+# steady-state overhead of a function with one break: torch._dynamo vs cdynamo.
+import argparse
+import gc
+import time
+
+import torch
+
+try:
+    from . import common as C
+except ImportError:  # run as a script
+    import common as C
+
+SPEEDUP_TARGET = 10.0   # dynamo first-call time / cdynamo first-call time >= 10x
+RATIO_TARGET = 1 / 3    # cdynamo per-call overhead / dynamo per-call overhead <= 1/3
+N_BREAKS = 8            # conditional breaks in the break-heavy chain
+
+
+def bar(a, b):
+    x = a / (torch.abs(a) + 1)
+    if b.sum() < 0:
+        b = b * -1
+    return x * b
+
+
+def make_break_chain(n):
+    """n segments of 3 ops, each followed by a data-dependent branch (always taken at run time)."""
+    lines = [f"def break_chain_{n}(x, y):"]
+    for i in range(n):
+        lines += ["    x = torch.sin(x) * 1.01 + y", "    if x.sum() > -1e9:", "        x = x.tanh()"]
+    lines.append("    return x")
+    ns = {"torch": torch}
+    exec(compile("\n".join(lines) + "\n", f"<break_chain_{n}>", "exec"), ns)
+    return ns[f"break_chain_{n}"]
+
+
+def first_calls_ms(frontend, fn, arg_sets, repeat):
+    """Median over `repeat` fresh compiles of the time to run fn once per arg set (all graphs and
+    continuations those calls need). Returns (ms, outputs of the last repeat, backend)."""
+    times, outs, backend = [], None, None
+    for _ in range(repeat):
+        f = C.fresh_copy(fn)
+        backend = C.CountingBackend()
+        frontend.reset()
+        gc.collect()
+        t0 = time.perf_counter_ns()
+        opt = frontend.compile(f, backend)
+        outs = [opt(*args) for args in arg_sets]
+        times.append(time.perf_counter_ns() - t0)
+    frontend.reset()
+    return C.median(times) / 1e6, outs, backend
+
+
+def run(quick=False):
+    C.setup()
+    torch.manual_seed(0)
+    dyn, cdyn = C.DynamoFrontend(), C.CDynamoFrontend()
+    a, b, y = torch.randn(10), torch.randn(10).abs() + 0.1, torch.randn(10)
+    chain = make_break_chain(N_BREAKS)
+    cases = [("bar, both branches (3 graphs)", bar, [(a, b), (a, -b)]),
+             (f"chain with {N_BREAKS} breaks", chain, [(a, y)])]
+    repeat = 3 if quick else 7
+
+    t1 = C.Table("Graph breaks, first calls: every graph + continuation compiled and run", "ms")
+    results = []
+    for fe in (dyn, cdyn):  # pay one-time initialisation outside the measurement
+        try:
+            first_calls_ms(fe, bar, [(a, b)], 1)
+        except Exception:  # noqa: BLE001 - reported per case below
+            pass
+    for label, fn, arg_sets in cases:
+        refs = [fn(*args) for args in arg_sets]
+        eager_ms = sum(C.loop_ns(fn, args, 200) for args in arg_sets) / 1e6
+        vals, notes, graphs = {}, [], {}
+        for fe in (dyn, cdyn):
+            try:
+                ms, outs, be = first_calls_ms(fe, fn, arg_sets, repeat)
+                vals[fe.name] = ms
+                graphs[fe.name] = be.graphs
+                if not all(torch.allclose(o, r) for o, r in zip(outs, refs)):
+                    notes.append(f"{fe.name}: output differs from eager")
+            except Exception as e:  # noqa: BLE001
+                vals[fe.name] = "ERR"
+                notes.append(f"{fe.name} ERROR: {C.short_error(e)}")
+        notes.insert(0, "graphs " + "/".join(f"{k}={v}" for k, v in graphs.items()))
+        d, c = vals[dyn.name], vals[cdyn.name]
+        sp = C.ratio(d, c)
+        t1.add(label, eager_ms, d, c, sp, f">={SPEEDUP_TARGET:g}x", C.status(None if sp is None else sp >= SPEEDUP_TARGET),
+               "; ".join(notes))
+        results.append(dict(case=label, eager_ms=eager_ms, dynamo_ms=d, cdynamo_ms=c, speedup=sp, notes=notes))
+
+    number, reps = (2000, 3) if quick else (10000, 5)
+    t2 = C.Table(f"Graph breaks, cached calls: overhead over eager (median of {reps} x {number})", "us per call")
+    over = {}
+    steady = [("bar, one break (graph, continuation, graph)", bar, (a, b)),
+              (f"chain with {N_BREAKS} breaks", chain, (a, y))]
+    for label, fn, args in steady:
+        vals, notes, eager_us = {}, [], None
+        for fe in (dyn, cdyn):
+            try:
+                backend = C.CountingBackend()
+                fe.reset()
+                opt = fe.compile(C.fresh_copy(fn), backend)
+                opt(*args)
+                n_graphs = backend.graphs
+                res = C.interleaved_ns({"eager": fn, "compiled": opt}, args, number, reps)
+                if backend.graphs != n_graphs:
+                    notes.append(f"{fe.name}: recompiled while timing")
+                eager_us = C.median(res["eager"]) / 1e3
+                vals[fe.name] = C.median([ci - ei for ci, ei in zip(res["compiled"], res["eager"])]) / 1e3
+            except Exception as e:  # noqa: BLE001
+                vals[fe.name] = "ERR"
+                notes.append(f"{fe.name} ERROR: {C.short_error(e)}")
+            finally:
+                fe.reset()
+        d, c = vals[dyn.name], vals[cdyn.name]
+        r = C.ratio(c, d)
+        over[label] = dict(dynamo_us=d, cdynamo_us=c, cdynamo_over_dynamo=r)
+        t2.add(label, eager_us, d, c, C.ratio(d, c), f"c/d<={RATIO_TARGET:.2f}",
+               C.status(None if r is None else r <= RATIO_TARGET),
+               "; ".join(notes + ([f"cdynamo/dynamo overhead = {r:.3f}"] if r is not None else [])))
+    t1.note("first calls = fresh code object, reset, then one call per branch direction; median of repeats")
+    return [t1, t2], dict(first_calls=results, overhead=over)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="fewer repeats")
+    a = ap.parse_args()
+    tables, _ = run(quick=a.quick)
+    for t in tables:
+        t.print()
+
+
+if __name__ == "__main__":
+    main()

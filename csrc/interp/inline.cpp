@@ -1,0 +1,168 @@
+// inline.cpp — owns inlining of user Python functions into the trace: argument binding (positional,
+// keyword, defaults, keyword-only, *args), closures read through their cells, and the callee's frame
+// state swapped in and out around a nested run of the handlers.
+#include "compat/compat.h"
+#include "interp/skip_files.h"
+#include "interp/tracer.h"
+
+namespace cdynamo::interp {
+
+namespace {
+
+constexpr int kMaxInlineDepth = 16;
+
+std::string qualname(py::handle f) {
+  py::object q = py::getattr(f, "__qualname__", py::str("?"));
+  return py::str(q).cast<std::string>();
+}
+
+// Wraps element `i` of a tuple attribute of the function (its __defaults__ or __closure__) with a source
+// when the function has one, so that the trace's reliance on it is guarded.
+SourcePtr fn_part(const ValuePtr& fn, const char* attr, int i) {
+  if (!fn->source) return nullptr;
+  return guards::Source::item(guards::Source::attr(fn->source, attr), i);
+}
+
+}  // namespace
+
+ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
+                             std::vector<std::pair<std::string, ValuePtr>> kwargs) {
+  py::handle f = fn->obj;
+  auto* callee = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(f.ptr()));  // borrowed
+  std::string name = qualname(f);
+  int flags = callee->co_flags;
+  if (flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE))
+    unsupported("call to generator/coroutine function " + name);
+  if (is_library_file(callee)) unsupported("call to library function " + name + " (not inlined)");
+  if (PyFunction_GET_GLOBALS(f.ptr()) != fv.globals)
+    unsupported("call to " + name + " from another module (inlining across modules is not supported yet)");
+  if (inline_depth_ >= kMaxInlineDepth) unsupported("inlining depth limit reached at " + name);
+  if (callee->co_ncellvars > 0) unsupported("call to " + name + ", which has cell variables (not supported yet)");
+  if (flags & CO_VARKEYWORDS) unsupported("call to " + name + " with **kwargs parameter (not supported yet)");
+
+  // --- bind arguments to the callee's localsplus slots ---
+  const int nslots = compat::code_nlocalsplus(callee);
+  const int argc = callee->co_argcount, kwonly = callee->co_kwonlyargcount, posonly = callee->co_posonlyargcount;
+  std::vector<ValuePtr> slots(static_cast<size_t>(nslots));
+  size_t npos = std::min(args.size(), static_cast<size_t>(argc));
+  for (size_t i = 0; i < npos; ++i) slots[i] = args[i];
+  if (args.size() > static_cast<size_t>(argc)) {
+    if (!(flags & CO_VARARGS)) unsupported(name + "() takes " + std::to_string(argc) + " positional arguments");
+    std::vector<ValuePtr> rest(args.begin() + argc, args.end());
+    slots[static_cast<size_t>(argc + kwonly)] = Value::tuple(std::move(rest));
+  } else if (flags & CO_VARARGS) {
+    slots[static_cast<size_t>(argc + kwonly)] = Value::tuple({});
+  }
+  for (auto& [key, v] : kwargs) {
+    int at = -1;
+    for (int i = posonly; i < argc + kwonly; ++i)
+      if (py::str(compat::code_localsplus_name(callee, i)).cast<std::string>() == key) at = i;
+    if (at < 0) unsupported(name + "() got an unexpected keyword argument '" + key + "'");
+    if (slots[static_cast<size_t>(at)]) unsupported(name + "() got multiple values for argument '" + key + "'");
+    slots[static_cast<size_t>(at)] = v;
+  }
+  PyObject* defaults = PyFunction_GET_DEFAULTS(f.ptr());  // borrowed tuple or NULL
+  Py_ssize_t ndef = defaults ? PyTuple_GET_SIZE(defaults) : 0;
+  for (int i = 0; i < argc; ++i) {
+    if (slots[static_cast<size_t>(i)]) continue;
+    Py_ssize_t d = i - (argc - ndef);
+    if (d < 0) unsupported(name + "() missing a required argument");
+    py::handle dv = PyTuple_GET_ITEM(defaults, d);
+    SourcePtr src = fn_part(fn, "__defaults__", static_cast<int>(d));
+    slots[static_cast<size_t>(i)] = src ? wrap(dv, src) : Value::constant(py::reinterpret_borrow<py::object>(dv));
+    if (!src && !is_constant_object(dv)) unsupported("default of " + name + " without a source");
+  }
+  PyObject* kwdefaults = PyFunction_GET_KW_DEFAULTS(f.ptr());  // borrowed dict or NULL
+  for (int i = argc; i < argc + kwonly; ++i) {
+    if (slots[static_cast<size_t>(i)]) continue;
+    PyObject* key = compat::code_localsplus_name(callee, i);                     // borrowed
+    PyObject* dv = kwdefaults ? PyDict_GetItemWithError(kwdefaults, key) : nullptr;  // borrowed
+    if (!dv) {
+      if (PyErr_Occurred()) throw py::error_already_set();
+      unsupported(name + "() missing a keyword-only argument");
+    }
+    if (!is_constant_object(dv)) unsupported("non-constant keyword-only default of " + name);
+    slots[static_cast<size_t>(i)] = Value::constant(py::reinterpret_borrow<py::object>(dv));
+  }
+  // Free variables: the cells' contents, read through the function's __closure__.
+  PyObject* closure = PyFunction_GET_CLOSURE(f.ptr());  // borrowed tuple or NULL
+  int nfree = static_cast<int>(callee->co_nfreevars);
+  for (int k = 0; k < nfree; ++k) {
+    int slot = nslots - nfree + k;
+    SourcePtr src = fn_part(fn, "__closure__", k);
+    if (!src || !closure) unsupported("closure of " + name + " without a source");
+    PyObject* cell = PyTuple_GET_ITEM(closure, k);   // borrowed
+    PyObject* content = PyCell_GET(cell);            // borrowed, may be NULL
+    if (content) slots[static_cast<size_t>(slot)] = wrap(content, guards::Source::attr(src, "cell_contents"));
+  }
+
+  // --- swap the callee's frame state in, run it, swap back ---
+  struct Saved {
+    PyCodeObject* code;
+    bytecode::Bytecode bc;
+    std::vector<ValuePtr> stack, locals;
+    std::vector<char> local_loaded;
+    py::object kw_names;
+    ValuePtr return_value;
+    size_t pc;
+    bool stopped;
+    int lineno;
+  } saved{code, std::move(bc), std::move(stack), std::move(locals), std::move(local_loaded), kw_names,
+          return_value, pc, stopped, lineno_};
+  auto restore = [&] {
+    code = saved.code;
+    bc = std::move(saved.bc);
+    stack = std::move(saved.stack);
+    locals = std::move(saved.locals);
+    local_loaded = std::move(saved.local_loaded);
+    kw_names = saved.kw_names;
+    return_value = saved.return_value;
+    pc = saved.pc;
+    stopped = saved.stopped;
+    lineno_ = saved.lineno;
+    --inline_depth_;
+  };
+  ++inline_depth_;
+  try {
+    code = callee;
+    bc = bytecode::decode(callee);
+    stack.clear();
+    locals = std::move(slots);
+    local_loaded.assign(static_cast<size_t>(nslots), 1);  // an inlined frame never reads a real frame
+    kw_names = py::object();
+    return_value = nullptr;
+    pc = 0;
+    stopped = false;
+    run_nested();
+    ValuePtr result = return_value;
+    restore();
+    return result;
+  } catch (const Unsupported& e) {
+    int line = lineno_;
+    std::string file = py::str(callee->co_filename).cast<std::string>();
+    restore();
+    std::string reason = "call to " + name + " could not be inlined: " + e.what() + " (at " + file + ":" +
+                         std::to_string(line) + ")";
+    stop_.reason = reason;
+    throw Unsupported(reason);
+  } catch (...) {
+    restore();
+    throw;
+  }
+}
+
+void Tracer::run_nested() {
+  const auto& table = handler_table();
+  while (!stopped) {
+    if (pc >= bc.insts.size()) unsupported("fell off the end of the bytecode");
+    const auto& inst = *bc.insts[pc];
+    if (inst.pos.line >= 0) lineno_ = inst.pos.line;
+    Handler h = table[inst.opcode & 0xff];
+    if (!h) unsupported(std::string("opcode ") + bytecode::opname(inst.opcode) + " is not supported yet");
+    size_t before = pc;
+    h(*this, inst);
+    if (pc == before) pc++;
+  }
+}
+
+}  // namespace cdynamo::interp

@@ -1,0 +1,33 @@
+// skip_files.cpp — owns the list of directories whose code is library code (torch, the stdlib, cdynamo):
+// never captured by the hook, never inlined by the tracer.
+#include "interp/skip_files.h"
+
+namespace cdynamo::interp {
+
+namespace {
+std::vector<std::string>& prefixes() {
+  static auto* v = new std::vector<std::string>();  // process lifetime
+  return *v;
+}
+}  // namespace
+
+void set_skip_dirs(std::vector<std::string> dirs) {
+  for (auto& d : dirs)
+    if (!d.empty() && d.back() != '/') d += '/';
+  prefixes() = std::move(dirs);
+}
+
+bool is_library_file(PyCodeObject* code) {
+  const char* f = PyUnicode_AsUTF8(code->co_filename);  // borrowed buffer
+  if (!f) {
+    PyErr_Clear();
+    return true;
+  }
+  std::string file(f);
+  if (file.empty() || file[0] == '<') return file.rfind("<frozen", 0) == 0;
+  for (const auto& p : prefixes())
+    if (file.rfind(p, 0) == 0) return true;
+  return false;
+}
+
+}  // namespace cdynamo::interp

@@ -1,0 +1,17 @@
+// skip_files.h — owns which source files are library code (never captured, never inlined).
+#pragma once
+
+#include <Python.h>
+
+#include <string>
+#include <vector>
+
+namespace cdynamo::interp {
+
+// Replaces the library directories (a '/' is appended where missing). Set from Python at import time
+// (cdynamo._core), never computed inside the frame hook, where running Python would re-enter it.
+void set_skip_dirs(std::vector<std::string> dirs);
+// True if `code` comes from a library directory or a frozen module.
+bool is_library_file(PyCodeObject* code);
+
+}  // namespace cdynamo::interp
