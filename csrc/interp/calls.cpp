@@ -29,6 +29,21 @@ const ValuePtr* first_tensor(const std::vector<ValuePtr>& args) {
   return nullptr;
 }
 
+bool is_device_like(py::handle o) {
+  return PyUnicode_Check(o.ptr()) || py::isinstance(o, PyRefs::get().torch_device);
+}
+
+// Calls `fn(*args, **kwargs)` on meta example values; a Python error becomes Unsupported.
+py::object run_meta(Tracer& t, const std::string& what, py::handle fn, py::tuple args, py::dict kwargs) {
+  try {
+    return fn(*args, **kwargs);
+  } catch (py::error_already_set& e) {
+    t.unsupported(what + " failed during shape propagation: " + std::string(e.what()));
+  }
+}
+
+}  // namespace
+
 bool foldable(const ValuePtr& v) {
   switch (v->kind) {
     case VKind::Const: return true;
@@ -44,21 +59,6 @@ bool foldable(const ValuePtr& v) {
     default: return false;
   }
 }
-
-bool is_device_like(py::handle o) {
-  return PyUnicode_Check(o.ptr()) || py::isinstance(o, PyRefs::get().torch_device);
-}
-
-// Calls `fn(*args, **kwargs)` on meta example values; a Python error becomes Unsupported.
-py::object run_meta(Tracer& t, const std::string& what, py::handle fn, py::tuple args, py::dict kwargs) {
-  try {
-    return fn(*args, **kwargs);
-  } catch (py::error_already_set& e) {
-    t.unsupported(what + " failed during shape propagation: " + std::string(e.what()));
-  }
-}
-
-}  // namespace
 
 ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
                       std::vector<std::pair<std::string, ValuePtr>> kwargs) {
@@ -276,7 +276,10 @@ ValuePtr Tracer::apply_operator(py::handle op, std::vector<ValuePtr> args) {
   for (const auto& a : args) tensors |= any_tensor(a);
   std::string name = py::str(op.attr("__name__")).cast<std::string>();
   if (!tensors) {
-    // Constant folding (tuples/lists of constants included).
+    // Constant folding (tuples/lists of constants included); never over mutable objects, whose
+    // contents can change after the trace (only their identity is guarded).
+    for (const auto& a : args)
+      if (!foldable(a)) unsupported("operator." + name + " on " + a->describe() + " (not a constant)");
     py::tuple pargs(args.size());
     for (size_t i = 0; i < args.size(); ++i) pargs[i] = args[i]->as_python();
     py::object r;

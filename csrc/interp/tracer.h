@@ -41,6 +41,9 @@ void register_call(HandlerTable& t);
 void register_build(HandlerTable& t);
 void register_control(HandlerTable& t);
 void register_with(HandlerTable& t);
+// True if calling a pure function on `v` at trace time is sound: constants, tuples/lists of them, and
+// immutable objects (classes, functions, modules); never iterators, dicts, sets or user objects.
+bool foldable(const ValuePtr& v);
 // The opcode -> handler table (built once from the families above).
 const HandlerTable& handler_table();
 // True for torch.no_grad / torch.enable_grad (classes whose `with` blocks are traced; ops_with.cpp).

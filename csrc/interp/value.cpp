@@ -103,7 +103,7 @@ std::string Value::describe() const {
 bool is_constant_object(py::handle o) {
   if (o.is_none() || PyBool_Check(o.ptr()) || PyLong_CheckExact(o.ptr()) || PyFloat_CheckExact(o.ptr()) ||
       PyUnicode_CheckExact(o.ptr()) || PyComplex_CheckExact(o.ptr()) || PySlice_Check(o.ptr()) ||
-      o.ptr() == Py_Ellipsis || PyBytes_CheckExact(o.ptr()))
+      o.ptr() == Py_Ellipsis || PyBytes_CheckExact(o.ptr()) || PyRange_Check(o.ptr()))
     return true;
   // torch.dtype, torch.device, torch.layout, torch.memory_format, torch.Size (a tuple of ints)
   static PyObject* torch_consts = nullptr;

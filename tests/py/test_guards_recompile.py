@@ -159,3 +159,34 @@ def test_aliased_inputs_guarded():
     w_eager = torch.zeros(3)
     torch.testing.assert_close(opt(w, w), fn(w_eager, w_eager))
     assert cnt.frame_count == 2
+
+
+CONFIG = {"scale": 2}
+
+
+def _scaled_by_global_dict(x):
+    return x * CONFIG["scale"]
+
+
+def test_mutable_global_contents_are_never_baked_in():
+    # Only the dict's identity could be guarded: its contents must be read at run time, not folded.
+    opt = cdynamo.optimize("eager")(_scaled_by_global_dict)
+    x = torch.ones(2)
+    try:
+        torch.testing.assert_close(opt(x), _scaled_by_global_dict(x))
+        CONFIG["scale"] = 3
+        torch.testing.assert_close(opt(x), _scaled_by_global_dict(x))
+        assert opt(x)[0].item() == 3.0
+    finally:
+        CONFIG["scale"] = 2
+
+
+def test_builtin_over_iterator_is_not_folded():
+    def fn(x):
+        pairs = list(enumerate("ab"))
+        return x + pairs[1][0] + len(list(zip([1, 2], [3, 4])))
+
+    x = torch.zeros(2)
+    opt = cdynamo.optimize("eager")(fn)
+    torch.testing.assert_close(opt(x), fn(x))
+    torch.testing.assert_close(opt(x), fn(x))
