@@ -2,6 +2,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "interp/meta_cache.h"
 #include "interp/skip_files.h"
 
 #include "hook/cache.h"
@@ -36,7 +37,16 @@ PYBIND11_MODULE(_C, m) {
         return cb ? py::reinterpret_borrow<py::object>(cb) : py::object(py::none());
       },
       "This thread's frame callback (None, RUN_ONLY or a callback).");
-  m.def("reset", &hook::reset_all, "Frees every cache entry and the globals they injected.");
+  m.def(
+      "reset",
+      [] {
+        hook::reset_all();
+        interp::meta_cache_clear();
+      },
+      "Frees every cache entry and the globals they injected, and forgets memoized shape propagation.");
+  m.def(
+      "meta_cache_stats", [] { return interp::meta_cache_stats(); },
+      "(entries, hits) of the shape-propagation memo since the last reset.");
   m.def(
       "skip_code",
       [](py::object code) {

@@ -1,8 +1,10 @@
 // calls.cpp — owns symbolic calls: torch functions and tensor methods into the graph (with meta shape
 // propagation), operators and pure builtins folded on constants.
+#include <optional>
 #include <unordered_set>
 
 #include "guards/tensor_match.h"
+#include "interp/meta_cache.h"
 #include "interp/torch_rules.h"
 #include "interp/tracer.h"
 
@@ -209,7 +211,19 @@ ValuePtr Tracer::call_torch(py::handle fn, std::vector<ValuePtr> args,
     }
   }
   std::string name = callable_name(fn);
-  py::object result = run_meta(*this, name, fn, margs, mkw);
+  // Memoized shape propagation for torch's own (process-lifetime) functions; never for in-place ones.
+  std::optional<MetaKey> key;
+  CallKind kind = classify_callable(fn);
+  if ((kind == CallKind::TorchOp || kind == CallKind::TorchFactory) && !name.empty() && name.back() != '_') {
+    key.emplace("F" + std::to_string(reinterpret_cast<uintptr_t>(fn.ptr())));
+    for (const auto& a : args) key->add(a);
+    for (const auto& kv : kwargs) key->add_kw(kv.first, kv.second);
+  }
+  py::object result = key ? meta_cache_lookup(*key) : py::object();
+  if (!result) {
+    result = run_meta(*this, name, fn, margs, mkw);
+    if (key) meta_cache_store(*key, result);
+  }
   if (!guards::is_tensor(result.ptr()) && !PyTuple_Check(result.ptr()) && !PyList_Check(result.ptr()))
     unsupported(name + " returned " + std::string(Py_TYPE(result.ptr())->tp_name) + ", not a tensor");
   graph::Node* n = graph.call_function(py::reinterpret_borrow<py::object>(fn), std::move(gargs), std::move(gkwargs),
@@ -252,13 +266,24 @@ ValuePtr Tracer::call_tensor_method(const ValuePtr& self, const std::string& nam
     }
     mkw[py::str(kv.first)] = to_example(kv.second);
   }
-  py::object bound;
-  try {
-    bound = self->example.attr(name.c_str());
-  } catch (py::error_already_set& e) {
-    unsupported("Tensor." + name + ": " + std::string(e.what()));
+  std::optional<MetaKey> key;
+  if (!name.empty() && name.back() != '_' && !tensor_method_metadata(name) && name != "to") {
+    key.emplace("M" + name);
+    key->add(self);
+    for (const auto& a : args) key->add(a);
+    for (const auto& kv : kwargs) key->add_kw(kv.first, kv.second);
   }
-  py::object result = run_meta(*this, "Tensor." + name, bound, py::tuple(margs), mkw);
+  py::object result = key ? meta_cache_lookup(*key) : py::object();
+  if (!result) {
+    py::object bound;
+    try {
+      bound = self->example.attr(name.c_str());
+    } catch (py::error_already_set& e) {
+      unsupported("Tensor." + name + ": " + std::string(e.what()));
+    }
+    result = run_meta(*this, "Tensor." + name, bound, py::tuple(margs), mkw);
+    if (key) meta_cache_store(*key, result);
+  }
   if (tensor_method_metadata(name)) {
     if (!is_constant_object(result)) unsupported("Tensor." + name + " returned a non-constant");
     return Value::constant(result);
@@ -310,7 +335,17 @@ ValuePtr Tracer::apply_operator(py::handle op, std::vector<ValuePtr> args) {
     margs[i] = to_example(args[i]);
     if (!device && args[i]->is_tensor()) device = args[i]->device;
   }
-  py::object result = run_meta(*this, "operator." + name, op, margs, py::dict());
+  // In-place operators (iadd, imul, ...) mutate their example and are never memoized.
+  std::optional<MetaKey> key;
+  if (!name.empty() && name[0] != 'i') {
+    key.emplace("O" + name);
+    for (const auto& a : args) key->add(a);
+  }
+  py::object result = key ? meta_cache_lookup(*key) : py::object();
+  if (!result) {
+    result = run_meta(*this, "operator." + name, op, margs, py::dict());
+    if (key) meta_cache_store(*key, result);
+  }
   if (!guards::is_tensor(result.ptr()))
     unsupported("operator." + name + " on tensors returned " + std::string(Py_TYPE(result.ptr())->tp_name));
   graph::Node* n = graph.call_function(py::reinterpret_borrow<py::object>(op), std::move(gargs), {}, result);

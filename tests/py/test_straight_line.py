@@ -172,3 +172,79 @@ def test_grad_mode_guard_recompiles_under_no_grad():
     with torch.no_grad():
         assert not opt(x).requires_grad
     assert counter.frame_count == 2
+
+
+class _RecordingBackend:
+    def __init__(self):
+        self.graphs = []
+
+    def __call__(self, gm, example_inputs):
+        self.graphs.append(gm)
+        return gm.forward
+
+
+def _check_example_values(gm, real_inputs):
+    """Runs gm node by node on real inputs and checks every node's meta example value has the real
+    result's shape, strides, dtype and requires_grad (what shape propagation promised the backend)."""
+    import torch.fx
+
+    seen = []
+
+    class Rec(torch.fx.Interpreter):
+        def run_node(self, n):
+            out = super().run_node(n)
+            ev = n.meta.get("example_value")
+            if isinstance(out, torch.Tensor) and isinstance(ev, torch.Tensor):
+                seen.append(n.name)
+                assert tuple(ev.shape) == tuple(out.shape), (n.name, ev.shape, out.shape)
+                assert ev.dtype == out.dtype, (n.name, ev.dtype, out.dtype)
+                assert ev.requires_grad == out.requires_grad, (n.name, ev.requires_grad, out.requires_grad)
+                if out.is_contiguous() and ev.is_contiguous():
+                    assert ev.stride() == out.stride(), (n.name, ev.stride(), out.stride())
+            return out
+
+    Rec(gm).run(*real_inputs)
+    return seen
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case_id(c) for c in CASES])
+def test_example_values_match_real_results(case):
+    fn, make_args, _ = case
+    torch.manual_seed(0)
+    args = make_args()
+    rec = _RecordingBackend()
+    cdynamo.optimize(rec)(fn)(*clone_args(args))
+    assert len(rec.graphs) == 1
+    # The real inputs in placeholder order: tensors of the arguments, found through the example metadata.
+    gm = rec.graphs[0]
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    real = []
+    flat = [a for a in args if isinstance(a, torch.Tensor)]
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            flat += [t for t in a if isinstance(t, torch.Tensor)]
+    for p in placeholders:
+        ev = p.meta["example_value"]
+        match = [t for t in flat if tuple(t.shape) == tuple(ev.shape) and t.dtype == ev.dtype]
+        if not match:
+            pytest.skip("placeholder not found among the arguments (a global tensor)")
+        real.append(match[0].detach().clone().requires_grad_(match[0].requires_grad))
+    _check_example_values(gm, real)
+
+
+def test_shape_memo_hits_and_keeps_metadata_apart():
+    def fn(x, y, z):
+        a, b, c = x.sin(), y.sin(), z.sin()        # one op, three different input metadata
+        d, e = torch.sin(x), torch.sin(x)          # same key twice: a memo hit
+        f = a * 2, b * 2, c * 2
+        return a, b, c, d, e, f, a.shape, b.dtype, c.requires_grad, c.shape
+
+    x, y, z = torch.randn(3), torch.randn(3, dtype=torch.float64), torch.randn(2, 3, requires_grad=True)
+    rec = _RecordingBackend()
+    got = cdynamo.optimize(rec)(fn)(x, y, z)
+    assert_same(got, fn(x, y, z))
+    _, hits = cdynamo._C.meta_cache_stats()
+    assert hits >= 1
+    _check_example_values(rec.graphs[0], [x, y, z])
+    cdynamo.reset()
+    assert cdynamo._C.meta_cache_stats() == (0, 0)
