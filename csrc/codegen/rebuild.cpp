@@ -101,6 +101,11 @@ void Rebuilder::push(const ValuePtr& v, int above) {
       e_.load_const(v->obj);
       return;
     case VKind::Object:
+      if (v->self) {  // a bound method: its receiver, then the attribute again
+        push(v->self, above);
+        e_.emit("LOAD_ATTR", e_.name_index(v->name));
+        return;
+      }
       if (v->source) e_.load_source(*v->source);
       else e_.load_const(v->obj);
       return;

@@ -71,6 +71,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
   }
   if (fn->kind != VKind::Object && fn->kind != VKind::Const) unsupported("call to " + fn->describe());
   py::handle f = fn->obj;
+  // A bound method calls its function with the receiver first, whatever the function is.
+  if (fn->self && fn->kind == VKind::Object) return call_object(fn, std::move(args), std::move(kwargs));
   if (is_grad_context_class(f) && args.empty() && kwargs.empty()) return Value::object(f());
   // Grad mode is known at every point of the trace (guarded at entry, switched only by traced `with`s).
   if (f.is(PyRefs::get().torch.attr("is_grad_enabled")) && args.empty() && kwargs.empty())
@@ -172,6 +174,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
     }
     case CallKind::Unknown:
       if (PyFunction_Check(f.ptr())) return inline_call(fn, std::move(args), std::move(kwargs));
+      if (fn->kind == VKind::Object && !PyType_Check(f.ptr())) return call_object(fn, std::move(args), std::move(kwargs));
       break;
   }
   unsupported("call to " + callable_name(f) + " is not supported (not a torch operation)");

@@ -33,8 +33,12 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
   int flags = callee->co_flags;
   if (flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE))
     unsupported("call to generator/coroutine function " + name);
-  if (is_library_file(callee)) unsupported("call to library function " + name + " (not inlined)");
-  if (PyFunction_GET_GLOBALS(f.ptr()) != fv.globals)
+  // torch.nn's module code (forward methods and their helpers) is inlined like user code; its module
+  // globals are program constants, as attributes of torch modules are (see is_trusted_module).
+  bool nn_library = is_torch_nn_module_file(callee);
+  if (is_library_file(callee) && !nn_library) unsupported("call to library function " + name + " (not inlined)");
+  PyObject* callee_globals = PyFunction_GET_GLOBALS(f.ptr());  // borrowed
+  if (callee_globals != fv.globals && !nn_library)
     unsupported("call to " + name + " from another module (inlining across modules is not supported yet)");
   if (inline_depth_ >= kMaxInlineDepth) unsupported("inlining depth limit reached at " + name);
   if (callee->co_ncellvars > 0) unsupported("call to " + name + ", which has cell variables (not supported yet)");
@@ -107,8 +111,12 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
     size_t pc;
     bool stopped;
     int lineno;
-  } saved{code, std::move(bc), std::move(stack), std::move(locals), std::move(local_loaded), kw_names,
-          return_value, pc, stopped, lineno_};
+    PyObject* globals;
+    PyObject* builtins;
+    bool trusted_globals;
+  } saved{code,         std::move(bc), std::move(stack), std::move(locals), std::move(local_loaded), kw_names,
+          return_value, pc,            stopped,          lineno_,           fv.globals,              fv.builtins,
+          trusted_globals_};
   auto restore = [&] {
     code = saved.code;
     bc = std::move(saved.bc);
@@ -120,11 +128,21 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
     pc = saved.pc;
     stopped = saved.stopped;
     lineno_ = saved.lineno;
+    fv.globals = saved.globals;
+    fv.builtins = saved.builtins;
+    trusted_globals_ = saved.trusted_globals;
     --inline_depth_;
   };
   ++inline_depth_;
   try {
     code = callee;
+    if (callee_globals != fv.globals) {
+      fv.globals = callee_globals;
+      PyObject* b = PyDict_GetItemString(callee_globals, "__builtins__");  // borrowed
+      if (b && PyModule_Check(b)) b = PyModule_GetDict(b);               // borrowed
+      if (b) fv.builtins = b;
+      trusted_globals_ = true;
+    }
     bc = bytecode::decode(callee);
     stack.clear();
     locals = std::move(slots);

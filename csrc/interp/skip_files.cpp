@@ -30,4 +30,13 @@ bool is_library_file(PyCodeObject* code) {
   return false;
 }
 
+bool is_torch_nn_module_file(PyCodeObject* code) {
+  const char* f = PyUnicode_AsUTF8(code->co_filename);  // borrowed buffer
+  if (!f) {
+    PyErr_Clear();
+    return false;
+  }
+  return std::string(f).find("/torch/nn/modules/") != std::string::npos && is_library_file(code);
+}
+
 }  // namespace cdynamo::interp

@@ -13,5 +13,7 @@ namespace cdynamo::interp {
 void set_skip_dirs(std::vector<std::string> dirs);
 // True if `code` comes from a library directory or a frozen module.
 bool is_library_file(PyCodeObject* code);
+// True for library code of torch.nn's modules (Linear.forward, ...), which the tracer may inline.
+bool is_torch_nn_module_file(PyCodeObject* code);
 
 }  // namespace cdynamo::interp

@@ -280,6 +280,17 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
 
 ValuePtr Tracer::load_global(const std::string& name) {
   py::str key(name);
+  if (trusted_globals_) {
+    // Globals of torch library code (an inlined torch.nn module): constants of the program, unguarded.
+    PyObject* g = PyDict_GetItemWithError(fv.globals, key.ptr());  // borrowed
+    if (!g && !PyErr_Occurred() && PyDict_Check(fv.builtins)) g = PyDict_GetItemWithError(fv.builtins, key.ptr());
+    if (!g) {
+      if (PyErr_Occurred()) throw py::error_already_set();
+      unsupported("name '" + name + "' is not defined");
+    }
+    py::object o = py::reinterpret_borrow<py::object>(g);
+    return is_constant_object(o) ? Value::constant(o) : Value::object(o);
+  }
   PyObject* v = PyDict_GetItemWithError(fv.globals, key.ptr());  // borrowed
   if (v) return wrap(v, guards::Source::global(name));
   if (PyErr_Occurred()) throw py::error_already_set();
@@ -315,7 +326,7 @@ ValuePtr Tracer::load_attr(const ValuePtr& obj, const std::string& name) {
         if (!obj->source) unsupported("attribute of a module without a source");
         return wrap(a, guards::Source::attr(obj->source, name));
       }
-      unsupported("attribute '" + name + "' of " + obj->describe() + " (object attributes are not supported yet)");
+      return object_attr(obj, name);
     }
     case VKind::Const: {
       // Attributes of constants (e.g. dtype.is_floating_point, Size methods) are constant.

@@ -115,6 +115,10 @@ class Tracer {
   ValuePtr inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
                        std::vector<std::pair<std::string, ValuePtr>> kwargs);
   int inline_depth() const { return inline_depth_; }
+  // Attribute of a user object or nn.Module (objects.cpp); calls of bound methods and modules.
+  ValuePtr object_attr(const ValuePtr& obj, const std::string& name);
+  ValuePtr call_object(const ValuePtr& fn, std::vector<ValuePtr> args,
+                       std::vector<std::pair<std::string, ValuePtr>> kwargs);
   // A binary/unary Python operator (an `operator` module function) applied to values.
   ValuePtr apply_operator(py::handle op, std::vector<ValuePtr> args);
   // container[key] = value on a tensor container (an operator.setitem node kept for its effect).
@@ -135,6 +139,7 @@ class Tracer {
   // Runs handlers until RETURN_VALUE in the current (inlined) frame state; Unsupported propagates.
   void run_nested();
   int inline_depth_ = 0;
+  bool trusted_globals_ = false;  // inlined torch library frame: its globals are program constants
   Status status_ = Status::Running;
   StopInfo stop_;
   int lineno_ = -1;

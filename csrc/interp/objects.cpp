@@ -1,0 +1,103 @@
+// objects.cpp — owns user objects in the trace: attribute reads (instance attributes, class attributes,
+// methods bound to their receiver, properties), calls of bound methods and of nn.Module instances
+// (forward inlined when the module has no hooks), each guarded through the object's Source.
+#include "compat/compat.h"
+#include "interp/tracer.h"
+
+namespace cdynamo::interp {
+
+namespace {
+
+// The module-hook dictionaries whose emptiness lets a module call be traced as its forward().
+const char* const kModuleHookDicts[] = {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
+                                        "_backward_pre_hooks", "_forward_hooks_with_kwargs",
+                                        "_forward_pre_hooks_with_kwargs"};
+const char* const kGlobalHookDicts[] = {"_global_forward_hooks", "_global_forward_pre_hooks",
+                                        "_global_backward_hooks", "_global_backward_pre_hooks",
+                                        "_global_forward_hooks_with_kwargs"};
+
+bool is_nn_module(py::handle o) {
+  static PyObject* module_cls = nullptr;  // borrowed from torch.nn (process lifetime)
+  if (!module_cls) module_cls = PyRefs::get().torch.attr("nn").attr("Module").ptr();
+  int r = PyObject_IsInstance(o.ptr(), module_cls);
+  if (r < 0) throw py::error_already_set();
+  return r == 1;
+}
+
+// A bound method value: the function (guarded by identity through `type(obj).name`) and its receiver.
+ValuePtr bound_method(Tracer& t, const ValuePtr& self, py::handle func, const std::string& name) {
+  SourcePtr fsrc = guards::Source::attr(guards::Source::attr(self->source, "__class__"), name);
+  ValuePtr f = t.wrap(func, fsrc);
+  ValuePtr m = Value::object(f->obj, fsrc);
+  m->self = self;
+  m->name = name;
+  return m;
+}
+
+}  // namespace
+
+ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
+  py::handle o = obj->obj;
+  if (!obj->source) unsupported("attribute '" + name + "' of " + obj->describe() + " (an object without a source)");
+  PyTypeObject* type = Py_TYPE(o.ptr());
+  py::str key(name);
+  PyObject* descr = _PyType_Lookup(type, key.ptr());  // borrowed, may be NULL
+  PyObject* inst_dict = nullptr;                     // borrowed
+  if (PyObject** dp = _PyObject_GetDictPtr(o.ptr())) inst_dict = *dp;
+  bool in_instance = inst_dict && PyDict_GetItemWithError(inst_dict, key.ptr());
+  if (PyErr_Occurred()) throw py::error_already_set();
+  if (descr && !in_instance) {
+    if (PyFunction_Check(descr)) return bound_method(*this, obj, descr, name);
+    if (PyObject_TypeCheck(descr, &PyProperty_Type)) {
+      py::object fget = py::reinterpret_borrow<py::object>(descr).attr("fget");
+      if (!PyFunction_Check(fget.ptr())) unsupported("property '" + name + "' with a non-Python getter");
+      SourcePtr psrc = guards::Source::attr(guards::Source::attr(obj->source, "__class__"), name);
+      wrap(descr, psrc);  // ID_MATCH on the property object
+      ValuePtr getter = Value::object(fget);
+      return inline_call(getter, {obj}, {});
+    }
+  }
+  // Instance attribute, class attribute or anything else getattr resolves (nn.Module.__getattr__ finds
+  // parameters, buffers and submodules): read now, guarded on the value through `obj.name`.
+  PyObject* v = PyObject_GetAttr(o.ptr(), key.ptr());  // new reference
+  if (!v) {
+    PyErr_Clear();
+    unsupported("attribute '" + name + "' of " + obj->describe() + " could not be read");
+  }
+  py::object value = py::reinterpret_steal<py::object>(v);
+  if (PyMethod_Check(v) || PyCFunction_Check(v))
+    unsupported("attribute '" + name + "' of " + obj->describe() + " is a bound method of another kind");
+  return wrap(value, guards::Source::attr(obj->source, name));
+}
+
+ValuePtr Tracer::call_object(const ValuePtr& fn, std::vector<ValuePtr> args,
+                             std::vector<std::pair<std::string, ValuePtr>> kwargs) {
+  py::handle f = fn->obj;
+  if (fn->self) {  // a bound Python method: inline with the receiver first
+    args.insert(args.begin(), fn->self);
+    ValuePtr plain = Value::object(fn->obj, fn->source);
+    return inline_call(plain, std::move(args), std::move(kwargs));
+  }
+  if (fn->source && is_nn_module(f)) {
+    // module(x) is module.forward(x) when no hook can run: the module's hook dicts are guarded empty.
+    for (const char* d : kModuleHookDicts) {
+      py::object hooks = py::getattr(f, d, py::none());
+      if (hooks.is_none()) continue;
+      if (py::len(hooks) != 0) unsupported(std::string("module call with ") + d + " registered");
+      guards.add(guards::length_match(guards::Source::attr(fn->source, d), hooks.ptr()));
+    }
+    py::module_ mm = py::module_::import("torch.nn.modules.module");
+    for (const char* d : kGlobalHookDicts) {
+      py::object hooks = py::getattr(mm, d, py::none());
+      if (!hooks.is_none() && py::len(hooks) != 0) unsupported(std::string("module call with global ") + d);
+    }
+    py::object forward = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(f.ptr())))
+                             .attr("forward");
+    if (!PyFunction_Check(forward.ptr())) unsupported("module whose forward is not a Python function");
+    ValuePtr m = bound_method(*this, fn, forward, "forward");
+    return call_object(m, std::move(args), std::move(kwargs));
+  }
+  unsupported("call to " + fn->describe());
+}
+
+}  // namespace cdynamo::interp
