@@ -125,6 +125,18 @@ void Rebuilder::push(const ValuePtr& v, int above) {
       return;
     case VKind::Method:
       throw interp::Unsupported("cannot rebuild a bound method on its own");
+    case VKind::Iter: {
+      // An iterator over values known at trace time: iter() of a tuple of the items not yet consumed.
+      if (v->pos != 0) throw interp::Unsupported("cannot rebuild an iterator in the middle of a loop");
+      e_.emit("PUSH_NULL");
+      e_.load_const(py::module_::import("builtins").attr("iter"));
+      int k = 0;
+      for (const auto& i : v->items) push(i, above + 2 + k++);
+      e_.emit("BUILD_TUPLE", static_cast<int>(v->items.size()));
+      e_.emit("PRECALL", 1);
+      e_.emit("CALL", 1);
+      return;
+    }
   }
 }
 

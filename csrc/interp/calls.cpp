@@ -74,6 +74,15 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
   // A bound method calls its function with the receiver first, whatever the function is.
   if (fn->self && fn->kind == VKind::Object) return call_object(fn, std::move(args), std::move(kwargs));
   if (is_grad_context_class(f) && args.empty() && kwargs.empty()) return Value::object(f());
+  if (kwargs.empty() && PyRefs::get().builtins.attr("__dict__").cast<py::dict>().contains(callable_name(f))) {
+    std::string bname = callable_name(f);
+    py::object real = PyRefs::get().builtins.attr(bname.c_str());
+    if (real.is(f)) {
+      if (bname == "len" && args.size() == 1 && (args[0]->kind == VKind::Tuple || args[0]->kind == VKind::List))
+        return Value::constant(py::int_(args[0]->items.size()));
+      if (ValuePtr r = call_iter_builtin(bname, args)) return r;
+    }
+  }
   // Grad mode is known at every point of the trace (guarded at entry, switched only by traced `with`s).
   if (f.is(PyRefs::get().torch.attr("is_grad_enabled")) && args.empty() && kwargs.empty())
     return Value::constant(py::bool_(guards::grad_mode_enabled()));

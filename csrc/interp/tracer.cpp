@@ -33,6 +33,7 @@ const HandlerTable& handler_table() {
     register_build(t);
     register_control(t);
     register_with(t);
+    register_iter(t);
     return t;
   }();
   return table;

@@ -41,6 +41,7 @@ void register_call(HandlerTable& t);
 void register_build(HandlerTable& t);
 void register_control(HandlerTable& t);
 void register_with(HandlerTable& t);
+void register_iter(HandlerTable& t);
 // True if calling a pure function on `v` at trace time is sound: constants, tuples/lists of them, and
 // immutable objects (classes, functions, modules); never iterators, dicts, sets or user objects.
 bool foldable(const ValuePtr& v);
@@ -115,6 +116,11 @@ class Tracer {
   ValuePtr inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
                        std::vector<std::pair<std::string, ValuePtr>> kwargs);
   int inline_depth() const { return inline_depth_; }
+  // The items of a value iterated at trace time (tuple, list, constant range/tuple/str, an iterator,
+  // nn.Sequential / nn.ModuleList with sources); throws Unsupported otherwise (ops_iter.cpp).
+  std::vector<ValuePtr> unpack_iterable(const ValuePtr& v);
+  // enumerate / zip / reversed / list / tuple over such values, or nullptr when not applicable.
+  ValuePtr call_iter_builtin(const std::string& name, const std::vector<ValuePtr>& args);
   // Attribute of a user object or nn.Module (objects.cpp); calls of bound methods and modules.
   ValuePtr object_attr(const ValuePtr& obj, const std::string& name);
   ValuePtr call_object(const ValuePtr& fn, std::vector<ValuePtr> args,

@@ -96,6 +96,7 @@ std::string Value::describe() const {
     case VKind::List: return "list of " + std::to_string(items.size());
     case VKind::Null: return "NULL";
     case VKind::Method: return "method " + self->describe() + "." + name;
+    case VKind::Iter: return "iterator over " + std::to_string(items.size()) + " values";
   }
   return "?";
 }

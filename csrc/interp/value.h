@@ -29,6 +29,7 @@ enum class VKind {
   List,    // list of values (created in the trace)
   Null,    // the NULL pushed by PUSH_NULL / LOAD_GLOBAL / LOAD_METHOD
   Method,  // bound method `self.name` where self is a Tensor value
+  Iter,    // an iterator over values known at trace time (items, position `pos`); loops unroll over it
 };
 
 struct Value;
@@ -44,7 +45,8 @@ struct Value {
   std::vector<ValuePtr> items;      // Tuple / List
   ValuePtr self;                    // Method
   std::string name;                 // Method name
-  int grad_exit = -1;               // Object: calling it leaves a grad-mode `with` block, restoring 0/1
+  int grad_exit = -1;
+  size_t pos = 0;                   // Iter: next item               // Object: calling it leaves a grad-mode `with` block, restoring 0/1
 
   static ValuePtr tensor(graph::Node* n, py::object example, py::object device, SourcePtr src = nullptr);
   static ValuePtr constant(py::object o, SourcePtr src = nullptr);

@@ -160,3 +160,31 @@ def test_user_objects_methods_and_properties():
         assert_same(opt(x), fn(x))
     finally:
         Cfg.factor = 2.0
+
+
+class Stack(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.seq = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 4))
+        self.blocks = nn.ModuleList([nn.Linear(4, 4) for _ in range(3)])
+
+    def forward(self, x):
+        y = self.seq(x)
+        for i, block in enumerate(self.blocks):
+            y = block(y) * (i + 1) + y
+        return y
+
+
+def test_sequential_and_module_list_loops_unroll_into_one_graph():
+    eager, ours = make_pair(Stack)
+    counter = CompileCounter()
+    opt = cdynamo.optimize(counter)(ours)
+    x = torch.randn(5, 3)
+    assert_same(opt(x), eager(x))
+    assert counter.frame_count == 1
+    assert counter.op_count == 3 + 3 * 3  # seq: linear, relu, linear; each block: linear, mul, add
+    # A structural change (one more block) fails the length guard and recompiles.
+    eager.blocks.append(nn.Linear(4, 4))
+    ours.blocks.append(copy.deepcopy(eager.blocks[-1]))
+    assert_same(opt(x), eager(x))
+    assert counter.frame_count == 2

@@ -1,0 +1,147 @@
+// ops_iter.cpp — owns iteration over values known at trace time: GET_ITER / FOR_ITER (loops unroll),
+// and the iterator builtins enumerate / zip / reversed over such values.
+#include "bytecode/bytecode.h"
+#include "interp/tracer.h"
+
+namespace cdynamo::interp {
+
+namespace {
+
+using bytecode::Instruction;
+
+bool is_module_container(py::handle o) {
+  auto& refs = PyRefs::get();
+  py::object nn = refs.torch.attr("nn");
+  return py::isinstance(o, nn.attr("Sequential")) || py::isinstance(o, nn.attr("ModuleList"));
+}
+
+}  // namespace
+
+std::vector<ValuePtr> Tracer::unpack_iterable(const ValuePtr& v) {
+  switch (v->kind) {
+    case VKind::Tuple:
+    case VKind::List:
+      return v->items;
+    case VKind::Iter:
+      return std::vector<ValuePtr>(v->items.begin() + static_cast<long>(v->pos), v->items.end());
+    case VKind::Const: {
+      PyObject* o = v->obj.ptr();
+      if (PyRange_Check(o) || PyTuple_Check(o) || PyUnicode_CheckExact(o) || PyBytes_CheckExact(o)) {
+        Py_ssize_t n = PyObject_Length(o);
+        if (n < 0) throw py::error_already_set();
+        if (n > 100000) unsupported("iteration over " + std::to_string(n) + " constants (too long to unroll)");
+        std::vector<ValuePtr> out;
+        py::iterator it = py::iter(v->obj);
+        for (auto item : it) {
+          py::object i = py::reinterpret_borrow<py::object>(item);
+          if (!is_constant_object(i)) unsupported("iteration over a constant holding " + v->describe());
+          out.push_back(Value::constant(i));
+        }
+        return out;
+      }
+      break;
+    }
+    case VKind::Object:
+      if (v->source && is_module_container(v->obj)) {
+        // nn.Sequential / nn.ModuleList: children by index, their number guarded.
+        guards.add(guards::length_match(v->source, v->obj.ptr()));
+        std::vector<ValuePtr> out;
+        Py_ssize_t n = py::len(v->obj);
+        for (Py_ssize_t i = 0; i < n; ++i) {
+          py::object child = v->obj[py::int_(i)];
+          out.push_back(wrap(child, guards::Source::item(v->source, static_cast<int>(i))));
+        }
+        return out;
+      }
+      break;
+    default:
+      break;
+  }
+  unsupported("iteration over " + v->describe());
+}
+
+namespace {
+
+void get_iter(Tracer& t, const Instruction&) {
+  ValuePtr seq = t.peek(1);
+  std::vector<ValuePtr> items = t.unpack_iterable(seq);
+  t.pop();
+  auto it = std::make_shared<Value>();
+  it->kind = VKind::Iter;
+  it->items = std::move(items);
+  t.push(it);
+}
+
+void for_iter(Tracer& t, const Instruction& i) {
+  ValuePtr it = t.peek(1);
+  if (it->kind != VKind::Iter) t.unsupported("FOR_ITER over " + it->describe());
+  if (it->pos < it->items.size()) {
+    t.push(it->items[it->pos++]);
+    return;
+  }
+  t.pop();
+  if (!i.target) t.unsupported("FOR_ITER without a target");
+  t.pc = static_cast<size_t>(t.bc.index_of(i.target));
+}
+
+}  // namespace
+
+ValuePtr Tracer::call_iter_builtin(const std::string& name, const std::vector<ValuePtr>& args) {
+  if (name == "enumerate" && (args.size() == 1 || args.size() == 2)) {
+    long start = 0;
+    if (args.size() == 2) {
+      if (!args[1]->is_const() || !PyLong_CheckExact(args[1]->obj.ptr())) unsupported("enumerate start");
+      start = args[1]->obj.cast<long>();
+    }
+    std::vector<ValuePtr> pairs;
+    long k = start;
+    for (auto& v : unpack_iterable(args[0])) pairs.push_back(Value::tuple({Value::constant(py::int_(k++)), v}));
+    auto it = std::make_shared<Value>();
+    it->kind = VKind::Iter;
+    it->items = std::move(pairs);
+    return it;
+  }
+  if (name == "zip" && !args.empty()) {
+    std::vector<std::vector<ValuePtr>> cols;
+    size_t n = SIZE_MAX;
+    for (const auto& a : args) {
+      cols.push_back(unpack_iterable(a));
+      n = std::min(n, cols.back().size());
+    }
+    std::vector<ValuePtr> rows;
+    for (size_t r = 0; r < n; ++r) {
+      std::vector<ValuePtr> row;
+      for (auto& c : cols) row.push_back(c[r]);
+      rows.push_back(Value::tuple(std::move(row)));
+    }
+    auto it = std::make_shared<Value>();
+    it->kind = VKind::Iter;
+    it->items = std::move(rows);
+    return it;
+  }
+  if (name == "reversed" && args.size() == 1 && args[0]->kind != VKind::Iter) {
+    std::vector<ValuePtr> items = unpack_iterable(args[0]);
+    auto it = std::make_shared<Value>();
+    it->kind = VKind::Iter;
+    it->items.assign(items.rbegin(), items.rend());
+    return it;
+  }
+  if ((name == "list" || name == "tuple") && args.size() == 1 &&
+      (args[0]->kind == VKind::Iter || args[0]->kind == VKind::Tuple || args[0]->kind == VKind::List)) {
+    std::vector<ValuePtr> items = unpack_iterable(args[0]);
+    if (args[0]->kind == VKind::Iter) args[0]->pos = args[0]->items.size();  // consumed
+    return name == "list" ? Value::list(std::move(items)) : Value::tuple(std::move(items));
+  }
+  return nullptr;
+}
+
+void register_iter(HandlerTable& t) {
+  auto on = [&](const char* name, Handler h) {
+    int op = bytecode::opcode_by_name(name);
+    if (op >= 0) t[op] = h;
+  };
+  on("GET_ITER", get_iter);
+  on("FOR_ITER", for_iter);
+}
+
+}  // namespace cdynamo::interp
