@@ -12,7 +12,7 @@ namespace {
 void collect(const ValuePtr& v, std::vector<graph::Node*>& out, std::unordered_set<graph::Node*>& seen) {
   if (v->is_tensor()) {
     if (!v->source && seen.insert(v->node).second) out.push_back(v->node);
-  } else if (v->kind == VKind::Tuple || v->kind == VKind::List) {
+  } else if (v->kind == VKind::Tuple || v->kind == VKind::List || v->kind == VKind::Dict) {
     if (v->kind == VKind::List && v->source && v->obj) return;  // rebuilt from its source
     for (const auto& i : v->items) collect(i, out, seen);
   } else if (v->kind == VKind::Method) {
@@ -36,8 +36,8 @@ Rebuilder::Rebuilder(Emitter& e, const std::vector<graph::Node*>& outputs, int o
 namespace {
 void count_lists(const ValuePtr& v, std::unordered_map<const interp::Value*, int>& n,
                  std::vector<const interp::Value*>& order) {
-  if (!v || (v->kind != VKind::Tuple && v->kind != VKind::List)) return;
-  if (v->kind == VKind::List && !(v->source && v->obj)) {
+  if (!v || (v->kind != VKind::Tuple && v->kind != VKind::List && v->kind != VKind::Dict)) return;
+  if ((v->kind == VKind::List && !(v->source && v->obj)) || v->kind == VKind::Dict) {
     if (n[v.get()]++ == 0) order.push_back(v.get());
     else return;  // its items were counted on first sight
   }
@@ -61,7 +61,7 @@ void Rebuilder::share(const std::vector<ValuePtr>& roots) {
         work.pop_back();
         if (!w) continue;
         if (w.get() == *it) found = w;
-        else if (w->kind == VKind::Tuple || w->kind == VKind::List)
+        else if (w->kind == VKind::Tuple || w->kind == VKind::List || w->kind == VKind::Dict)
           for (const auto& i : w->items) work.push_back(i);
       }
       if (found) {
@@ -76,7 +76,7 @@ void Rebuilder::share(const std::vector<ValuePtr>& roots) {
 }
 
 void Rebuilder::push(const ValuePtr& v, int above) {
-  if (v->kind == VKind::List) {
+  if (v->kind == VKind::List || v->kind == VKind::Dict) {
     auto it = shared_.find(v.get());
     if (it != shared_.end()) {
       e_.emit("LOAD_FAST", it->second);
@@ -123,8 +123,20 @@ void Rebuilder::push(const ValuePtr& v, int above) {
     case VKind::Null:
       e_.emit("PUSH_NULL");
       return;
-    case VKind::Method:
-      throw interp::Unsupported("cannot rebuild a bound method on its own");
+    case VKind::Method:  // a method of a tensor or dict of the trace: its receiver, then the attribute
+      push(v->self, above);
+      e_.emit("LOAD_ATTR", e_.name_index(v->name));
+      return;
+    case VKind::Dict: {
+      int k = 0;
+      for (size_t i = 0; i < v->items.size(); ++i) {
+        e_.load_const(v->keys[i]);
+        push(v->items[i], above + k + 1);
+        k += 2;
+      }
+      e_.emit("BUILD_MAP", static_cast<int>(v->items.size()));
+      return;
+    }
     case VKind::Iter: {
       // An iterator over values known at trace time: iter() of a tuple of the items not yet consumed.
       if (v->pos != 0) throw interp::Unsupported("cannot rebuild an iterator in the middle of a loop");

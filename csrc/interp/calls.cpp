@@ -14,7 +14,7 @@ namespace {
 
 bool any_tensor(const ValuePtr& v) {
   if (v->is_tensor()) return true;
-  if (v->kind == VKind::Tuple || v->kind == VKind::List)
+  if (v->kind == VKind::Tuple || v->kind == VKind::List || v->kind == VKind::Dict)
     for (const auto& i : v->items)
       if (any_tensor(i)) return true;
   return false;
@@ -64,6 +64,8 @@ bool foldable(const ValuePtr& v) {
 
 ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
                       std::vector<std::pair<std::string, ValuePtr>> kwargs) {
+  if (fn->kind == VKind::Method && fn->self->kind == VKind::Dict)
+    return call_dict_method(fn->self, fn->name, std::move(args), std::move(kwargs));
   if (fn->kind == VKind::Method) return call_tensor_method(fn->self, fn->name, std::move(args), std::move(kwargs));
   if (fn->grad_exit >= 0) {  // leaving `with torch.no_grad()/enable_grad()` normally: __exit__(None, None, None)
     set_grad_mode(fn->grad_exit == 1);
@@ -74,12 +76,14 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
   // A bound method calls its function with the receiver first, whatever the function is.
   if (fn->self && fn->kind == VKind::Object) return call_object(fn, std::move(args), std::move(kwargs));
   if (is_grad_context_class(f) && args.empty() && kwargs.empty()) return Value::object(f());
-  if (kwargs.empty() && PyRefs::get().builtins.attr("__dict__").cast<py::dict>().contains(callable_name(f))) {
+  if ((kwargs.empty() || callable_name(f) == "dict") && PyRefs::get().builtins.attr("__dict__").cast<py::dict>().contains(callable_name(f))) {
     std::string bname = callable_name(f);
     py::object real = PyRefs::get().builtins.attr(bname.c_str());
     if (real.is(f)) {
-      if (bname == "len" && args.size() == 1 && (args[0]->kind == VKind::Tuple || args[0]->kind == VKind::List))
+      if (bname == "len" && args.size() == 1 &&
+          (args[0]->kind == VKind::Tuple || args[0]->kind == VKind::List || args[0]->kind == VKind::Dict))
         return Value::constant(py::int_(args[0]->items.size()));
+      if (bname == "dict") return make_dict(args, kwargs);
       if (ValuePtr r = call_iter_builtin(bname, args)) return r;
     }
   }

@@ -42,7 +42,6 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
     unsupported("call to " + name + " from another module (inlining across modules is not supported yet)");
   if (inline_depth_ >= kMaxInlineDepth) unsupported("inlining depth limit reached at " + name);
   if (callee->co_ncellvars > 0) unsupported("call to " + name + ", which has cell variables (not supported yet)");
-  if (flags & CO_VARKEYWORDS) unsupported("call to " + name + " with **kwargs parameter (not supported yet)");
 
   // --- bind arguments to the callee's localsplus slots ---
   const int nslots = compat::code_nlocalsplus(callee);
@@ -57,10 +56,20 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
   } else if (flags & CO_VARARGS) {
     slots[static_cast<size_t>(argc + kwonly)] = Value::tuple({});
   }
+  ValuePtr extra;  // the **kwargs dict
+  if (flags & CO_VARKEYWORDS) {
+    extra = Value::dict({}, {});
+    slots[static_cast<size_t>(argc + kwonly + ((flags & CO_VARARGS) ? 1 : 0))] = extra;
+  }
   for (auto& [key, v] : kwargs) {
     int at = -1;
     for (int i = posonly; i < argc + kwonly; ++i)
       if (py::str(compat::code_localsplus_name(callee, i)).cast<std::string>() == key) at = i;
+    if (at < 0 && extra) {
+      extra->keys.push_back(py::str(key));
+      extra->items.push_back(v);
+      continue;
+    }
     if (at < 0) unsupported(name + "() got an unexpected keyword argument '" + key + "'");
     if (slots[static_cast<size_t>(at)]) unsupported(name + "() got multiple values for argument '" + key + "'");
     slots[static_cast<size_t>(at)] = v;

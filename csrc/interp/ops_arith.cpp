@@ -48,6 +48,7 @@ void unary_not(Tracer& t, const Instruction&) {
 void binary_subscr(Tracer& t, const Instruction&) {
   ValuePtr key = t.pop();
   ValuePtr container = t.pop();
+  if (t.dict_subscr(container, key)) return;
   if ((container->kind == VKind::Tuple || container->kind == VKind::List) && key->is_const()) {
     py::handle k = key->obj;
     if (PyLong_Check(k.ptr()) && !PyBool_Check(k.ptr())) {
@@ -99,6 +100,11 @@ void is_op(Tracer& t, const Instruction& i) {
 void contains_op(Tracer& t, const Instruction& i) {
   ValuePtr container = t.pop();
   ValuePtr item = t.pop();
+  if (container->kind == VKind::Dict) {
+    bool in = t.dict_contains(container, item)->obj.cast<bool>();
+    t.push(Value::constant(py::bool_(i.arg ? !in : in)));
+    return;
+  }
   if (!container->is_constant_like() || !item->is_constant_like())
     t.unsupported("`in` on " + container->describe());
   int r = PySequence_Contains(container->as_python().ptr(), item->as_python().ptr());

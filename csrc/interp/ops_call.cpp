@@ -44,9 +44,16 @@ void call_function_ex(Tracer& t, const Instruction& i) {
   ValuePtr fn = t.pop();
   ValuePtr null = t.pop();
   if (null->kind != VKind::Null) t.unsupported("CALL_FUNCTION_EX without NULL");
-  if (kw) t.unsupported("call with **kwargs unpacking (not supported yet)");
+  std::vector<std::pair<std::string, ValuePtr>> kwargs;
+  if (kw) {
+    if (kw->kind != VKind::Dict) t.unsupported("call with **" + kw->describe());
+    for (size_t k = 0; k < kw->keys.size(); ++k) {
+      if (!PyUnicode_Check(kw->keys[k].ptr())) t.unsupported("call with a non-string ** key");
+      kwargs.emplace_back(py::str(kw->keys[k]).cast<std::string>(), kw->items[k]);
+    }
+  }
   if (args->kind != VKind::Tuple && args->kind != VKind::List) t.unsupported("call with *args of " + args->describe());
-  t.push(t.call(fn, args->items, {}));
+  t.push(t.call(fn, args->items, std::move(kwargs)));
 }
 
 }  // namespace

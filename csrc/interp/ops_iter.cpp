@@ -24,6 +24,11 @@ std::vector<ValuePtr> Tracer::unpack_iterable(const ValuePtr& v) {
       return v->items;
     case VKind::Iter:
       return std::vector<ValuePtr>(v->items.begin() + static_cast<long>(v->pos), v->items.end());
+    case VKind::Dict: {
+      std::vector<ValuePtr> ks;
+      for (const auto& k : v->keys) ks.push_back(Value::constant(k));
+      return ks;
+    }
     case VKind::Const: {
       PyObject* o = v->obj.ptr();
       if (PyRange_Check(o) || PyTuple_Check(o) || PyUnicode_CheckExact(o) || PyBytes_CheckExact(o)) {

@@ -80,9 +80,16 @@ void store_subscr(Tracer& t, const Instruction&) {
   ValuePtr key = t.pop();
   ValuePtr container = t.pop();
   ValuePtr value = t.pop();
+  if (t.dict_store(container, key, value)) return;
   if (!container->is_tensor()) t.unsupported("item assignment on " + container->describe());
   // operator.setitem returns None; the node is kept for its effect on the tensor.
   t.setitem(container, key, value);
+}
+
+void delete_subscr(Tracer& t, const Instruction&) {
+  ValuePtr key = t.pop();
+  ValuePtr container = t.pop();
+  if (!t.dict_delete(container, key)) t.unsupported("del of an item of " + container->describe());
 }
 
 void pop_top(Tracer& t, const Instruction&) { t.pop(); }
@@ -114,6 +121,7 @@ void register_load_store(HandlerTable& t) {
   on("LOAD_ATTR", load_attr);
   on("LOAD_METHOD", load_method);
   on("STORE_SUBSCR", store_subscr);
+  on("DELETE_SUBSCR", delete_subscr);
   on("POP_TOP", pop_top);
   on("PUSH_NULL", push_null);
   on("COPY", copy);

@@ -34,6 +34,7 @@ const HandlerTable& handler_table() {
     register_control(t);
     register_with(t);
     register_iter(t);
+    register_dicts(t);
     return t;
   }();
   return table;
@@ -342,6 +343,8 @@ ValuePtr Tracer::load_attr(const ValuePtr& obj, const std::string& name) {
         return Value::object(a);
       unsupported("attribute '" + name + "' of a constant");
     }
+    case VKind::Dict:
+      return Value::method(obj, name);
     default:
       unsupported("attribute '" + name + "' of " + obj->describe());
   }

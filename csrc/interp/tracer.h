@@ -42,6 +42,7 @@ void register_build(HandlerTable& t);
 void register_control(HandlerTable& t);
 void register_with(HandlerTable& t);
 void register_iter(HandlerTable& t);
+void register_dicts(HandlerTable& t);
 // True if calling a pure function on `v` at trace time is sound: constants, tuples/lists of them, and
 // immutable objects (classes, functions, modules); never iterators, dicts, sets or user objects.
 bool foldable(const ValuePtr& v);
@@ -121,6 +122,14 @@ class Tracer {
   std::vector<ValuePtr> unpack_iterable(const ValuePtr& v);
   // enumerate / zip / reversed / list / tuple over such values, or nullptr when not applicable.
   ValuePtr call_iter_builtin(const std::string& name, const std::vector<ValuePtr>& args);
+  // Dicts made in the trace (dicts.cpp). The bool forms return false when `d` is not a Dict value.
+  bool dict_subscr(const ValuePtr& d, const ValuePtr& key);  // pushes d[key]
+  bool dict_store(ValuePtr& d, const ValuePtr& key, const ValuePtr& value);
+  bool dict_delete(ValuePtr& d, const ValuePtr& key);
+  ValuePtr dict_contains(const ValuePtr& d, const ValuePtr& key);
+  ValuePtr call_dict_method(ValuePtr d, const std::string& name, std::vector<ValuePtr> args,
+                            std::vector<std::pair<std::string, ValuePtr>> kwargs);
+  ValuePtr make_dict(const std::vector<ValuePtr>& args, const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
   // Attribute of a user object or nn.Module (objects.cpp); calls of bound methods and modules.
   ValuePtr object_attr(const ValuePtr& obj, const std::string& name);
   ValuePtr call_object(const ValuePtr& fn, std::vector<ValuePtr> args,

@@ -43,6 +43,24 @@ ValuePtr Value::list(std::vector<ValuePtr> items) {
   return v;
 }
 
+ValuePtr Value::dict(std::vector<py::object> keys, std::vector<ValuePtr> values) {
+  auto v = std::make_shared<Value>();
+  v->kind = VKind::Dict;
+  v->keys = std::move(keys);
+  v->items = std::move(values);
+  return v;
+}
+
+int Value::find_key(py::handle key) const {
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (keys[i].ptr() == key.ptr()) return static_cast<int>(i);
+    int r = PyObject_RichCompareBool(keys[i].ptr(), key.ptr(), Py_EQ);
+    if (r < 0) throw py::error_already_set();
+    if (r == 1) return static_cast<int>(i);
+  }
+  return -1;
+}
+
 ValuePtr Value::null() {
   auto v = std::make_shared<Value>();
   v->kind = VKind::Null;
@@ -82,6 +100,11 @@ py::object Value::as_python() const {
       for (const auto& i : items) l.append(i->as_python());
       return l;
     }
+    case VKind::Dict: {
+      py::dict d;
+      for (size_t i = 0; i < keys.size(); ++i) d[keys[i]] = items[i]->as_python();
+      return d;
+    }
     default:
       throw Unsupported("value " + describe() + " has no Python value at trace time");
   }
@@ -97,6 +120,7 @@ std::string Value::describe() const {
     case VKind::Null: return "NULL";
     case VKind::Method: return "method " + self->describe() + "." + name;
     case VKind::Iter: return "iterator over " + std::to_string(items.size()) + " values";
+    case VKind::Dict: return "dict of " + std::to_string(items.size());
   }
   return "?";
 }

@@ -30,6 +30,7 @@ enum class VKind {
   Null,    // the NULL pushed by PUSH_NULL / LOAD_GLOBAL / LOAD_METHOD
   Method,  // bound method `self.name` where self is a Tensor value
   Iter,    // an iterator over values known at trace time (items, position `pos`); loops unroll over it
+  Dict,    // a dict made in the trace: constant keys (`keys`) and values (`items`), insertion ordered
 };
 
 struct Value;
@@ -46,7 +47,8 @@ struct Value {
   ValuePtr self;                    // Method
   std::string name;                 // Method name
   int grad_exit = -1;
-  size_t pos = 0;                   // Iter: next item               // Object: calling it leaves a grad-mode `with` block, restoring 0/1
+  size_t pos = 0;                   // Iter: next item
+  std::vector<py::object> keys;     // Dict: hashable constant keys, parallel to `items`               // Object: calling it leaves a grad-mode `with` block, restoring 0/1
 
   static ValuePtr tensor(graph::Node* n, py::object example, py::object device, SourcePtr src = nullptr);
   static ValuePtr constant(py::object o, SourcePtr src = nullptr);
@@ -54,6 +56,9 @@ struct Value {
   static ValuePtr tuple(std::vector<ValuePtr> items);
   static ValuePtr list(std::vector<ValuePtr> items);
   static ValuePtr null();
+  static ValuePtr dict(std::vector<py::object> keys, std::vector<ValuePtr> values);
+  // Dict: index of `key` (Python equality) or -1.
+  int find_key(py::handle key) const;
   static ValuePtr method(ValuePtr self, std::string name);
 
   bool is_tensor() const { return kind == VKind::Tensor; }

@@ -128,9 +128,10 @@ FULL_COVERAGE = {
     "control_if_elif_else", "control_match_like", "control_nested_loops", "control_none_check",
     "control_requires_grad_branch", "control_shape_branch", "control_ternary", "control_while_break",
     "control_while_counter", "dataclass_created_inside", "dataclass_read", "dataclass_replace",
-    "dataclass_tensor_fields", "dataclass_write", "dict_constructor", "dict_in_len", "dict_merge_operator",
-    "dict_of_tensors_build", "dict_setitem_delitem", "frozenset_in", "fstring_constant", "global_config_flag",
-    "global_read_dict_fn", "global_read_names", "global_read_scale", "global_read_tuple",
+    "dataclass_tensor_fields", "dataclass_write", "dict_constructor", "dict_in_len", "dict_iterate_keys",
+    "dict_keys_values_items", "dict_literal_get", "dict_merge_operator", "dict_of_tensors_build", "dict_pop",
+    "dict_setitem_delitem", "dict_update_setdefault", "frozenset_in", "fstring_constant", "fstring_key_lookup",
+    "global_config_flag", "global_read_dict_fn", "global_read_names", "global_read_scale", "global_read_tuple",
     "global_write_counter", "global_write_float", "global_write_tensor", "inline_callable_arg",
     "inline_closure_factory", "inline_counter_closure", "inline_default_args", "inline_default_override_kw",
     "inline_keyword", "inline_kwonly", "inline_mixed_defaults_only", "inline_mixed_signature",
@@ -157,9 +158,8 @@ FULL_COVERAGE = {
 # own. Not a wrong result, but a violation of "never more graphs than torch._dynamo": each one is reported
 # as an xfail, and fails once fixed so that it is taken off this list (a ratchet that only shrinks).
 EXTRA_GRAPHS_TODAY = {
-    "inline_mixed_signature",  # **kwargs parameter: dicts are not traced yet
     "dict_merge_operator", "set_from_list",  # sets/dicts are not traced yet: calls on them break
-    "builtin_getattr_hasattr", "builtin_len", "dict_setitem_delitem", "global_read_dict_fn", "inline_higher_order", "inline_lambda_capture",
+    "builtin_getattr_hasattr", "global_read_dict_fn", "inline_higher_order", "inline_lambda_capture",
     "inline_lambda_default", "inline_partial", "inline_partial_positional", "list_setitem", "list_unpack_star",
     "namedtuple_build_access", "obj_bound_method_var", "obj_list_of_objects", "obj_method_call", "obj_method_mutates", "obj_model_created_inside",
     "obj_new_attr_write", "obj_subclass_super", "string_methods", "tensors_dict_arg",

@@ -1,0 +1,176 @@
+// dicts.cpp — owns dicts made in the trace: BUILD_MAP / BUILD_CONST_KEY_MAP / DICT_UPDATE / DICT_MERGE,
+// subscripts, `in`, item assignment and deletion, iteration, dict(), and the dict methods models use.
+#include "bytecode/bytecode.h"
+#include "interp/tracer.h"
+
+namespace cdynamo::interp {
+
+namespace {
+
+using bytecode::Instruction;
+
+py::object key_of(Tracer& t, const ValuePtr& k) {
+  if (!k->is_const()) t.unsupported("dict key " + k->describe() + " (only constant keys are traced)");
+  if (PyObject_Hash(k->obj.ptr()) == -1) throw py::error_already_set();
+  return k->obj;
+}
+
+void set_item(const ValuePtr& d, py::object key, ValuePtr v) {
+  int at = d->find_key(key);
+  if (at >= 0) {
+    d->items[static_cast<size_t>(at)] = std::move(v);
+  } else {
+    d->keys.push_back(std::move(key));
+    d->items.push_back(std::move(v));
+  }
+}
+
+// A dict value that may be changed in place: made in the trace (no source), never one from the frame.
+ValuePtr& own_dict(Tracer& t, ValuePtr& d, const char* what) {
+  if (d->kind != VKind::Dict || d->source) t.unsupported(std::string(what) + " on " + d->describe());
+  return d;
+}
+
+void update_from(Tracer& t, const ValuePtr& d, const ValuePtr& src, bool merge) {
+  if (src->kind != VKind::Dict) t.unsupported("dict update from " + src->describe());
+  for (size_t i = 0; i < src->keys.size(); ++i) {
+    if (merge && d->find_key(src->keys[i]) >= 0) t.unsupported("duplicate keyword argument in ** unpacking");
+    set_item(d, src->keys[i], src->items[i]);
+  }
+}
+
+void build_map(Tracer& t, const Instruction& i) {
+  std::vector<ValuePtr> kv = t.popn(static_cast<size_t>(2 * i.arg));
+  ValuePtr d = Value::dict({}, {});
+  for (size_t k = 0; k < kv.size(); k += 2) set_item(d, key_of(t, kv[k]), kv[k + 1]);
+  t.push(d);
+}
+
+void build_const_key_map(Tracer& t, const Instruction& i) {
+  ValuePtr keys = t.pop();
+  std::vector<ValuePtr> values = t.popn(static_cast<size_t>(i.arg));
+  std::vector<ValuePtr> key_values = t.unpack_iterable(keys);
+  if (key_values.size() != values.size()) t.unsupported("BUILD_CONST_KEY_MAP with mismatched keys");
+  ValuePtr d = Value::dict({}, {});
+  for (size_t k = 0; k < values.size(); ++k) set_item(d, key_of(t, key_values[k]), values[k]);
+  t.push(d);
+}
+
+void dict_update(Tracer& t, const Instruction& i) {
+  ValuePtr src = t.pop();
+  update_from(t, own_dict(t, t.peek(static_cast<size_t>(i.arg)), "DICT_UPDATE"), src, false);
+}
+
+void dict_merge(Tracer& t, const Instruction& i) {
+  ValuePtr src = t.pop();
+  update_from(t, own_dict(t, t.peek(static_cast<size_t>(i.arg)), "DICT_MERGE"), src, true);
+}
+
+}  // namespace
+
+bool Tracer::dict_subscr(const ValuePtr& d, const ValuePtr& key) {
+  if (d->kind != VKind::Dict) return false;
+  int at = d->find_key(key_of(*this, key));
+  if (at < 0) unsupported("dict has no key " + key->describe() + " (KeyError is raised by Python)");
+  push(d->items[static_cast<size_t>(at)]);
+  return true;
+}
+
+bool Tracer::dict_store(ValuePtr& d, const ValuePtr& key, const ValuePtr& value) {
+  if (d->kind != VKind::Dict) return false;
+  set_item(own_dict(*this, d, "item assignment"), key_of(*this, key), value);
+  return true;
+}
+
+bool Tracer::dict_delete(ValuePtr& d, const ValuePtr& key) {
+  if (d->kind != VKind::Dict) return false;
+  own_dict(*this, d, "item deletion");
+  int at = d->find_key(key_of(*this, key));
+  if (at < 0) unsupported("del of a missing dict key (KeyError is raised by Python)");
+  d->keys.erase(d->keys.begin() + at);
+  d->items.erase(d->items.begin() + at);
+  return true;
+}
+
+ValuePtr Tracer::dict_contains(const ValuePtr& d, const ValuePtr& key) {
+  return Value::constant(py::bool_(d->find_key(key_of(*this, key)) >= 0));
+}
+
+ValuePtr Tracer::call_dict_method(ValuePtr d, const std::string& name, std::vector<ValuePtr> args,
+                                  std::vector<std::pair<std::string, ValuePtr>> kwargs) {
+  auto keys_values = [&] {
+    std::vector<ValuePtr> ks;
+    for (const auto& k : d->keys) ks.push_back(Value::constant(k));
+    return ks;
+  };
+  if (name == "get" && kwargs.empty() && (args.size() == 1 || args.size() == 2)) {
+    int at = d->find_key(key_of(*this, args[0]));
+    if (at >= 0) return d->items[static_cast<size_t>(at)];
+    return args.size() == 2 ? args[1] : Value::constant(py::none());
+  }
+  if (name == "keys" && args.empty()) return Value::tuple(keys_values());
+  if (name == "values" && args.empty()) return Value::tuple(d->items);
+  if (name == "items" && args.empty()) {
+    std::vector<ValuePtr> pairs;
+    for (size_t i = 0; i < d->keys.size(); ++i) pairs.push_back(Value::tuple({Value::constant(d->keys[i]), d->items[i]}));
+    return Value::tuple(std::move(pairs));
+  }
+  if (name == "copy" && args.empty()) return Value::dict(d->keys, d->items);
+  if (d->source) unsupported("dict." + name + " on a dict from the frame");
+  if (name == "update" && args.size() <= 1) {
+    if (args.size() == 1) update_from(*this, d, args[0], false);
+    for (auto& kv : kwargs) set_item(d, py::str(kv.first), kv.second);
+    return Value::constant(py::none());
+  }
+  if (name == "setdefault" && kwargs.empty() && (args.size() == 1 || args.size() == 2)) {
+    py::object k = key_of(*this, args[0]);
+    int at = d->find_key(k);
+    if (at >= 0) return d->items[static_cast<size_t>(at)];
+    ValuePtr v = args.size() == 2 ? args[1] : Value::constant(py::none());
+    set_item(d, k, v);
+    return v;
+  }
+  if (name == "pop" && kwargs.empty() && (args.size() == 1 || args.size() == 2)) {
+    int at = d->find_key(key_of(*this, args[0]));
+    if (at < 0) {
+      if (args.size() == 2) return args[1];
+      unsupported("dict.pop of a missing key (KeyError is raised by Python)");
+    }
+    ValuePtr v = d->items[static_cast<size_t>(at)];
+    d->keys.erase(d->keys.begin() + at);
+    d->items.erase(d->items.begin() + at);
+    return v;
+  }
+  unsupported("dict." + name + "() is not traced yet");
+}
+
+ValuePtr Tracer::make_dict(const std::vector<ValuePtr>& args, const std::vector<std::pair<std::string, ValuePtr>>& kwargs) {
+  ValuePtr d = Value::dict({}, {});
+  if (args.size() > 1) unsupported("dict() with more than one positional argument");
+  if (args.size() == 1) {
+    if (args[0]->kind == VKind::Dict) {
+      update_from(*this, d, args[0], false);
+    } else {
+      for (const auto& pair : unpack_iterable(args[0])) {
+        std::vector<ValuePtr> kv = unpack_iterable(pair);
+        if (kv.size() != 2) unsupported("dict() from items that are not pairs");
+        set_item(d, key_of(*this, kv[0]), kv[1]);
+      }
+    }
+  }
+  for (const auto& kv : kwargs) set_item(d, py::str(kv.first), kv.second);
+  return d;
+}
+
+void register_dicts(HandlerTable& t) {
+  auto on = [&](const char* name, Handler h) {
+    int op = bytecode::opcode_by_name(name);
+    if (op >= 0) t[op] = h;
+  };
+  on("BUILD_MAP", build_map);
+  on("BUILD_CONST_KEY_MAP", build_const_key_map);
+  on("DICT_UPDATE", dict_update);
+  on("DICT_MERGE", dict_merge);
+}
+
+}  // namespace cdynamo::interp
