@@ -99,6 +99,18 @@ PyObject* Source::fetch(const FrameView& fv) const {
   return nullptr;
 }
 
+bool Source::fast_ref(FastRef* out) const {
+  if (kind == Kind::Local) {
+    *out = FastRef{index, -1};
+    return true;
+  }
+  if (kind == Kind::Item && index >= 0 && base && base->kind == Kind::Local) {
+    *out = FastRef{base->index, index};
+    return true;
+  }
+  return false;
+}
+
 std::string Source::describe() const {
   switch (kind) {
     case Kind::Local: return "local '" + name + "'";

@@ -17,6 +17,23 @@ struct FrameView {
   int nfree_base = 0;           // localsplus index of the first free variable
 };
 
+// A source readable without references, Python calls or errors: fast local `slot`, or item `item` of the
+// exact tuple/list held there (item >= 0). peek() returns a BORROWED pointer, or nullptr when the fast
+// form does not apply right now (unbound local, not an exact tuple/list, index out of range); callers
+// then use Source::fetch, which stays the authority. Borrowed pointers are only valid while no Python
+// code runs.
+struct FastRef {
+  int slot = -1;
+  int item = -1;
+  PyObject* peek(const FrameView& fv) const {
+    PyObject* v = fv.localsplus[slot];  // borrowed from the frame
+    if (item < 0 || !v) return v;
+    if (PyTuple_CheckExact(v)) return item < PyTuple_GET_SIZE(v) ? PyTuple_GET_ITEM(v, item) : nullptr;  // borrowed
+    if (PyList_CheckExact(v)) return item < PyList_GET_SIZE(v) ? PyList_GET_ITEM(v, item) : nullptr;     // borrowed
+    return nullptr;
+  }
+};
+
 struct Source;
 using SourcePtr = std::shared_ptr<const Source>;
 
@@ -39,6 +56,9 @@ struct Source {
   // Returns a NEW reference to the value, or nullptr (with no Python error left set) when the value is
   // missing (unbound local, deleted global, empty cell, failing attribute/item lookup).
   PyObject* fetch(const FrameView& fv) const;
+  // True (and fills *out) if this source is a local or an item of a local: then out->peek() returns the
+  // value fetch() would return whenever peek() is non-null.
+  bool fast_ref(FastRef* out) const;
   // "local 'x'", "global 'torch'", "local 'self'.weight", "local 'xs'[0]".
   std::string describe() const;
   // The local or global at the root of this source (for codegen): true if rooted in the frame's locals.

@@ -4,22 +4,60 @@
 
 #include <Python.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "guards/source.h"
+
 namespace cdynamo::guards {
 
-// Properties of one tensor at compile time; check() compares a runtime value against them.
+// The calling thread's dispatch-key TLS (included/excluded sets as raw bits), read once per guard run.
+struct TlsKeys {
+  uint64_t included = 0;
+  uint64_t excluded = 0;
+};
+TlsKeys read_tls_keys();
+
+// Properties of one tensor at compile time, stored without LibTorch types; check() compares a runtime
+// value against them.
 class TensorMatch {
  public:
-  virtual ~TensorMatch() = default;
+  ~TensorMatch();
+  TensorMatch(const TensorMatch&) = delete;
+  TensorMatch& operator=(const TensorMatch&) = delete;
   // Borrowed `tensor` (must satisfy is_tensor). Records exact Python class, dispatch keys (with TLS
   // includes/excludes), dtype, device, requires_grad, ndim, sizes and strides.
   static std::unique_ptr<TensorMatch> make(PyObject* tensor);
-  // True if `value` (borrowed) matches. On mismatch, fills *why (if non-null) with a readable reason.
-  virtual bool check(PyObject* value, std::string* why) const = 0;
+  // True if `value` (borrowed, must satisfy is_tensor) matches. On mismatch, fills *why (if non-null)
+  // with a readable reason.
+  bool check(PyObject* value, std::string* why) const;
+  // Success-path test: the same checks as check() but also the class test (so any borrowed object may
+  // be passed), no strings, no Python calls. True implies is_tensor(value) && check(value) would hold;
+  // false means "ask check()".
+  bool matches(PyObject* value, const TlsKeys& tls) const;
+
+ private:
+  TensorMatch() = default;
+  PyTypeObject* cls_ = nullptr;  // owned: the exact class (keeps its identity alive)
+  uint64_t keys_ = 0;            // raw DispatchKeySet, TLS applied
+  int8_t dtype_ = 0;             // ScalarType
+  int8_t device_type_ = 0;       // DeviceType
+  int8_t device_index_ = -1;     // DeviceIndex
+  bool requires_grad_ = false;
+  size_t ndim_ = 0;
+  std::vector<int64_t> dims_;    // ndim_ sizes, then ndim_ strides (one flat array)
 };
+
+// One TENSOR_MATCH whose source has a fast form (see FastRef).
+struct FastTensorCheck {
+  FastRef ref;
+  const TensorMatch* match;  // borrowed from the owning Guard
+};
+// Runs the fast test of checks[0..n) against `fv`, reading TLS once. Returns the index of the first
+// check whose fast test fails (its guard must then be evaluated in full), or n if all pass.
+size_t first_fast_tensor_failure(const FrameView& fv, const FastTensorCheck* checks, size_t n);
 
 bool is_tensor(PyObject* obj);  // isinstance(obj, torch.Tensor), fast path in C++
 // New reference: a meta tensor with the sizes, strides, dtype and requires_grad of `tensor` (borrowed).

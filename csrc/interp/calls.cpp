@@ -90,6 +90,33 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
   // Grad mode is known at every point of the trace (guarded at entry, switched only by traced `with`s).
   if (f.is(PyRefs::get().torch.attr("is_grad_enabled")) && args.empty() && kwargs.empty())
     return Value::constant(py::bool_(guards::grad_mode_enabled()));
+  // Methods of immutable constants ("a_b".split("_"), name.startswith(...)) fold on constant arguments.
+  if (PyCFunction_Check(f.ptr()) && kwargs.empty()) {
+    PyObject* recv = PyCFunction_GET_SELF(f.ptr());  // borrowed
+    if (recv && !PyModule_Check(recv) && is_constant_object(py::handle(recv)) && !guards::is_tensor(recv)) {
+      bool all = true;
+      for (const auto& a : args) all = all && foldable(a);
+      if (all) {
+        py::tuple pargs(args.size());
+        for (size_t i = 0; i < args.size(); ++i) pargs[i] = args[i]->as_python();
+        py::object r;
+        try {
+          r = f(*pargs);
+        } catch (py::error_already_set& e) {
+          unsupported(callable_name(f) + " raised during constant folding: " + std::string(e.what()));
+        }
+        if (is_constant_object(r)) return Value::constant(r);
+        if (PyList_CheckExact(r.ptr()) || PyTuple_CheckExact(r.ptr())) {
+          std::vector<ValuePtr> items;
+          for (auto item : py::reinterpret_borrow<py::sequence>(r)) {
+            if (!is_constant_object(item)) unsupported(callable_name(f) + " returned non-constants");
+            items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
+          }
+          return PyList_CheckExact(r.ptr()) ? Value::list(std::move(items)) : Value::tuple(std::move(items));
+        }
+      }
+    }
+  }
   CallKind kind = classify_callable(f);
   switch (kind) {
     case CallKind::GraphBreak:

@@ -44,6 +44,18 @@ void unpack_sequence(Tracer& t, const Instruction& i) {
   for (auto it = items.rbegin(); it != items.rend(); ++it) t.push(*it);
 }
 
+// UNPACK_EX: `a, *rest, b = seq` (arg = before | after << 8); pushes b, rest (a list), a.
+void unpack_ex(Tracer& t, const Instruction& i) {
+  std::vector<ValuePtr> items = t.unpack_iterable(t.peek(1));
+  size_t before = static_cast<size_t>(i.arg & 0xff), after = static_cast<size_t>(i.arg >> 8);
+  if (items.size() < before + after) t.unsupported("not enough values to unpack");
+  t.pop();
+  for (size_t k = 0; k < after; ++k) t.push(items[items.size() - 1 - k]);
+  t.push(Value::list(std::vector<ValuePtr>(items.begin() + static_cast<long>(before),
+                                           items.end() - static_cast<long>(after))));
+  for (size_t k = before; k-- > 0;) t.push(items[k]);
+}
+
 void list_extend(Tracer& t, const Instruction& i) {
   ValuePtr src = t.pop();
   ValuePtr& list = t.peek(i.arg);
@@ -109,6 +121,7 @@ void register_build(HandlerTable& t) {
   on("BUILD_SLICE", build_slice);
   on("UNPACK_SEQUENCE", unpack_sequence);
   on("LIST_EXTEND", list_extend);
+  on("UNPACK_EX", unpack_ex);
   on("LIST_APPEND", list_append);
   on("LIST_TO_TUPLE", list_to_tuple);
   on("FORMAT_VALUE", format_value);

@@ -81,6 +81,15 @@ void store_subscr(Tracer& t, const Instruction&) {
   ValuePtr container = t.pop();
   ValuePtr value = t.pop();
   if (t.dict_store(container, key, value)) return;
+  if (container->kind == VKind::List && !container->source && key->is_const() && PyLong_CheckExact(key->obj.ptr())) {
+    // A list made in the trace is one object wherever it is referenced: assign in place.
+    long n = static_cast<long>(container->items.size());
+    long idx = key->obj.cast<long>();
+    if (idx < 0) idx += n;
+    if (idx < 0 || idx >= n) t.unsupported("list assignment index out of range (IndexError is raised by Python)");
+    container->items[static_cast<size_t>(idx)] = value;
+    return;
+  }
   if (!container->is_tensor()) t.unsupported("item assignment on " + container->describe());
   // operator.setitem returns None; the node is kept for its effect on the tensor.
   t.setitem(container, key, value);
