@@ -179,7 +179,10 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
     e.emit("STORE_FAST", tmp);
   }
   Rebuilder rb(e, outputs, tmp);
-  rb.share(break_values(t));
+  std::vector<ValuePtr> roots = break_values(t);
+  for (const auto& s : t.attr_stores) roots.push_back(s.value);
+  rb.share(roots);
+  rb.replay_attr_stores(t.attr_stores);
   for (int slot = 0; slot < nlocals; ++slot) {
     LocalState st = local_state(t, slot);
     if (st == LocalState::Store) {

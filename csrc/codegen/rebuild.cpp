@@ -75,6 +75,14 @@ void Rebuilder::share(const std::vector<ValuePtr>& roots) {
   }
 }
 
+void Rebuilder::replay_attr_stores(const std::vector<interp::AttrStore>& stores) {
+  for (const auto& s : stores) {
+    push(s.value, 0);
+    push(s.obj, 1);
+    e_.emit("STORE_ATTR", e_.name_index(s.name));
+  }
+}
+
 void Rebuilder::push(const ValuePtr& v, int above) {
   if (v->kind == VKind::List || v->kind == VKind::Dict) {
     auto it = shared_.find(v.get());

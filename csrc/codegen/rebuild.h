@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "codegen/emitter.h"
+#include "interp/tracer.h"
 #include "interp/value.h"
 
 namespace cdynamo::codegen {
@@ -21,6 +22,8 @@ class Rebuilder {
   // slot, two items of a tuple) is built once into a temporary local here, and every push() of it
   // afterwards loads that local, so Python sees one list, as in eager. Call before any push().
   void share(const std::vector<interp::ValuePtr>& roots);
+  // Replays the trace's attribute assignments (`obj.name = value`) in program order; stack neutral.
+  void replay_attr_stores(const std::vector<interp::AttrStore>& stores);
 
  private:
   Emitter& e_;

@@ -15,11 +15,14 @@ py::object straight_line(interp::Tracer& t, const std::string& compiled_name,
   e.emit("PRECALL", n);
   e.emit("CALL", n);
   const interp::ValuePtr& ret = t.return_value;
-  if (ret->is_tensor() && !ret->source && outputs.size() == 1 && outputs[0] == ret->node) {
+  if (t.attr_stores.empty() && ret->is_tensor() && !ret->source && outputs.size() == 1 && outputs[0] == ret->node) {
     e.emit("UNPACK_SEQUENCE", 1);
   } else {
     Rebuilder r(e, outputs, -1);
-    r.share({ret});
+    std::vector<interp::ValuePtr> roots{ret};
+    for (const auto& s : t.attr_stores) roots.push_back(s.value);
+    r.share(roots);
+    r.replay_attr_stores(t.attr_stores);
     r.push(ret, 0);
     e.emit("SWAP", 2);
     e.emit("POP_TOP");

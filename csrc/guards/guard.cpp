@@ -2,6 +2,7 @@
 #include "guards/guard.h"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 namespace cdynamo::guards {
@@ -136,17 +137,104 @@ bool Guard::check(const FrameView& fv, std::string* why) const {
   return ok ? true : fail(why, *this, reason);
 }
 
+namespace {
+
+// NO_TENSOR_ALIASING on fast sources takes the fast path up to this many sources (stack hash table).
+constexpr size_t kMaxFastAliasing = 512;
+
+// True if every ref has a value right now and the values are pairwise distinct objects. Borrowed
+// pointers only; no Python calls, no allocation. False means "ask Guard::check".
+bool fast_all_distinct(const FrameView& fv, const FastRef* refs, size_t n) {
+  if (n <= 8) {
+    PyObject* seen[8];  // borrowed
+    for (size_t i = 0; i < n; ++i) {
+      PyObject* v = refs[i].peek(fv);  // borrowed
+      if (!v) return false;
+      for (size_t j = 0; j < i; ++j)
+        if (seen[j] == v) return false;
+      seen[i] = v;
+    }
+    return true;
+  }
+  // Open addressing with linear probing in a table of at least 2n slots.
+  unsigned bits = 4;
+  while ((size_t{1} << bits) < 2 * n) ++bits;
+  const size_t mask = (size_t{1} << bits) - 1;
+  PyObject* table[2 * kMaxFastAliasing];  // borrowed pointers; the first mask + 1 slots are used
+  std::memset(table, 0, (mask + 1) * sizeof(PyObject*));
+  for (size_t i = 0; i < n; ++i) {
+    PyObject* v = refs[i].peek(fv);  // borrowed
+    if (!v) return false;
+    size_t h = static_cast<size_t>(((reinterpret_cast<uintptr_t>(v) >> 4) * 0x9E3779B97F4A7C15ull) >> (64 - bits));
+    while (table[h]) {
+      if (table[h] == v) return false;
+      h = (h + 1) & mask;
+    }
+    table[h] = v;
+  }
+  return true;
+}
+
+}  // namespace
+
 void GuardSet::add(Guard g) {
   // The same check on the same source is kept once (a global read twice is guarded once).
   std::string text = g.describe();
   for (const auto& have : guards_)
     if (have.kind == g.kind && have.describe() == text) return;
   guards_.push_back(std::move(g));
+  plan(guards_.back(), static_cast<uint32_t>(guards_.size() - 1));
+}
+
+void GuardSet::plan(const Guard& g, uint32_t index) {
+  FastRef ref;
+  if (g.kind == GuardKind::TensorMatch && g.source && g.tensor && g.source->fast_ref(&ref)) {
+    auto at = static_cast<uint32_t>(tensor_checks_.size());
+    tensor_checks_.push_back(FastTensorCheck{ref, g.tensor.get()});  // TensorMatch is heap-owned by g
+    Step* last = steps_.empty() ? nullptr : &steps_.back();
+    if (last && last->op == Step::Op::Tensors && last->end == at && last->guard + (last->end - last->begin) == index) {
+      ++last->end;  // extends the run of consecutive tensor guards
+    } else {
+      steps_.push_back(Step{Step::Op::Tensors, index, at, at + 1});
+    }
+    return;
+  }
+  if (g.kind == GuardKind::NoAliasing && g.sources.size() <= kMaxFastAliasing) {
+    std::vector<FastRef> refs(g.sources.size());
+    bool all = true;
+    for (size_t i = 0; i < g.sources.size() && all; ++i) all = g.sources[i]->fast_ref(&refs[i]);
+    if (all) {
+      auto at = static_cast<uint32_t>(alias_refs_.size());
+      alias_refs_.insert(alias_refs_.end(), refs.begin(), refs.end());
+      steps_.push_back(Step{Step::Op::NoAliasing, index, at, static_cast<uint32_t>(alias_refs_.size())});
+      return;
+    }
+  }
+  steps_.push_back(Step{Step::Op::Generic, index, 0, 0});
 }
 
 bool GuardSet::check(const FrameView& fv, std::string* why) const {
-  for (const auto& g : guards_) {
-    if (!g.check(fv, why)) return false;
+  // Same order and verdicts as evaluating every guard with Guard::check: fast tests only skip guards
+  // that would pass.
+  for (const Step& s : steps_) {
+    switch (s.op) {
+      case Step::Op::Generic:
+        if (!guards_[s.guard].check(fv, why)) return false;
+        break;
+      case Step::Op::Tensors: {
+        const FastTensorCheck* c = tensor_checks_.data() + s.begin;
+        const size_t n = s.end - s.begin;
+        for (size_t i = first_fast_tensor_failure(fv, c, n); i < n;
+             i += 1 + first_fast_tensor_failure(fv, c + i + 1, n - i - 1)) {
+          if (!guards_[s.guard + i].check(fv, why)) return false;
+        }
+        break;
+      }
+      case Step::Op::NoAliasing:
+        if (!fast_all_distinct(fv, alias_refs_.data() + s.begin, s.end - s.begin) && !guards_[s.guard].check(fv, why))
+          return false;
+        break;
+    }
   }
   return true;
 }

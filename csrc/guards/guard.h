@@ -3,6 +3,7 @@
 
 #include <Python.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,7 +57,23 @@ class GuardSet {
   bool has(GuardKind kind, const Source& src) const;
 
  private:
+  // The evaluation plan, built by add(): guards_ in order, with runs of consecutive TENSOR_MATCH guards on
+  // fast sources and NO_TENSOR_ALIASING on fast sources evaluated by borrowed, allocation-free fast
+  // tests. A fast test that fails hands the guard to Guard::check, which decides and explains; a fast
+  // test that passes implies Guard::check would pass.
+  struct Step {
+    enum class Op : uint8_t { Generic, Tensors, NoAliasing };
+    Op op;
+    uint32_t guard;  // index into guards_ (Tensors: of the first guard of the run)
+    uint32_t begin;  // Tensors: range in tensor_checks_; NoAliasing: range in alias_refs_
+    uint32_t end;
+  };
+  void plan(const Guard& g, uint32_t index);
+
   std::vector<Guard> guards_;
+  std::vector<Step> steps_;
+  std::vector<FastTensorCheck> tensor_checks_;
+  std::vector<FastRef> alias_refs_;
 };
 
 // Builders. All take borrowed `value` (the value seen at compile time).

@@ -28,69 +28,104 @@ std::string join(c10::ArrayRef<T> v) {
   return os.str();
 }
 
-class TensorMatchImpl final : public TensorMatch {
- public:
-  explicit TensorMatchImpl(PyObject* obj) {
-    const at::Tensor& t = THPVariable_Unpack(obj);
-    cls_ = Py_TYPE(obj);
-    Py_INCREF(cls_);  // owned: keeps the class (and its identity) alive
-    keys_ = effective_keys(t);
-    dtype_ = t.scalar_type();
-    device_ = t.device();
-    requires_grad_ = t.requires_grad();
-    sizes_ = t.sizes().vec();
-    strides_ = t.strides().vec();
-  }
-  ~TensorMatchImpl() override { Py_DECREF(cls_); }
+c10::DispatchKeySet from_raw(uint64_t bits) { return c10::DispatchKeySet(c10::DispatchKeySet::RAW, bits); }
 
-  bool check(PyObject* value, std::string* why) const override {
-    if (Py_TYPE(value) != cls_) return fail(why, std::string("type mismatch: expected ") + cls_->tp_name +
-                                                     ", actual " + Py_TYPE(value)->tp_name);
-    const at::Tensor& t = THPVariable_Unpack(value);
-    if (t.scalar_type() != dtype_)
-      return fail(why, std::string("dtype mismatch: expected ") + c10::toString(dtype_) + ", actual " +
-                           c10::toString(t.scalar_type()));
-    if (t.device() != device_) return fail(why, "device mismatch: expected " + device_.str() + ", actual " +
-                                                    t.device().str());
-    if (t.requires_grad() != requires_grad_)
-      return fail(why, std::string("requires_grad mismatch: expected ") + (requires_grad_ ? "True" : "False"));
-    if (effective_keys(t) != keys_) return fail(why, "dispatch key set mismatch");
-    auto sizes = t.sizes();
-    if (sizes.size() != sizes_.size())
-      return fail(why, "ndim mismatch: expected " + std::to_string(sizes_.size()) + ", actual " +
-                           std::to_string(sizes.size()));
-    for (size_t i = 0; i < sizes_.size(); ++i) {
-      if (sizes[i] != sizes_[i])
-        return fail(why, "size mismatch at index " + std::to_string(i) + ": expected " + join(c10::ArrayRef(sizes_)) +
-                             ", actual " + join(sizes));
-    }
-    auto strides = t.strides();
-    for (size_t i = 0; i < strides_.size(); ++i) {
-      if (strides[i] != strides_[i])
-        return fail(why, "stride mismatch at index " + std::to_string(i) + ": expected " +
-                             join(c10::ArrayRef(strides_)) + ", actual " + join(strides));
-    }
-    return true;
-  }
-
- private:
-  static bool fail(std::string* why, std::string msg) {
-    if (why) *why = std::move(msg);
-    return false;
-  }
-  PyTypeObject* cls_;
-  c10::DispatchKeySet keys_;
-  at::ScalarType dtype_;
-  c10::Device device_{c10::kCPU};
-  bool requires_grad_;
-  std::vector<int64_t> sizes_;
-  std::vector<int64_t> strides_;
-};
+bool fail(std::string* why, std::string msg) {
+  if (why) *why = std::move(msg);
+  return false;
+}
 
 }  // namespace
 
-std::unique_ptr<TensorMatch> TensorMatch::make(PyObject* tensor) {
-  return std::make_unique<TensorMatchImpl>(tensor);
+TlsKeys read_tls_keys() {
+  auto tls = c10::impl::tls_local_dispatch_key_set();
+  return TlsKeys{tls.included_.raw_repr(), tls.excluded_.raw_repr()};
+}
+
+std::unique_ptr<TensorMatch> TensorMatch::make(PyObject* obj) {
+  std::unique_ptr<TensorMatch> m(new TensorMatch());
+  const at::Tensor& t = THPVariable_Unpack(obj);
+  m->keys_ = effective_keys(t).raw_repr();
+  m->dtype_ = static_cast<int8_t>(t.scalar_type());
+  m->device_type_ = static_cast<int8_t>(t.device().type());
+  m->device_index_ = static_cast<int8_t>(t.device().index());
+  m->requires_grad_ = t.requires_grad();
+  auto sizes = t.sizes();
+  auto strides = t.strides();
+  m->ndim_ = sizes.size();
+  m->dims_.assign(sizes.begin(), sizes.end());
+  m->dims_.insert(m->dims_.end(), strides.begin(), strides.end());
+  m->cls_ = Py_TYPE(obj);
+  Py_INCREF(m->cls_);  // owned: keeps the class (and its identity) alive
+  return m;
+}
+
+TensorMatch::~TensorMatch() { Py_XDECREF(cls_); }
+
+bool TensorMatch::check(PyObject* value, std::string* why) const {
+  if (Py_TYPE(value) != cls_)
+    return fail(why, std::string("type mismatch: expected ") + cls_->tp_name + ", actual " + Py_TYPE(value)->tp_name);
+  const at::Tensor& t = THPVariable_Unpack(value);
+  auto dtype = static_cast<at::ScalarType>(dtype_);
+  if (t.scalar_type() != dtype)
+    return fail(why, std::string("dtype mismatch: expected ") + c10::toString(dtype) + ", actual " +
+                         c10::toString(t.scalar_type()));
+  c10::Device device(static_cast<c10::DeviceType>(device_type_), static_cast<c10::DeviceIndex>(device_index_));
+  if (t.device() != device)
+    return fail(why, "device mismatch: expected " + device.str() + ", actual " + t.device().str());
+  if (t.requires_grad() != requires_grad_)
+    return fail(why, std::string("requires_grad mismatch: expected ") + (requires_grad_ ? "True" : "False"));
+  if (effective_keys(t) != from_raw(keys_)) return fail(why, "dispatch key set mismatch");
+  c10::IntArrayRef want_sizes(dims_.data(), ndim_);
+  c10::IntArrayRef want_strides(dims_.data() + ndim_, ndim_);
+  auto sizes = t.sizes();
+  if (sizes.size() != ndim_)
+    return fail(why, "ndim mismatch: expected " + std::to_string(ndim_) + ", actual " + std::to_string(sizes.size()));
+  for (size_t i = 0; i < ndim_; ++i) {
+    if (sizes[i] != want_sizes[i])
+      return fail(why, "size mismatch at index " + std::to_string(i) + ": expected " + join(want_sizes) +
+                           ", actual " + join(sizes));
+  }
+  auto strides = t.strides();
+  for (size_t i = 0; i < ndim_; ++i) {
+    if (strides[i] != want_strides[i])
+      return fail(why, "stride mismatch at index " + std::to_string(i) + ": expected " + join(want_strides) +
+                           ", actual " + join(strides));
+  }
+  return true;
+}
+
+// Hot path: the checks of check(), dispatch keys first (see below) and the out-of-line requires_grad()
+// last. Borrowed `value`; no Python calls, no allocation.
+bool TensorMatch::matches(PyObject* value, const TlsKeys& tls) const {
+  // An exact class match with a class recorded from a tensor implies is_tensor(value).
+  if (Py_TYPE(value) != cls_) return false;
+  const at::Tensor& t = THPVariable_Unpack(value);
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  // Keys first: they encode layout (sparse, nested, ...), so sizes()/strides() below cannot throw on a
+  // value whose keys equal those of the strided tensor seen at compile time.
+  if (((impl->key_set() | from_raw(tls.included)) - from_raw(tls.excluded)).raw_repr() != keys_) return false;
+  if (static_cast<int8_t>(t.scalar_type()) != dtype_) return false;
+  c10::Device dev = impl->device();
+  if (static_cast<int8_t>(dev.type()) != device_type_ || static_cast<int8_t>(dev.index()) != device_index_)
+    return false;
+  auto sizes = impl->sizes();
+  if (sizes.size() != ndim_) return false;
+  auto strides = impl->strides();
+  const int64_t* want = dims_.data();
+  for (size_t i = 0; i < ndim_; ++i) {
+    if (sizes[i] != want[i] || strides[i] != want[ndim_ + i]) return false;
+  }
+  return t.requires_grad() == requires_grad_;
+}
+
+size_t first_fast_tensor_failure(const FrameView& fv, const FastTensorCheck* checks, size_t n) {
+  TlsKeys tls = read_tls_keys();
+  for (size_t i = 0; i < n; ++i) {
+    PyObject* v = checks[i].ref.peek(fv);  // borrowed
+    if (!v || !checks[i].match->matches(v, tls)) return i;
+  }
+  return n;
 }
 
 bool is_tensor(PyObject* obj) { return THPVariable_Check(obj); }

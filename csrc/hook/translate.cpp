@@ -175,6 +175,7 @@ CacheEntry* translate(compat::Frame* frame, PyObject* cb, CodeExtra* extra) {
     }
     std::vector<interp::ValuePtr> values =
         is_break ? codegen::break_values(t) : std::vector<interp::ValuePtr>{t.return_value};
+    for (const auto& s : t.attr_stores) values.push_back(s.value);  // tensors assigned to attributes
     std::vector<graph::Node*> outs;
     std::string name;
     py::object disabled_obj;

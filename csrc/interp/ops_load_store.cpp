@@ -101,6 +101,20 @@ void delete_subscr(Tracer& t, const Instruction&) {
   if (!t.dict_delete(container, key)) t.unsupported("del of an item of " + container->describe());
 }
 
+// obj.name = value on an object of the frame: recorded and replayed after the graph, in program order.
+void store_attr(Tracer& t, const Instruction& i) {
+  ValuePtr obj = t.peek(1);
+  ValuePtr value = t.peek(2);
+  std::string name = py::str(t.name_at(i.arg)).cast<std::string>();
+  if (obj->kind != VKind::Object || !obj->source || PyModule_Check(obj->obj.ptr()) || PyType_Check(obj->obj.ptr()))
+    t.unsupported("attribute assignment on " + obj->describe());
+  if (value->kind == VKind::Iter || value->kind == VKind::Null)
+    t.unsupported("attribute assignment of " + value->describe());
+  t.pop();
+  t.pop();
+  t.attr_stores.push_back({obj, name, value});
+}
+
 void pop_top(Tracer& t, const Instruction&) { t.pop(); }
 
 void push_null(Tracer& t, const Instruction&) { t.push(Value::null()); }
@@ -131,6 +145,7 @@ void register_load_store(HandlerTable& t) {
   on("LOAD_METHOD", load_method);
   on("STORE_SUBSCR", store_subscr);
   on("DELETE_SUBSCR", delete_subscr);
+  on("STORE_ATTR", store_attr);
   on("POP_TOP", pop_top);
   on("PUSH_NULL", push_null);
   on("COPY", copy);

@@ -65,6 +65,7 @@ Tracer::Status Tracer::run() {
     std::vector<ValuePtr> saved_stack = stack;
     py::object saved_kw = kw_names;
     size_t saved_graph = graph.mark();
+    size_t saved_stores = attr_stores.size();
     try {
       if (stopped) {
         status_ = Status::Returned;
@@ -84,6 +85,7 @@ Tracer::Status Tracer::run() {
       stack = std::move(saved_stack);
       kw_names = saved_kw;
       graph.rollback(saved_graph);
+      attr_stores.resize(saved_stores);
       std::string why;
       if (pc < bc.insts.size() && breakable(pc, &why)) {
         status_ = Status::Break;
@@ -309,6 +311,10 @@ ValuePtr Tracer::load_global(const std::string& name) {
 }
 
 ValuePtr Tracer::load_attr(const ValuePtr& obj, const std::string& name) {
+  // An attribute this trace assigned reads back the assigned value (the store is replayed later).
+  if (obj->kind == VKind::Object)
+    for (auto it = attr_stores.rbegin(); it != attr_stores.rend(); ++it)
+      if (it->obj->obj.is(obj->obj) && it->name == name) return it->value;
   switch (obj->kind) {
     case VKind::Tensor:
       return tensor_attr(*this, obj, name);

@@ -15,6 +15,13 @@
 
 namespace cdynamo::interp {
 
+// An attribute assignment on an object of the frame, replayed as Python after the graph (program order).
+struct AttrStore {
+  ValuePtr obj;  // has a Source
+  std::string name;
+  ValuePtr value;
+};
+
 // A graph input: where it comes from, its placeholder, and the value seen at compile time.
 struct Input {
   SourcePtr source;
@@ -74,6 +81,7 @@ class Tracer {
   graph::Graph graph;
   guards::GuardSet guards;
   std::vector<Input> inputs;
+  std::vector<AttrStore> attr_stores;  // pending `obj.name = value` side effects, in program order
   std::vector<ValuePtr> stack;
   std::vector<ValuePtr> locals;      // per localsplus slot; null = not yet read / unbound
   std::vector<char> local_loaded;    // slot was read from the frame (wrapped) or assigned

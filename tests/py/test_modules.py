@@ -188,3 +188,46 @@ def test_sequential_and_module_list_loops_unroll_into_one_graph():
     ours.blocks.append(copy.deepcopy(eager.blocks[-1]))
     assert_same(opt(x), eager(x))
     assert counter.frame_count == 2
+
+
+def test_attribute_writes_are_replayed_in_order_around_a_break():
+    class Obj:
+        pass
+
+    def fn(x, o):
+        y = x * 2
+        o.cache = y               # a tensor from the graph
+        o.tag = o.tag + "b"       # reads back its own earlier state
+        z = o.cache + 1           # reads the value this trace assigned
+        print("break")
+        o.last = z
+        return z
+
+    eager_o, ours_o = Obj(), Obj()
+    eager_o.tag = ours_o.tag = "a"
+    x = torch.randn(3)
+    expected = fn(x, eager_o)
+    got = cdynamo.optimize(CompileCounter())(fn)(x, ours_o)
+    assert_same(got, expected)
+    assert_same(ours_o.cache, eager_o.cache)
+    assert_same(ours_o.last, eager_o.last)
+    assert ours_o.tag == eager_o.tag == "ab"
+
+
+def test_module_counter_attribute_updates_like_eager():
+    class Counting(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+            self.calls = 0
+
+        def forward(self, x):
+            self.calls += 1
+            return self.lin(x) * self.calls
+
+    eager, ours = make_pair(Counting)
+    opt = cdynamo.optimize(CompileCounter())(ours)
+    x = torch.randn(2, 3)
+    for _ in range(3):
+        assert_same(opt(x), eager(x))
+    assert ours.calls == eager.calls == 3

@@ -161,8 +161,7 @@ EXTRA_GRAPHS_TODAY = {
     "dict_merge_operator", "set_from_list",  # sets/dicts are not traced yet: calls on them break
     "builtin_getattr_hasattr", "global_read_dict_fn", "inline_higher_order", "inline_lambda_capture",
     "inline_lambda_default", "inline_partial", "inline_partial_positional",
-    "namedtuple_build_access", "obj_bound_method_var", "obj_list_of_objects", "obj_method_call", "obj_method_mutates", "obj_model_created_inside",
-    "obj_new_attr_write", "obj_subclass_super", "tensors_dict_arg",
+    "namedtuple_build_access", "obj_subclass_super", "tensors_dict_arg",
 }
 
 
