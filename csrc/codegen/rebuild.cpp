@@ -109,6 +109,8 @@ void Rebuilder::push(const ValuePtr& v, int above) {
       e_.load_const(v->obj);
       return;
     case VKind::Object:
+      if (v->made_in_trace)
+        throw interp::Unsupported("a function made in the trace cannot be passed back to Python yet");
       if (v->self) {  // a bound method: its receiver, then the attribute again
         push(v->self, above);
         e_.emit("LOAD_ATTR", e_.name_index(v->name));

@@ -66,6 +66,13 @@ void dict_merge(Tracer& t, const Instruction& i) {
   update_from(t, own_dict(t, t.peek(static_cast<size_t>(i.arg)), "DICT_MERGE"), src, true);
 }
 
+// MAP_ADD(i): dict comprehension step; value on top, key below it, the dict `i` below those.
+void map_add(Tracer& t, const Instruction& i) {
+  ValuePtr value = t.pop();
+  ValuePtr key = t.pop();
+  set_item(own_dict(t, t.peek(static_cast<size_t>(i.arg)), "MAP_ADD"), key_of(t, key), value);
+}
+
 }  // namespace
 
 bool Tracer::dict_subscr(const ValuePtr& d, const ValuePtr& key) {
@@ -171,6 +178,7 @@ void register_dicts(HandlerTable& t) {
   on("BUILD_CONST_KEY_MAP", build_const_key_map);
   on("DICT_UPDATE", dict_update);
   on("DICT_MERGE", dict_merge);
+  on("MAP_ADD", map_add);
 }
 
 }  // namespace cdynamo::interp

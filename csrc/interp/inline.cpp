@@ -41,7 +41,6 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
   if (callee_globals != fv.globals && !nn_library)
     unsupported("call to " + name + " from another module (inlining across modules is not supported yet)");
   if (inline_depth_ >= kMaxInlineDepth) unsupported("inlining depth limit reached at " + name);
-  if (callee->co_ncellvars > 0) unsupported("call to " + name + ", which has cell variables (not supported yet)");
 
   // --- bind arguments to the callee's localsplus slots ---
   const int nslots = compat::code_nlocalsplus(callee);
@@ -102,6 +101,11 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
   int nfree = static_cast<int>(callee->co_nfreevars);
   for (int k = 0; k < nfree; ++k) {
     int slot = nslots - nfree + k;
+    if (fn->made_in_trace) {  // a function made in this trace: the captured values
+      if (static_cast<size_t>(k) >= fn->closure.size()) unsupported("closure of " + name + " is incomplete");
+      slots[static_cast<size_t>(slot)] = fn->closure[static_cast<size_t>(k)];
+      continue;
+    }
     SourcePtr src = fn_part(fn, "__closure__", k);
     if (!src || !closure) unsupported("closure of " + name + " without a source");
     PyObject* cell = PyTuple_GET_ITEM(closure, k);   // borrowed
@@ -114,7 +118,7 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
     PyCodeObject* code;
     bytecode::Bytecode bc;
     std::vector<ValuePtr> stack, locals;
-    std::vector<char> local_loaded;
+    std::vector<char> local_loaded, captured_cells;
     py::object kw_names;
     ValuePtr return_value;
     size_t pc;
@@ -123,7 +127,8 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
     PyObject* globals;
     PyObject* builtins;
     bool trusted_globals;
-  } saved{code,         std::move(bc), std::move(stack), std::move(locals), std::move(local_loaded), kw_names,
+  } saved{code,         std::move(bc), std::move(stack), std::move(locals), std::move(local_loaded),
+          std::move(captured_cells), kw_names,
           return_value, pc,            stopped,          lineno_,           fv.globals,              fv.builtins,
           trusted_globals_};
   auto restore = [&] {
@@ -132,6 +137,7 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
     stack = std::move(saved.stack);
     locals = std::move(saved.locals);
     local_loaded = std::move(saved.local_loaded);
+    captured_cells = std::move(saved.captured_cells);
     kw_names = saved.kw_names;
     return_value = saved.return_value;
     pc = saved.pc;
@@ -156,12 +162,15 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
     stack.clear();
     locals = std::move(slots);
     local_loaded.assign(static_cast<size_t>(nslots), 1);  // an inlined frame never reads a real frame
+    captured_cells.clear();
     kw_names = py::object();
     return_value = nullptr;
     pc = 0;
     stopped = false;
     run_nested();
     ValuePtr result = return_value;
+    // A function made inside the callee must not outlive it in the trace: Python gets the real one.
+    if (result && result->made_in_trace) unsupported("it returns a function made inside it (a closure)");
     restore();
     return result;
   } catch (const Unsupported& e) {

@@ -41,7 +41,11 @@ void load_const(Tracer& t, const Instruction& i) {
     t.push(Value::tuple(std::move(items)));
     return;
   }
-  t.unsupported(std::string("constant of type ") + Py_TYPE(c.ptr())->tp_name + " (code objects, frozensets)");
+  if (PyCode_Check(c.ptr())) {  // for MAKE_FUNCTION
+    t.push(Value::object(py::reinterpret_borrow<py::object>(c)));
+    return;
+  }
+  t.unsupported(std::string("constant of type ") + Py_TYPE(c.ptr())->tp_name + " (frozensets)");
 }
 
 void load_global(Tracer& t, const Instruction& i) {
@@ -59,9 +63,6 @@ void load_deref(Tracer& t, const Instruction& i) {
   t.push(v);
 }
 
-void store_deref(Tracer& t, const Instruction& i) {
-  t.unsupported("assignment to the cell variable '" + t.local_name(i.arg) + "' (not supported yet)");
-}
 
 void load_attr(Tracer& t, const Instruction& i) {
   ValuePtr obj = t.pop();
@@ -140,7 +141,6 @@ void register_load_store(HandlerTable& t) {
   on("LOAD_CONST", load_const);
   on("LOAD_GLOBAL", load_global);
   on("LOAD_DEREF", load_deref);
-  on("STORE_DEREF", store_deref);
   on("LOAD_ATTR", load_attr);
   on("LOAD_METHOD", load_method);
   on("STORE_SUBSCR", store_subscr);

@@ -35,6 +35,7 @@ const HandlerTable& handler_table() {
     register_with(t);
     register_iter(t);
     register_dicts(t);
+    register_functions(t);
     return t;
   }();
   return table;

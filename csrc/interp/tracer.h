@@ -50,6 +50,7 @@ void register_control(HandlerTable& t);
 void register_with(HandlerTable& t);
 void register_iter(HandlerTable& t);
 void register_dicts(HandlerTable& t);
+void register_functions(HandlerTable& t);
 // True if calling a pure function on `v` at trace time is sound: constants, tuples/lists of them, and
 // immutable objects (classes, functions, modules); never iterators, dicts, sets or user objects.
 bool foldable(const ValuePtr& v);
@@ -163,6 +164,10 @@ class Tracer {
   void run_nested();
   int inline_depth_ = 0;
   bool trusted_globals_ = false;  // inlined torch library frame: its globals are program constants
+ public:
+  // Cell slots of the current frame captured by a function made in the trace: assigning them afterwards
+  // would not reach the function's snapshot, so it stops the trace.
+  std::vector<char> captured_cells;
   Status status_ = Status::Running;
   StopInfo stop_;
   int lineno_ = -1;

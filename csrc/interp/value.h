@@ -48,7 +48,10 @@ struct Value {
   std::string name;                 // Method name
   int grad_exit = -1;
   size_t pos = 0;                   // Iter: next item
-  std::vector<py::object> keys;     // Dict: hashable constant keys, parallel to `items`               // Object: calling it leaves a grad-mode `with` block, restoring 0/1
+  std::vector<py::object> keys;     // Dict: hashable constant keys, parallel to `items`
+  int cell_slot = -1;               // LOAD_CLOSURE result: the cell of this local slot of the traced frame
+  bool made_in_trace = false;       // Object: a function made by MAKE_FUNCTION during the trace
+  std::vector<ValuePtr> closure;    // made function: the captured cells' values (snapshot, see ops_functions)               // Object: calling it leaves a grad-mode `with` block, restoring 0/1
 
   static ValuePtr tensor(graph::Node* n, py::object example, py::object device, SourcePtr src = nullptr);
   static ValuePtr constant(py::object o, SourcePtr src = nullptr);

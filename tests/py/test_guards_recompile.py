@@ -190,3 +190,36 @@ def test_builtin_over_iterator_is_not_folded():
     opt = cdynamo.optimize("eager")(fn)
     torch.testing.assert_close(opt(x), fn(x))
     torch.testing.assert_close(opt(x), fn(x))
+
+
+def test_closure_sees_variable_reassigned_after_capture():
+    # A function made in the trace captures a snapshot; reassigning the variable afterwards must not
+    # give a stale value (the trace stops instead), exactly as eager's live cells.
+    def fn(x):
+        k = 2
+        g = lambda v: v * k  # noqa: E731
+        k = 3
+        return g(x)
+
+    x = torch.ones(2)
+    torch.testing.assert_close(cdynamo.optimize("eager")(fn)(x), fn(x))
+
+
+def test_comprehensions_and_lambdas_are_one_graph():
+    def fn(x, ws):
+        s = x.sum()
+        ys = [w * s for w in ws]
+        d = {i: w + 1 for i, w in enumerate(ws)}
+        g = lambda v, k=2: v * k + s  # noqa: E731
+        return ys[0] + ys[1], d[1], g(x), [i * 2 for i in range(3)]
+
+    x, ws = torch.randn(3), [torch.randn(3), torch.randn(3)]
+    counter = CompileCounter()
+    got = cdynamo.optimize(counter)(fn)(x, ws)
+    expected = fn(x, ws)
+    for a, b in zip(got, expected):
+        if isinstance(a, torch.Tensor):
+            torch.testing.assert_close(a, b)
+        else:
+            assert a == b
+    assert counter.frame_count == 1

@@ -1,0 +1,145 @@
+// test_guards.cpp — GoogleTest suite for csrc/guards: fast-path verdicts of GuardSet::check equal the
+// full Guard::check verdicts (TENSOR_MATCH, NO_TENSOR_ALIASING), with the same failure reasons.
+#include <gtest/gtest.h>
+#include <pybind11/embed.h>
+
+#include <string>
+#include <vector>
+
+#include "guards/guard.h"
+
+namespace py = pybind11;
+using namespace cdynamo::guards;
+
+namespace {
+
+py::object torch() { return py::module_::import("torch"); }
+py::object randn(int n) { return torch().attr("randn")(n); }
+
+// A frame view over `slots` (borrowed: the test keeps the objects alive).
+struct Frame {
+  std::vector<PyObject*> slots;
+  FrameView view() {
+    FrameView fv;
+    fv.localsplus = slots.data();
+    return fv;
+  }
+};
+
+// TENSOR_MATCH on locals 0..n-1 plus NO_TENSOR_ALIASING over them, built from `values`.
+GuardSet tensor_guards(const std::vector<py::object>& values) {
+  GuardSet g;
+  std::vector<SourcePtr> srcs;
+  for (size_t i = 0; i < values.size(); ++i) {
+    std::string name = "x";
+    name += std::to_string(i);  // (not "x" + ...: GCC 12 -Wrestrict false positive)
+    auto s = Source::local(static_cast<int>(i), name);
+    g.add(tensor_match(s, values[i].ptr()));
+    srcs.push_back(s);
+  }
+  if (srcs.size() > 1) g.add(no_aliasing(srcs));
+  return g;
+}
+
+Frame frame_of(const std::vector<py::object>& values) {
+  Frame f;
+  for (const auto& v : values) f.slots.push_back(v.ptr());
+  return f;
+}
+
+}  // namespace
+
+TEST(Guards, TensorMatchPassesAndExplainsFailures) {
+  std::vector<py::object> xs;
+  for (int i = 0; i < 20; ++i) xs.push_back(randn(3));
+  GuardSet g = tensor_guards(xs);
+  Frame f = frame_of(xs);
+  EXPECT_TRUE(g.check(f.view()));
+
+  std::vector<py::object> other = xs;
+  other[7] = randn(4);  // size mismatch
+  Frame f2 = frame_of(other);
+  std::string why;
+  EXPECT_FALSE(g.check(f2.view()));
+  EXPECT_FALSE(g.check(f2.view(), &why));
+  EXPECT_EQ(why, "local 'x7' TENSOR_MATCH: size mismatch at index 0: expected [3], actual [4]");
+
+  other[7] = xs[7].attr("double")();
+  Frame f3 = frame_of(other);
+  EXPECT_FALSE(g.check(f3.view(), &why));
+  EXPECT_EQ(why, "local 'x7' TENSOR_MATCH: dtype mismatch: expected Float, actual Double");
+
+  other[7] = py::int_(3);
+  Frame f4 = frame_of(other);
+  EXPECT_FALSE(g.check(f4.view(), &why));
+  EXPECT_EQ(why, "local 'x7' TENSOR_MATCH: expected a tensor, got int");
+
+  other[7] = xs[7].attr("requires_grad_")();
+  Frame f5 = frame_of(other);
+  EXPECT_FALSE(g.check(f5.view(), &why));
+  EXPECT_EQ(why, "local 'x7' TENSOR_MATCH: requires_grad mismatch: expected False");
+  xs[7].attr("requires_grad_")(false);
+
+  Frame f6 = frame_of(xs);
+  f6.slots[3] = nullptr;  // unbound local
+  EXPECT_FALSE(g.check(f6.view(), &why));
+  EXPECT_EQ(why, "local 'x3' TENSOR_MATCH: value is missing");
+
+  // stride mismatch: a transposed 3x2 tensor against a contiguous 2x3 one
+  GuardSet g2;
+  g2.add(tensor_match(Source::local(0, "a"), torch().attr("randn")(2, 3).ptr()));
+  py::object transposed = torch().attr("randn")(3, 2).attr("t")();
+  Frame f7;
+  f7.slots = {transposed.ptr()};
+  EXPECT_FALSE(g2.check(f7.view(), &why));
+  EXPECT_EQ(why, "local 'a' TENSOR_MATCH: stride mismatch at index 0: expected [3, 1], actual [1, 2]");
+}
+
+TEST(Guards, NoAliasingAtEverySize) {
+  for (int n : {2, 5, 8, 9, 50, 300, 600}) {
+    std::vector<py::object> xs;
+    for (int i = 0; i < n; ++i) xs.push_back(randn(2));
+    GuardSet g = tensor_guards(xs);
+    Frame ok = frame_of(xs);
+    std::string ok_why;
+    EXPECT_TRUE(g.check(ok.view())) << n;
+    EXPECT_TRUE(g.check(ok.view(), &ok_why)) << ok_why;
+    for (int dup : {1, n - 1}) {
+      Frame bad = frame_of(xs);
+      bad.slots[static_cast<size_t>(dup)] = bad.slots[0];
+      std::string why;
+      EXPECT_FALSE(g.check(bad.view())) << n;
+      EXPECT_FALSE(g.check(bad.view(), &why)) << n;
+      EXPECT_NE(why.find("tensor inputs alias each other"), std::string::npos) << why;
+      EXPECT_EQ(why.rfind("NO_TENSOR_ALIASING(local 'x0', ", 0), 0u) << why;
+    }
+  }
+}
+
+TEST(Guards, ItemSourcesOfTuplesListsAndSubclasses) {
+  py::object a = randn(2), b = randn(2);
+  auto xs = Source::local(0, "xs");
+  GuardSet g;
+  g.add(tensor_match(Source::item(xs, 0), a.ptr()));
+  g.add(tensor_match(Source::item(xs, 1), b.ptr()));
+  g.add(no_aliasing({Source::item(xs, 0), Source::item(xs, 1)}));
+  py::object subclass = py::module_::import("collections").attr("UserList");
+  std::string why;
+  for (py::object seq : {py::object(py::make_tuple(a, b)), py::object(py::list(py::make_tuple(a, b))),
+                         subclass(py::make_tuple(a, b))}) {
+    Frame f;
+    f.slots = {seq.ptr()};
+    EXPECT_TRUE(g.check(f.view()));
+    EXPECT_TRUE(g.check(f.view(), &why));
+  }
+  Frame same;
+  py::object dup = py::make_tuple(a, a);
+  same.slots = {dup.ptr()};
+  EXPECT_FALSE(g.check(same.view(), &why));
+  EXPECT_EQ(why, "NO_TENSOR_ALIASING(local 'xs'[0], local 'xs'[1]): tensor inputs alias each other");
+  Frame shorter;
+  py::object one = py::make_tuple(a);
+  shorter.slots = {one.ptr()};
+  EXPECT_FALSE(g.check(shorter.view(), &why));
+  EXPECT_EQ(why, "local 'xs'[1] TENSOR_MATCH: value is missing");
+}
