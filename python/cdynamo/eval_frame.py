@@ -9,6 +9,16 @@ from . import _callback, _core
 from .backends.registry import lookup_backend
 
 
+_TRAMPOLINE_SRC = "def make(mod):\n    def module_call(*args):\n        return mod(*args)\n    return module_call\n"
+_TRAMPOLINE_CODE = compile(_TRAMPOLINE_SRC, "<cdynamo module call>", "exec")
+
+
+def _module_trampoline(mod):
+    ns = {}
+    exec(_TRAMPOLINE_CODE, ns)
+    return ns["make"](mod)
+
+
 def _wrap(fn, cb):
     oc = _core.C().OptimizedCallable(fn, cb)
     try:
@@ -47,7 +57,19 @@ class _CallbackContext:
         return _wrap(fn, self.callback)
 
     def _wrap_module_call(self, mod):
-        return _wrap(mod.__call__, self.callback)
+        # Positional calls enter through a small trampoline frame (its file is not library code), whose
+        # `mod(*args)` the tracer follows into forward() — so modules whose forward lives in torch
+        # (a bare nn.Linear) are captured too, and hooks are guarded. Keyword calls use mod.__call__.
+        trampoline = _wrap(_module_trampoline(mod), self.callback)
+        with_kwargs = _wrap(mod.__call__, self.callback)
+
+        def call(*args, **kwargs):
+            if kwargs:
+                return with_kwargs(*args, **kwargs)
+            return trampoline(*args)
+
+        functools.update_wrapper(call, mod.__call__)
+        return call
 
 
 class _OptimizeContext(_CallbackContext):

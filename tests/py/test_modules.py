@@ -231,3 +231,15 @@ def test_module_counter_attribute_updates_like_eager():
     for _ in range(3):
         assert_same(opt(x), eager(x))
     assert ours.calls == eager.calls == 3
+
+
+def test_bare_torch_modules_are_captured_through_the_wrapper():
+    # A module whose forward lives in torch (no user frame at all) is still one graph.
+    torch.manual_seed(0)
+    for mod, n_ops in ((nn.Linear(3, 4), 1), (nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)), 3)):
+        counter = CompileCounter()
+        opt = cdynamo.optimize(counter)(mod)
+        x = torch.randn(2, 3)
+        assert_same(opt(x), mod(x))
+        assert_same(opt(x), mod(x))
+        assert (counter.frame_count, counter.op_count) == (1, n_ops)
