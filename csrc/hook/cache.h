@@ -30,6 +30,7 @@ struct CodeExtra {
   bool skip = false;       // never capture frames of this code
   bool generated = false;  // produced by cdynamo: run as is
   bool warned = false;     // the recompile-limit warning was given
+  bool had_graph = false;  // some entry of this code ever captured a graph
   std::string last_failure;
   ~CodeExtra();
 };

@@ -110,6 +110,12 @@ CacheEntry* translate(compat::Frame* frame, PyObject* cb, CodeExtra* extra) {
                             extra->last_failure);
           return nullptr;
         }
+        if (!extra->had_graph) {
+          // Nothing was ever captured here (e.g. a generated namedtuple __new__ that breaks at once):
+          // stop re-tracing it quietly; running it as Python loses nothing.
+          extra->skip = true;
+          return nullptr;
+        }
         if (!extra->warned) {
           extra->warned = true;
           py::dict info = base_info(code);
@@ -168,10 +174,10 @@ CacheEntry* translate(compat::Frame* frame, PyObject* cb, CodeExtra* extra) {
     add_state_guards(t);
     bool has_graph = t.graph.op_count() > 0;
     if (!is_break && !has_graph) {
-      // Nothing for a graph: run the original code (for inputs passing the same guards).
-      CacheEntry* e = add_entry(extra, frame, std::move(t.guards));
-      e->description = "no graph";
-      return e;
+      // Nothing for a graph (no tensor operation on the whole path): the code is not worth guarding and
+      // re-tracing on every new input, as torch._dynamo skips such frames; it runs as plain Python.
+      extra->skip = true;
+      return nullptr;
     }
     std::vector<interp::ValuePtr> values =
         is_break ? codegen::break_values(t) : std::vector<interp::ValuePtr>{t.return_value};
@@ -253,6 +259,7 @@ CacheEntry* translate(compat::Frame* frame, PyObject* cb, CodeExtra* extra) {
       resume_listing.append(py::make_tuple(r.name, bytecode::format(reinterpret_cast<PyCodeObject*>(r.code.ptr()))));
     }
 
+    if (has_graph) extra->had_graph = true;
     py::list guard_list = guard_strings(t.guards);
     CacheEntry* e = add_entry(extra, frame, std::move(t.guards));
     e->code = new_code;

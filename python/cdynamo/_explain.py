@@ -90,6 +90,12 @@ class ExplainOutput:
     compile_times: dict
     fallbacks: list
 
+    def __iter__(self):
+        """The legacy 6-tuple: explanation, out_guards, graphs, ops_per_graph, break_reasons, verbose."""
+        summary = (f"Dynamo produced {self.graph_count} graphs with {self.graph_break_count} graph breaks "
+                   f"and {self.op_count} ops")
+        return iter((summary, self.out_guards, self.graphs, self.ops_per_graph, self.break_reasons, str(self)))
+
     def __str__(self):
         lines = [f"Graph Count: {self.graph_count}", f"Graph Break Count: {self.graph_break_count}",
                  f"Op Count: {self.op_count}"]
@@ -105,13 +111,27 @@ class ExplainOutput:
         lines.append("Ops per Graph:")
         for i, ops in enumerate(self.ops_per_graph, 1):
             lines.append(f"  Ops {i}:")
-            lines.extend(f"    {op}" for op in ops)
+            lines.extend(f"    {_target_name(op)}" for op in ops)
         lines.append("Out Guards:")
         lines.extend(f"  - {g}" for g in self.out_guards)
         if self.compile_times:
             lines.append("Compile Times (s):")
             lines.extend(f"  {name}: {', '.join(f'{t:.4f}' for t in ts)}" for name, ts in self.compile_times.items())
         return "\n".join(lines)
+
+
+def _target_name(target):
+    """torch.abs, operator.add, or a method name: what a person reads in a graph listing."""
+    if isinstance(target, str):
+        return f"Tensor.{target}"
+    mod = getattr(target, "__module__", None) or ""
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None)
+    if not name:
+        return repr(target)
+    mod = {"_operator": "operator"}.get(mod, mod)
+    if name.startswith("_VariableFunctionsClass."):  # torch.abs and the other C-bound torch functions
+        mod, name = "torch", name.split(".", 1)[1]
+    return f"{mod}.{name}" if mod else name
 
 
 def _first_line(text):

@@ -171,3 +171,54 @@ def test_no_more_graphs_than_torch_dynamo(name):
         cdynamo.optimize(ours)(fn)(*clone_args(args))
     assert ours.frame_count <= dyn.frame_count, (ours.frame_count, dyn.frame_count)
     assert ours.frame_count >= 1
+
+
+def f3(x):
+    import scipy.fft
+
+    x = x * 2
+    x = scipy.fft.dct(x.numpy())
+    x = torch.from_numpy(x)
+    x = x * 2
+    return x
+
+
+def test_tutorial_f3_with_scipy_in_the_middle():
+    x = torch.randn(5, 5)
+    counter = CompileCounter()
+    torch.testing.assert_close(cdynamo.optimize(counter)(f3)(x), f3(x))
+    assert counter.frame_count == 2  # before and after the scipy call
+    torch.testing.assert_close(cdynamo.optimize(counter)(corpus.f1)(x, x), corpus.f1(x, x))
+    torch.testing.assert_close(cdynamo.optimize(counter)(corpus.f1)(-x, x), corpus.f1(-x, x))
+
+
+def test_explain_bar_legacy_tuple_and_summary():
+    a, b = torch.randn(10), torch.randn(10)
+    explanation, out_guards, graphs, ops_per_graph, break_reasons, verbose = cdynamo.explain(corpus.bar, a, b)
+    assert len(graphs) == 2 and len(ops_per_graph) == 2
+    assert [len(o) for o in ops_per_graph][0] == 5
+    assert len(break_reasons) == 1
+    r = break_reasons[0]
+    assert r.filename.endswith("graph_break_corpus.py") and "if b.sum() < 0" in r.line
+    assert "local 'a' TENSOR_MATCH" in out_guards
+    assert "2 graphs with 1 graph breaks" in explanation
+    assert "Break Reason 1" in verbose and "Hint:" in verbose and "torch.abs" in verbose
+    out = cdynamo.explain(corpus.bar)(a, b)
+    assert (out.graph_count, out.graph_break_count, out.op_count) == (2, 1, len(ops_per_graph[0]) + len(ops_per_graph[1]))
+
+
+@pytest.mark.parametrize("mode", ["nopython", "fullgraph", "export"])
+def test_first_break_raises_located_unsupported(mode):
+    a, b = torch.randn(10), torch.randn(10)
+    with pytest.raises(cdynamo.exc.Unsupported) as err:
+        if mode == "nopython":
+            cdynamo.optimize("eager", nopython=True)(corpus.bar)(a, b)
+        elif mode == "fullgraph":
+            cdynamo.compile(corpus.bar, backend="eager", fullgraph=True)(a, b)
+        else:
+            cdynamo.export(corpus.bar, a, b)
+    text = str(err.value)
+    line = corpus.bar.__code__.co_firstlineno + 2
+    assert f"graph_break_corpus.py:{line}" in text, text
+    assert "tensor" in text and "Hint" in text
+    assert isinstance(err.value, cdynamo.exc.CdynamoError)
