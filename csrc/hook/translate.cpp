@@ -69,6 +69,14 @@ void report(PyObject* cb, const char* method, py::dict info) {
   }
 }
 
+// Tells the callback the frame runs as plain Python: kind is unsupported/internal/backend/recompile_limit.
+void report_fallback(PyObject* cb, PyCodeObject* code, const char* kind, const std::string& reason) {
+  py::dict info = base_info(code);
+  info["reason"] = reason;
+  info["kind"] = kind;
+  report(cb, "on_fallback", info);
+}
+
 CacheEntry* add_entry(CodeExtra* extra, compat::Frame* frame, guards::GuardSet guards) {
   auto e = std::make_unique<CacheEntry>();
   e->guards = std::move(guards);
@@ -84,6 +92,16 @@ void add_state_guards(interp::Tracer& t) {
   std::vector<guards::SourcePtr> tensors;
   for (const auto& in : t.inputs) tensors.push_back(in.source);
   if (tensors.size() > 1) t.guards.add(guards::no_aliasing(std::move(tensors)));
+}
+
+// One break reason as the Python side reads it: reason, filename, lineno, line.
+py::dict break_info(const interp::StopInfo& s) {
+  py::dict b;
+  b["reason"] = s.reason;
+  b["filename"] = s.filename;
+  b["lineno"] = s.lineno;
+  b["line"] = s.line;
+  return b;
 }
 
 py::list guard_strings(const guards::GuardSet& g) {
@@ -150,12 +168,7 @@ CacheEntry* translate(compat::Frame* frame, PyObject* cb, CodeExtra* extra) {
       info["reason"] = located(stop);
       info["kind"] = "unsupported";
       py::list breaks;
-      py::dict b;
-      b["reason"] = stop.reason;
-      b["filename"] = stop.filename;
-      b["lineno"] = stop.lineno;
-      b["line"] = stop.line;
-      breaks.append(b);
+      breaks.append(break_info(stop));
       info["break_reasons"] = breaks;
       report(cb, "on_fallback", info);
       add_state_guards(t);
@@ -209,10 +222,7 @@ CacheEntry* translate(compat::Frame* frame, PyObject* cb, CodeExtra* extra) {
           err.restore();
           return nullptr;
         }
-        py::dict info = base_info(code);
-        info["reason"] = std::string("backend failed: ") + err.what();
-        info["kind"] = "backend";
-        report(cb, "on_fallback", info);
+        report_fallback(cb, code, "backend", std::string("backend failed: ") + err.what());
         CacheEntry* e = add_entry(extra, frame, std::move(t.guards));
         e->description = "backend failed";
         return e;
@@ -233,10 +243,7 @@ CacheEntry* translate(compat::Frame* frame, PyObject* cb, CodeExtra* extra) {
       }
     } catch (const interp::Unsupported& u) {
       // The state at the break cannot be rebuilt as Python: the whole frame runs as Python.
-      py::dict info = base_info(code);
-      info["reason"] = std::string(u.what()) + " (at a graph break: " + located(stop) + ")";
-      info["kind"] = "unsupported";
-      report(cb, "on_fallback", info);
+      report_fallback(cb, code, "unsupported", std::string(u.what()) + " (at a graph break: " + located(stop) + ")");
       CacheEntry* e = add_entry(extra, frame, std::move(t.guards));
       e->description = "unsupported";
       return e;
@@ -275,12 +282,7 @@ CacheEntry* translate(compat::Frame* frame, PyObject* cb, CodeExtra* extra) {
     info["compile_time_s"] = secs;
     py::list breaks;
     if (is_break) {
-      py::dict b;
-      b["reason"] = stop.reason;
-      b["filename"] = stop.filename;
-      b["lineno"] = stop.lineno;
-      b["line"] = stop.line;
-      breaks.append(b);
+      breaks.append(break_info(stop));
     }
     info["break_reasons"] = breaks;
     info["resume_bytecode"] = resume_listing;
@@ -291,20 +293,14 @@ CacheEntry* translate(compat::Frame* frame, PyObject* cb, CodeExtra* extra) {
       err.restore();
       return nullptr;
     }
-    py::dict info = base_info(code);
-    info["reason"] = std::string("internal error: ") + err.what();
-    info["kind"] = "internal";
-    report(cb, "on_fallback", info);
+    report_fallback(cb, code, "internal", std::string("internal error: ") + err.what());
   } catch (const std::exception& err) {
     if (strict) {
       PyErr_Format(PyExc_RuntimeError, "cdynamo internal error in %U: %s", code->co_name, err.what());
       return nullptr;
     }
     try {
-      py::dict info = base_info(code);
-      info["reason"] = std::string("internal error: ") + err.what();
-      info["kind"] = "internal";
-      report(cb, "on_fallback", info);
+      report_fallback(cb, code, "internal", std::string("internal error: ") + err.what());
     } catch (...) {
       PyErr_Clear();
     }

@@ -170,10 +170,7 @@ ValuePtr Tracer::make_dict(const std::vector<ValuePtr>& args, const std::vector<
 }
 
 void register_dicts(HandlerTable& t) {
-  auto on = [&](const char* name, Handler h) {
-    int op = bytecode::opcode_by_name(name);
-    if (op >= 0) t[op] = h;
-  };
+  auto on = [&](const char* name, Handler h) { on_opcode(t, name, h); };
   on("BUILD_MAP", build_map);
   on("BUILD_CONST_KEY_MAP", build_const_key_map);
   on("DICT_UPDATE", dict_update);

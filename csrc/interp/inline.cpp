@@ -188,17 +188,7 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
 }
 
 void Tracer::run_nested() {
-  const auto& table = handler_table();
-  while (!stopped) {
-    if (pc >= bc.insts.size()) unsupported("fell off the end of the bytecode");
-    const auto& inst = *bc.insts[pc];
-    if (inst.pos.line >= 0) lineno_ = inst.pos.line;
-    Handler h = table[inst.opcode & 0xff];
-    if (!h) unsupported(std::string("opcode ") + bytecode::opname(inst.opcode) + " is not supported yet");
-    size_t before = pc;
-    h(*this, inst);
-    if (pc == before) pc++;
-  }
+  while (!stopped) execute_one();
 }
 
 }  // namespace cdynamo::interp

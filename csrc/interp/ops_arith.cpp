@@ -115,10 +115,7 @@ void contains_op(Tracer& t, const Instruction& i) {
 }  // namespace
 
 void register_arith(HandlerTable& t) {
-  auto on = [&](const char* name, Handler h) {
-    int op = bytecode::opcode_by_name(name);
-    if (op >= 0) t[op] = h;
-  };
+  auto on = [&](const char* name, Handler h) { on_opcode(t, name, h); };
   on("BINARY_OP", binary_op);
   on("COMPARE_OP", compare_op);
   on("UNARY_NEGATIVE", unary_negative);

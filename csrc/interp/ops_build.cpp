@@ -112,10 +112,7 @@ void build_string(Tracer& t, const Instruction& i) {
 }  // namespace
 
 void register_build(HandlerTable& t) {
-  auto on = [&](const char* name, Handler h) {
-    int op = bytecode::opcode_by_name(name);
-    if (op >= 0) t[op] = h;
-  };
+  auto on = [&](const char* name, Handler h) { on_opcode(t, name, h); };
   on("BUILD_TUPLE", build_tuple);
   on("BUILD_LIST", build_list);
   on("BUILD_SLICE", build_slice);

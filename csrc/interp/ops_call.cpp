@@ -59,10 +59,7 @@ void call_function_ex(Tracer& t, const Instruction& i) {
 }  // namespace
 
 void register_call(HandlerTable& t) {
-  auto on = [&](const char* name, Handler h) {
-    int op = bytecode::opcode_by_name(name);
-    if (op >= 0) t[op] = h;
-  };
+  auto on = [&](const char* name, Handler h) { on_opcode(t, name, h); };
   on("PRECALL", precall);
   on("KW_NAMES", kw_names);
   on("CALL", call);

@@ -68,10 +68,7 @@ void jump_if_false_or_pop(Tracer& t, const Instruction& i) { jump_if_or_pop(t, i
 }  // namespace
 
 void register_control(HandlerTable& t) {
-  auto on = [&](const char* name, Handler h) {
-    int op = bytecode::opcode_by_name(name);
-    if (op >= 0) t[op] = h;
-  };
+  auto on = [&](const char* name, Handler h) { on_opcode(t, name, h); };
   on("RETURN_VALUE", return_value);
   on("JUMP_FORWARD", jump);
   on("JUMP_BACKWARD", jump);

@@ -67,10 +67,7 @@ void store_deref(Tracer& t, const Instruction& i) {
 }  // namespace
 
 void register_functions(HandlerTable& t) {
-  auto on = [&](const char* name, Handler h) {
-    int op = bytecode::opcode_by_name(name);
-    if (op >= 0) t[op] = h;
-  };
+  auto on = [&](const char* name, Handler h) { on_opcode(t, name, h); };
   on("LOAD_CLOSURE", load_closure);
   on("MAKE_FUNCTION", make_function);
   on("STORE_DEREF", store_deref);

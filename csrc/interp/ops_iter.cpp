@@ -141,10 +141,7 @@ ValuePtr Tracer::call_iter_builtin(const std::string& name, const std::vector<Va
 }
 
 void register_iter(HandlerTable& t) {
-  auto on = [&](const char* name, Handler h) {
-    int op = bytecode::opcode_by_name(name);
-    if (op >= 0) t[op] = h;
-  };
+  auto on = [&](const char* name, Handler h) { on_opcode(t, name, h); };
   on("GET_ITER", get_iter);
   on("FOR_ITER", for_iter);
 }

@@ -127,10 +127,7 @@ void swap(Tracer& t, const Instruction& i) { std::swap(t.peek(1), t.peek(i.arg))
 }  // namespace
 
 void register_load_store(HandlerTable& t) {
-  auto on = [&](const char* name, Handler h) {
-    int op = bytecode::opcode_by_name(name);
-    if (op >= 0) t[op] = h;
-  };
+  auto on = [&](const char* name, Handler h) { on_opcode(t, name, h); };
   on("NOP", nop);
   on("RESUME", nop);
   on("MAKE_CELL", nop);

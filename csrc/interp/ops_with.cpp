@@ -46,8 +46,7 @@ void Tracer::set_grad_mode(bool enabled) {
 }
 
 void register_with(HandlerTable& t) {
-  int op = bytecode::opcode_by_name("BEFORE_WITH");
-  if (op >= 0) t[op] = before_with;
+  on_opcode(t, "BEFORE_WITH", before_with);
 }
 
 }  // namespace cdynamo::interp

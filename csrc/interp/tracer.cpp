@@ -24,6 +24,11 @@ PyRefs& PyRefs::get() {
   return *refs;
 }
 
+void on_opcode(HandlerTable& t, const char* name, Handler h) {
+  int op = bytecode::opcode_by_name(name);
+  if (op >= 0) t[static_cast<size_t>(op)] = h;
+}
+
 const HandlerTable& handler_table() {
   static HandlerTable table = [] {
     HandlerTable t{};
@@ -60,7 +65,6 @@ Tracer::Status Tracer::run() {
     status_ = Status::Unsupported;
     stop_.reason = std::string("cannot decode bytecode: ") + e.what();
   }
-  const auto& table = handler_table();
   while (status_ == Status::Running) {
     // Snapshot what a failing instruction may have changed, to stop cleanly *before* it.
     std::vector<ValuePtr> saved_stack = stack;
@@ -72,14 +76,7 @@ Tracer::Status Tracer::run() {
         status_ = Status::Returned;
         break;
       }
-      if (pc >= bc.insts.size()) unsupported("fell off the end of the bytecode");
-      const auto& inst = *bc.insts[pc];
-      if (inst.pos.line >= 0) lineno_ = inst.pos.line;
-      Handler h = table[inst.opcode & 0xff];
-      if (!h) unsupported(std::string("opcode ") + bytecode::opname(inst.opcode) + " is not supported yet");
-      size_t before = pc;
-      h(*this, inst);
-      if (pc == before) pc++;
+      execute_one();
     } catch (const Unsupported& e) {
       if (stop_.reason.empty()) stop_.reason = e.what();
       stop_.lineno = lineno_;
@@ -119,6 +116,17 @@ Tracer::Status Tracer::run() {
     }
   }
   return status_;
+}
+
+void Tracer::execute_one() {
+  if (pc >= bc.insts.size()) unsupported("fell off the end of the bytecode");
+  const auto& inst = *bc.insts[pc];
+  if (inst.pos.line >= 0) lineno_ = inst.pos.line;
+  Handler h = handler_table()[inst.opcode & 0xff];
+  if (!h) unsupported(std::string("opcode ") + bytecode::opname(inst.opcode) + " is not supported yet");
+  size_t before = pc;
+  h(*this, inst);
+  if (pc == before) pc++;
 }
 
 bool Tracer::breakable(size_t index, std::string* why) const {

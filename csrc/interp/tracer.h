@@ -54,6 +54,8 @@ void register_functions(HandlerTable& t);
 // True if calling a pure function on `v` at trace time is sound: constants, tuples/lists of them, and
 // immutable objects (classes, functions, modules); never iterators, dicts, sets or user objects.
 bool foldable(const ValuePtr& v);
+// Puts handler `h` in the table under opcode `name` (skipped when this Python has no such opcode).
+void on_opcode(HandlerTable& t, const char* name, Handler h);
 // The opcode -> handler table (built once from the families above).
 const HandlerTable& handler_table();
 // True for torch.no_grad / torch.enable_grad (classes whose `with` blocks are traced; ops_with.cpp).
@@ -162,6 +164,8 @@ class Tracer {
   bool loop_depth(size_t index) const;
   // Runs handlers until RETURN_VALUE in the current (inlined) frame state; Unsupported propagates.
   void run_nested();
+  // Runs the handler of bc.insts[pc] and advances pc unless the handler jumped.
+  void execute_one();
   int inline_depth_ = 0;
   bool trusted_globals_ = false;  // inlined torch library frame: its globals are program constants
  public:
