@@ -11,9 +11,10 @@ import common as C  # noqa: E402
 import bench_call_overhead  # noqa: E402
 import bench_first_call  # noqa: E402
 import bench_graph_breaks  # noqa: E402
+import bench_modules  # noqa: E402
 
 BENCHES = {"first_call": bench_first_call, "call_overhead": bench_call_overhead,
-           "graph_breaks": bench_graph_breaks}
+           "graph_breaks": bench_graph_breaks, "modules": bench_modules}
 
 
 def main():

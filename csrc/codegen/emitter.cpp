@@ -70,6 +70,11 @@ void Emitter::load_source(const guards::Source& src) {
       load_source(*src.base);
       emit("LOAD_ATTR", name_index(src.name));
       return;
+    case K::DictItem:
+      load_source(*src.base);
+      load_const(py::str(src.name));
+      emit("BINARY_SUBSCR");
+      return;
     case K::Item:
       load_source(*src.base);
       load_const(py::int_(src.index));

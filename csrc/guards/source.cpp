@@ -28,6 +28,7 @@ SourcePtr Source::builtin(const std::string& n) { return make(Kind::Builtin, 0, 
 SourcePtr Source::closure(int slot, const std::string& n) { return make(Kind::Closure, slot, n, nullptr); }
 SourcePtr Source::attr(SourcePtr b, const std::string& n) { return make(Kind::Attr, 0, n, std::move(b)); }
 SourcePtr Source::item(SourcePtr b, int i) { return make(Kind::Item, i, "", std::move(b)); }
+SourcePtr Source::dict_item(SourcePtr b, const std::string& k) { return make(Kind::DictItem, 0, k, std::move(b)); }
 
 PyObject* Source::fetch(const FrameView& fv) const {
   switch (kind) {
@@ -74,6 +75,15 @@ PyObject* Source::fetch(const FrameView& fv) const {
       if (!v) PyErr_Clear();
       return v;
     }
+    case Kind::DictItem: {
+      PyObject* b = base->fetch(fv);  // new
+      if (!b) return nullptr;
+      PyObject* v = PyDict_CheckExact(b) ? PyDict_GetItemWithError(b, name_obj) : nullptr;  // borrowed
+      Py_XINCREF(v);
+      Py_DECREF(b);
+      if (!v) PyErr_Clear();
+      return v;  // new reference or nullptr
+    }
     case Kind::Item: {
       PyObject* b = base->fetch(fv);  // new
       if (!b) return nullptr;
@@ -119,6 +129,7 @@ std::string Source::describe() const {
     case Kind::Closure: return "closure '" + name + "'";
     case Kind::Attr: return base->describe() + "." + name;
     case Kind::Item: return base->describe() + "[" + std::to_string(index) + "]";
+    case Kind::DictItem: return base->describe() + "['" + name + "']";
   }
   return "?";
 }

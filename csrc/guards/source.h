@@ -38,7 +38,7 @@ struct Source;
 using SourcePtr = std::shared_ptr<const Source>;
 
 struct Source {
-  enum class Kind { Local, Global, Builtin, Closure, Attr, Item };
+  enum class Kind { Local, Global, Builtin, Closure, Attr, Item, DictItem };
   Kind kind = Kind::Local;
   int index = 0;          // Local: localsplus slot; Closure: localsplus slot of the free var; Item: index
   std::string name;       // Local/Global/Builtin/Closure/Attr name
@@ -52,6 +52,8 @@ struct Source {
   static SourcePtr closure(int slot, const std::string& name);
   static SourcePtr attr(SourcePtr base, const std::string& name);
   static SourcePtr item(SourcePtr base, int index);
+  // base[name] on an exact dict (nn.Module's _modules / _parameters / _buffers): a C-level lookup.
+  static SourcePtr dict_item(SourcePtr base, const std::string& key);
 
   // Returns a NEW reference to the value, or nullptr (with no Python error left set) when the value is
   // missing (unbound local, deleted global, empty cell, failing attribute/item lookup).

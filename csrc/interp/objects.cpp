@@ -57,6 +57,19 @@ ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
       return inline_call(getter, {obj}, {});
     }
   }
+  // nn.Module parameters, buffers and submodules live in dicts that Module.__getattr__ (Python) searches:
+  // read and guard them through the dict itself, a C-level lookup on every guard check.
+  if (!in_instance && !descr && is_nn_module(o)) {
+    for (const char* d : {"_parameters", "_buffers", "_modules"}) {
+      PyObject* dict = inst_dict ? PyDict_GetItemString(inst_dict, d) : nullptr;  // borrowed
+      if (!dict || !PyDict_CheckExact(dict)) continue;
+      PyObject* v = PyDict_GetItemWithError(dict, key.ptr());  // borrowed
+      if (PyErr_Occurred()) throw py::error_already_set();
+      if (!v) continue;
+      if (v == Py_None) break;  // a None parameter/buffer: let getattr below handle it
+      return wrap(v, guards::Source::dict_item(guards::Source::attr(obj->source, d), name));
+    }
+  }
   // Instance attribute, class attribute or anything else getattr resolves (nn.Module.__getattr__ finds
   // parameters, buffers and submodules): read now, guarded on the value through `obj.name`.
   PyObject* v = PyObject_GetAttr(o.ptr(), key.ptr());  // new reference

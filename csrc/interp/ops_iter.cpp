@@ -48,13 +48,17 @@ std::vector<ValuePtr> Tracer::unpack_iterable(const ValuePtr& v) {
     }
     case VKind::Object:
       if (v->source && is_module_container(v->obj)) {
-        // nn.Sequential / nn.ModuleList: children by index, their number guarded.
-        guards.add(guards::length_match(v->source, v->obj.ptr()));
+        // nn.Sequential / nn.ModuleList: the children in _modules order, read through that dict; its
+        // size is guarded (keys are "0", "1", ... for these containers).
+        py::object mods = v->obj.attr("_modules");
+        if (!PyDict_CheckExact(mods.ptr())) unsupported("module container without a _modules dict");
+        SourcePtr msrc = guards::Source::attr(v->source, "_modules");
+        guards.add(guards::length_match(msrc, mods.ptr()));
         std::vector<ValuePtr> out;
-        Py_ssize_t n = py::len(v->obj);
-        for (Py_ssize_t i = 0; i < n; ++i) {
-          py::object child = v->obj[py::int_(i)];
-          out.push_back(wrap(child, guards::Source::item(v->source, static_cast<int>(i))));
+        for (auto kv : py::reinterpret_borrow<py::dict>(mods)) {
+          if (!PyUnicode_Check(kv.first.ptr())) unsupported("module container with a non-string key");
+          if (kv.second.is_none()) unsupported("module container holding None");
+          out.push_back(wrap(kv.second, guards::Source::dict_item(msrc, py::str(kv.first).cast<std::string>())));
         }
         return out;
       }

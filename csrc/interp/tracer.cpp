@@ -248,6 +248,11 @@ std::string placeholder_name(const guards::Source& s) {
   switch (s.kind) {
     case K::Attr: return placeholder_name(*s.base) + "_" + s.name;
     case K::Item: return placeholder_name(*s.base) + "_" + std::to_string(s.index);
+    case K::DictItem: {  // self._modules['lin'] -> self_lin: the container's own name adds nothing
+      const guards::Source& b = *s.base;
+      bool module_dict = b.kind == K::Attr && (b.name == "_modules" || b.name == "_parameters" || b.name == "_buffers");
+      return placeholder_name(module_dict ? *b.base : b) + "_" + s.name;
+    }
     default: return s.name.empty() ? std::string("input") : s.name;
   }
 }
