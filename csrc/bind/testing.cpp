@@ -4,6 +4,7 @@
 
 #include "bytecode/bytecode.h"
 #include "hook/cache.h"
+#include "interp/tracer.h"
 
 namespace py = pybind11;
 using namespace cdynamo;
@@ -43,4 +44,14 @@ void bind_testing(py::module_& m) {
       "format_code", [](py::object code) { return bytecode::format(as_code(code)); },
       "dis-style listing of a code object.");
   m.def("extra_count", &hook::extra_count, "Number of code objects holding cdynamo cache data.");
+  m.def(
+      "handled_opcodes",
+      [] {
+        py::list out;
+        const auto& table = interp::handler_table();
+        for (size_t op = 0; op < table.size(); ++op)
+          if (table[op]) out.append(py::str(bytecode::opname(static_cast<int>(op))));
+        return out;
+      },
+      "Names of the opcodes the symbolic interpreter has a handler for.");
 }
