@@ -243,3 +243,29 @@ def test_bare_torch_modules_are_captured_through_the_wrapper():
         assert_same(opt(x), mod(x))
         assert_same(opt(x), mod(x))
         assert (counter.frame_count, counter.op_count) == (1, n_ops)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_real_backends_train_like_eager(backend):
+    eager, ours = make_pair()
+    counter = cdynamo.testing.CompileCounterWithBackend(backend)
+    opt = cdynamo.optimize(counter)(ours)
+    opt_e = torch.optim.SGD(eager.parameters(), lr=0.1)
+    opt_o = torch.optim.SGD(ours.parameters(), lr=0.1)
+    torch.manual_seed(2)
+    for _ in range(3):
+        x, idx = torch.randn(5, 4), torch.randint(0, 10, (5, 3))
+        for o, f in ((opt_e, eager), (opt_o, opt)):
+            o.zero_grad()
+            f(x, idx).pow(2).mean().backward()
+            o.step()
+    for (n, pe), (_, po) in zip(eager.named_parameters(), ours.named_parameters()):
+        assert po.grad is not None, n
+        torch.testing.assert_close(po.grad, pe.grad, rtol=1e-4, atol=1e-5, msg=lambda m: f"{n} grad: {m}")
+        torch.testing.assert_close(po, pe, rtol=1e-4, atol=1e-5, msg=lambda m: f"{n}: {m}")
+    assert counter.frame_count == 1
+    eager.eval()
+    ours.eval()
+    x, idx = torch.randn(5, 4), torch.randint(0, 10, (5, 3))
+    torch.testing.assert_close(opt(x, idx), eager(x, idx), rtol=1e-4, atol=1e-5)
+    assert counter.frame_count == 2
