@@ -1,5 +1,4 @@
 # Per-call overhead over eager of a cached compiled call (1/10/50 tensor inputs): torch._dynamo vs cdynamo.
-import argparse
 
 import torch
 
@@ -129,14 +128,5 @@ def run(quick=False):
                                     per_input_ns_stack={dyn.name: sd, cdyn.name: sc})
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="fewer iterations and repeats")
-    a = ap.parse_args()
-    tables, _ = run(quick=a.quick)
-    for t in tables:
-        t.print()
-
-
 if __name__ == "__main__":
-    main()
+    C.bench_main(run, __doc__)

@@ -1,5 +1,4 @@
 # First-call (trace + guards + codegen + backend) time: torch._dynamo vs cdynamo on a toy fn and 100/1000-op chains.
-import argparse
 import gc
 import time
 
@@ -161,14 +160,5 @@ def run(quick=False):
     return [t1, t2], dict(first_call=results, linearity=lin, marginal_us_per_op=mg)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--quick", action="store_true", help="fewer repeats")
-    a = ap.parse_args()
-    tables, _ = run(quick=a.quick)
-    for t in tables:
-        t.print()
-
-
 if __name__ == "__main__":
-    main()
+    C.bench_main(run, __doc__)

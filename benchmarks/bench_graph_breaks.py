@@ -1,6 +1,5 @@
 # Graph breaks: first-call time of all graphs and continuations (seeds' bar, a break-heavy chain) and the
 # steady-state overhead of a function with one break: torch._dynamo vs cdynamo.
-import argparse
 import gc
 import time
 
@@ -123,14 +122,5 @@ def run(quick=False):
     return [t1, t2], dict(first_calls=results, overhead=over)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--quick", action="store_true", help="fewer repeats")
-    a = ap.parse_args()
-    tables, _ = run(quick=a.quick)
-    for t in tables:
-        t.print()
-
-
 if __name__ == "__main__":
-    main()
+    C.bench_main(run, __doc__)

@@ -1,7 +1,6 @@
 # nn.Module and Python-coverage frontends: first-call time (eager backend) and cached steady-state call
 # time of a 24-layer MLP, a small CNN-style net, 10 nested inlined calls and a loop unrolled 100 times:
 # torch._dynamo vs cdynamo (and eager).
-import argparse
 import copy
 
 import torch
@@ -136,14 +135,5 @@ def run(quick=False):
     return [t1, t2], dict(modules=results)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--quick", action="store_true", help="fewer repeats")
-    a = ap.parse_args()
-    tables, _ = run(quick=a.quick)
-    for t in tables:
-        t.print()
-
-
 if __name__ == "__main__":
-    main()
+    C.bench_main(run, __doc__)

@@ -276,3 +276,15 @@ class Table:
     def print(self):
         print(self.render(), flush=True)
         print(flush=True)
+
+
+def bench_main(run, description=None):
+    """Command line of a single benchmark module: `--quick`, then print its tables."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--quick", action="store_true", help="fewer repeats/iterations (noisier)")
+    a = ap.parse_args()
+    tables, _ = run(quick=a.quick)
+    for t in tables:
+        t.print()

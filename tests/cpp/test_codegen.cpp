@@ -34,6 +34,20 @@ size_t find_op(const bytecode::Bytecode& bc, const char* name, size_t from = 0) 
   throw std::runtime_error(std::string("no ") + name);
 }
 
+// The pieces of a frame about to run `co` with `args` in its first slots (borrowed; args kept alive).
+struct FakeFrame {
+  std::vector<py::object> args;
+  std::vector<PyObject*> slots;
+  guards::FrameView fv;
+  FakeFrame(PyCodeObject* co, py::dict globals, std::vector<py::object> a)
+      : args(std::move(a)), slots(static_cast<size_t>(compat::code_nlocalsplus(co)), nullptr) {
+    for (size_t i = 0; i < args.size(); ++i) slots[i] = args[i].ptr();
+    fv.localsplus = slots.data();
+    fv.globals = globals.ptr();
+    fv.builtins = py::module_::import("builtins").attr("__dict__").ptr();
+  }
+};
+
 const char* kBar =
     "def bar(a, b):\n"
     "    x = a / (torch.abs(a) + 1)\n"
@@ -107,14 +121,8 @@ TEST(Continuations, BarBreaksOnTheBranchWithTwoContinuations) {
   py::module_ torch = py::module_::import("torch");
   py::object a = torch.attr("randn")(10), b = torch.attr("randn")(10);
 
-  std::vector<PyObject*> slots(static_cast<size_t>(compat::code_nlocalsplus(co)), nullptr);
-  slots[0] = a.ptr();
-  slots[1] = b.ptr();
-  guards::FrameView fv;
-  fv.localsplus = slots.data();
-  fv.globals = g.ptr();
-  fv.builtins = py::module_::import("builtins").attr("__dict__").ptr();
-  interp::Tracer t(co, fv);
+  FakeFrame frame(co, g, {a, b});
+  interp::Tracer t(co, frame.fv);
   ASSERT_EQ(t.run(), interp::Tracer::Status::Break) << t.stop_info().reason;
   EXPECT_TRUE(t.conditional_break);
   EXPECT_NE(t.stop_info().reason.find("tensor"), std::string::npos);
@@ -168,13 +176,8 @@ TEST(Continuations, CallBreakPassesTheCallResultOnTheStack) {
   PyCodeObject* co = code_of(g["f"]);
   py::module_ torch = py::module_::import("torch");
   py::object x = torch.attr("ones")(3);
-  std::vector<PyObject*> slots(static_cast<size_t>(compat::code_nlocalsplus(co)), nullptr);
-  slots[0] = x.ptr();
-  guards::FrameView fv;
-  fv.localsplus = slots.data();
-  fv.globals = g.ptr();
-  fv.builtins = py::module_::import("builtins").attr("__dict__").ptr();
-  interp::Tracer t(co, fv);
+  FakeFrame frame(co, g, {x});
+  interp::Tracer t(co, frame.fv);
   ASSERT_EQ(t.run(), interp::Tracer::Status::Break) << t.stop_info().reason;
   EXPECT_FALSE(t.conditional_break);
   EXPECT_EQ(std::string(bytecode::opname(t.bc.insts[t.pc]->opcode)), "CALL");
