@@ -77,6 +77,11 @@ void Rebuilder::share(const std::vector<ValuePtr>& roots) {
 
 void Rebuilder::replay_attr_stores(const std::vector<interp::AttrStore>& stores) {
   for (const auto& s : stores) {
+    if (!s.obj) {
+      push(s.value, 0);
+      e_.emit("STORE_GLOBAL", e_.name_index(s.name));
+      continue;
+    }
     push(s.value, 0);
     push(s.obj, 1);
     e_.emit("STORE_ATTR", e_.name_index(s.name));

@@ -116,6 +116,17 @@ void store_attr(Tracer& t, const Instruction& i) {
   t.attr_stores.push_back({obj, name, value});
 }
 
+// `global name; name = value`: recorded and replayed after the graph, in program order.
+void store_global(Tracer& t, const Instruction& i) {
+  if (t.trusted_globals())
+    t.unsupported("assignment to a global of library code");
+  ValuePtr value = t.peek(1);
+  if (value->kind == VKind::Iter || value->kind == VKind::Null || value->made_in_trace)
+    t.unsupported("global assignment of " + value->describe());
+  t.pop();
+  t.attr_stores.push_back({nullptr, py::str(t.name_at(i.arg)).cast<std::string>(), value});
+}
+
 void pop_top(Tracer& t, const Instruction&) { t.pop(); }
 
 void push_null(Tracer& t, const Instruction&) { t.push(Value::null()); }
@@ -143,6 +154,7 @@ void register_load_store(HandlerTable& t) {
   on("STORE_SUBSCR", store_subscr);
   on("DELETE_SUBSCR", delete_subscr);
   on("STORE_ATTR", store_attr);
+  on("STORE_GLOBAL", store_global);
   on("POP_TOP", pop_top);
   on("PUSH_NULL", push_null);
   on("COPY", copy);

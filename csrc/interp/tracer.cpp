@@ -309,6 +309,9 @@ ValuePtr Tracer::load_global(const std::string& name) {
     py::object o = py::reinterpret_borrow<py::object>(g);
     return is_constant_object(o) ? Value::constant(o) : Value::object(o);
   }
+  // A global this trace assigned reads back the assigned value (the store is replayed later).
+  for (auto it = attr_stores.rbegin(); it != attr_stores.rend(); ++it)
+    if (!it->obj && it->name == name) return it->value;
   PyObject* v = PyDict_GetItemWithError(fv.globals, key.ptr());  // borrowed
   if (v) return wrap(v, guards::Source::global(name));
   if (PyErr_Occurred()) throw py::error_already_set();
@@ -328,7 +331,7 @@ ValuePtr Tracer::load_attr(const ValuePtr& obj, const std::string& name) {
   // An attribute this trace assigned reads back the assigned value (the store is replayed later).
   if (obj->kind == VKind::Object)
     for (auto it = attr_stores.rbegin(); it != attr_stores.rend(); ++it)
-      if (it->obj->obj.is(obj->obj) && it->name == name) return it->value;
+      if (it->obj && it->obj->obj.is(obj->obj) && it->name == name) return it->value;
   switch (obj->kind) {
     case VKind::Tensor:
       return tensor_attr(*this, obj, name);

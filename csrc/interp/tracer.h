@@ -15,9 +15,10 @@
 
 namespace cdynamo::interp {
 
-// An attribute assignment on an object of the frame, replayed as Python after the graph (program order).
+// An attribute assignment on an object of the frame (or, with a null `obj`, an assignment to a global of
+// the frame), replayed as Python after the graph, in program order.
 struct AttrStore {
-  ValuePtr obj;  // has a Source
+  ValuePtr obj;  // has a Source; null for a global
   std::string name;
   ValuePtr value;
 };
@@ -128,6 +129,7 @@ class Tracer {
   ValuePtr inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
                        std::vector<std::pair<std::string, ValuePtr>> kwargs);
   int inline_depth() const { return inline_depth_; }
+  bool trusted_globals() const { return trusted_globals_; }
   // The items of a value iterated at trace time (tuple, list, constant range/tuple/str, an iterator,
   // nn.Sequential / nn.ModuleList with sources); throws Unsupported otherwise (ops_iter.cpp).
   std::vector<ValuePtr> unpack_iterable(const ValuePtr& v);

@@ -223,3 +223,35 @@ def test_comprehensions_and_lambdas_are_one_graph():
         else:
             assert a == b
     assert counter.frame_count == 1
+
+
+COUNT = 0
+LAST = None
+
+
+def _bump():
+    global COUNT
+    COUNT = COUNT + 1
+
+
+def _counting(x):
+    global LAST
+    _bump()
+    y = x * COUNT
+    LAST = y
+    return y + 1
+
+
+def test_global_writes_are_replayed_and_read_back():
+    global COUNT, LAST
+    x = torch.ones(2)
+    COUNT, LAST = 0, None
+    expected = [_counting(x) for _ in range(3)]
+    expected_last = LAST
+    COUNT, LAST = 0, None
+    opt = cdynamo.optimize(CompileCounter())(_counting)
+    got = [opt(x) for _ in range(3)]
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e)
+    assert COUNT == 3
+    torch.testing.assert_close(LAST, expected_last)

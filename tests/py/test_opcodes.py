@@ -46,7 +46,6 @@ NOT_TRACED = {
     "SET_UPDATE": "sets are not traced yet",
     "DELETE_ATTR": "attribute deletion is not traced yet",
     "DELETE_GLOBAL": "global deletion is not traced yet",
-    "STORE_GLOBAL": "global writes are not replayed yet",
     "DELETE_DEREF": "deleting a cell variable is not traced yet",
     "MATCH_CLASS": "match statements are not traced yet",
     "MATCH_KEYS": "match statements are not traced yet",
