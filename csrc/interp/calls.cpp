@@ -31,6 +31,19 @@ const ValuePtr* first_tensor(const std::vector<ValuePtr>& args) {
   return nullptr;
 }
 
+// The name of `f` when it is the builtins module's own object of that name (len, dict, zip, ...), else "".
+std::string builtin_name(py::handle f) {
+  if (!PyCFunction_Check(f.ptr()) && !PyType_Check(f.ptr())) return "";
+  py::object name = py::getattr(f, "__name__", py::none());
+  if (!PyUnicode_Check(name.ptr())) return "";
+  PyObject* real = PyDict_GetItemWithError(PyModule_GetDict(PyRefs::get().builtins.ptr()), name.ptr());  // borrowed
+  if (!real) {
+    PyErr_Clear();
+    return "";
+  }
+  return real == f.ptr() ? name.cast<std::string>() : "";
+}
+
 bool is_device_like(py::handle o) {
   return PyUnicode_Check(o.ptr()) || py::isinstance(o, PyRefs::get().torch_device);
 }
@@ -62,6 +75,38 @@ bool foldable(const ValuePtr& v) {
   }
 }
 
+ValuePtr Tracer::fold_call(py::handle f, const std::string& what, const std::vector<ValuePtr>& args,
+                           const std::vector<std::pair<std::string, ValuePtr>>& kwargs) {
+  // Only values that cannot change or be consumed by the call (constants, classes, functions, modules)
+  // are folded: an iterator, a user object or a dict folded at trace time would be used up or go stale
+  // (`list(enumerate(...))`, a global dict read by the graph).
+  for (const auto& a : args)
+    if (!foldable(a)) unsupported(what + " on " + a->describe() + " (not a constant)");
+  for (const auto& kv : kwargs)
+    if (!foldable(kv.second)) unsupported(what + " on " + kv.second->describe() + " (not a constant)");
+  py::tuple pargs(args.size());
+  for (size_t i = 0; i < args.size(); ++i) pargs[i] = args[i]->as_python();
+  py::dict pkw;
+  for (const auto& kv : kwargs) pkw[py::str(kv.first)] = kv.second->as_python();
+  py::object r;
+  try {
+    r = f(*pargs, **pkw);
+  } catch (py::error_already_set& e) {
+    unsupported(what + " raised during constant folding: " + std::string(e.what()));
+  }
+  if (is_constant_object(r)) return Value::constant(r);
+  if (PyTuple_CheckExact(r.ptr()) || PyList_CheckExact(r.ptr())) {
+    std::vector<ValuePtr> items;
+    for (auto item : py::reinterpret_borrow<py::sequence>(r)) {
+      if (!is_constant_object(item)) unsupported(what + " produced a non-constant sequence");
+      items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
+    }
+    return PyTuple_CheckExact(r.ptr()) ? Value::tuple(std::move(items)) : Value::list(std::move(items));
+  }
+  if (PyType_Check(r.ptr())) return Value::object(r);
+  unsupported(what + " produced " + std::string(Py_TYPE(r.ptr())->tp_name));
+}
+
 ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
                       std::vector<std::pair<std::string, ValuePtr>> kwargs) {
   if (fn->kind == VKind::Method && fn->self->kind == VKind::Dict)
@@ -76,16 +121,13 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
   // A bound method calls its function with the receiver first, whatever the function is.
   if (fn->self && fn->kind == VKind::Object) return call_object(fn, std::move(args), std::move(kwargs));
   if (is_grad_context_class(f) && args.empty() && kwargs.empty()) return Value::object(f());
-  if ((kwargs.empty() || callable_name(f) == "dict") && PyRefs::get().builtins.attr("__dict__").cast<py::dict>().contains(callable_name(f))) {
-    std::string bname = callable_name(f);
-    py::object real = PyRefs::get().builtins.attr(bname.c_str());
-    if (real.is(f)) {
-      if (bname == "len" && args.size() == 1 &&
-          (args[0]->kind == VKind::Tuple || args[0]->kind == VKind::List || args[0]->kind == VKind::Dict))
-        return Value::constant(py::int_(args[0]->items.size()));
-      if (bname == "dict") return make_dict(args, kwargs);
-      if (ValuePtr r = call_iter_builtin(bname, args)) return r;
-    }
+  std::string bname = builtin_name(f);
+  if (bname == "dict") return make_dict(args, kwargs);
+  if (!bname.empty() && kwargs.empty()) {
+    if (bname == "len" && args.size() == 1 &&
+        (args[0]->kind == VKind::Tuple || args[0]->kind == VKind::List || args[0]->kind == VKind::Dict))
+      return Value::constant(py::int_(args[0]->items.size()));
+    if (ValuePtr r = call_iter_builtin(bname, args)) return r;
   }
   // Grad mode is known at every point of the trace (guarded at entry, switched only by traced `with`s).
   if (f.is(PyRefs::get().torch.attr("is_grad_enabled")) && args.empty() && kwargs.empty())
@@ -96,25 +138,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
     if (recv && !PyModule_Check(recv) && is_constant_object(py::handle(recv)) && !guards::is_tensor(recv)) {
       bool all = true;
       for (const auto& a : args) all = all && foldable(a);
-      if (all) {
-        py::tuple pargs(args.size());
-        for (size_t i = 0; i < args.size(); ++i) pargs[i] = args[i]->as_python();
-        py::object r;
-        try {
-          r = f(*pargs);
-        } catch (py::error_already_set& e) {
-          unsupported(callable_name(f) + " raised during constant folding: " + std::string(e.what()));
-        }
-        if (is_constant_object(r)) return Value::constant(r);
-        if (PyList_CheckExact(r.ptr()) || PyTuple_CheckExact(r.ptr())) {
-          std::vector<ValuePtr> items;
-          for (auto item : py::reinterpret_borrow<py::sequence>(r)) {
-            if (!is_constant_object(item)) unsupported(callable_name(f) + " returned non-constants");
-            items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
-          }
-          return PyList_CheckExact(r.ptr()) ? Value::list(std::move(items)) : Value::tuple(std::move(items));
-        }
-      }
+      if (all) return fold_call(f, callable_name(f), args, {});
     }
   }
   CallKind kind = classify_callable(f);
@@ -174,43 +198,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
         }
         unsupported("call to " + name + " with tensor arguments");
       }
-      // All-constant call: fold it now. Only values that cannot change or be consumed by the call
-      // (constants, classes, functions, modules) are folded: an iterator, a user object or a dict
-      // folded at trace time would be used up or go stale (`list(enumerate(...))`).
-      for (const auto& a : args)
-        if (!foldable(a)) unsupported("call to " + callable_name(f) + " on " + a->describe() + " (not a constant)");
-      for (const auto& kv : kwargs)
-        if (!foldable(kv.second))
-          unsupported("call to " + callable_name(f) + " on " + kv.second->describe() + " (not a constant)");
-      py::tuple pargs(args.size());
-      for (size_t i = 0; i < args.size(); ++i) pargs[i] = args[i]->as_python();
-      py::dict pkw;
-      for (auto& kv : kwargs) pkw[py::str(kv.first)] = kv.second->as_python();
-      py::object r;
-      try {
-        r = f(*pargs, **pkw);
-      } catch (py::error_already_set& e) {
-        unsupported(callable_name(f) + " raised during constant folding: " + std::string(e.what()));
-      }
-      if (is_constant_object(r)) return Value::constant(r);
-      if (PyTuple_CheckExact(r.ptr())) {
-        std::vector<ValuePtr> items;
-        for (auto item : py::reinterpret_borrow<py::tuple>(r)) {
-          if (!is_constant_object(item)) unsupported(callable_name(f) + " returned a non-constant tuple");
-          items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
-        }
-        return Value::tuple(std::move(items));
-      }
-      if (PyList_CheckExact(r.ptr())) {
-        std::vector<ValuePtr> items;
-        for (auto item : py::reinterpret_borrow<py::list>(r)) {
-          if (!is_constant_object(item)) unsupported(callable_name(f) + " returned a non-constant list");
-          items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
-        }
-        return Value::list(std::move(items));
-      }
-      if (PyType_Check(r.ptr())) return Value::object(r);
-      unsupported(callable_name(f) + " returned " + std::string(Py_TYPE(r.ptr())->tp_name));
+      // All-constant call: fold it now.
+      return fold_call(f, "call to " + callable_name(f), args, kwargs);
     }
     case CallKind::Unknown:
       if (PyFunction_Check(f.ptr())) return inline_call(fn, std::move(args), std::move(kwargs));
@@ -344,28 +333,7 @@ ValuePtr Tracer::apply_operator(py::handle op, std::vector<ValuePtr> args) {
   for (const auto& a : args) tensors |= any_tensor(a);
   std::string name = py::str(op.attr("__name__")).cast<std::string>();
   if (!tensors) {
-    // Constant folding (tuples/lists of constants included); never over mutable objects, whose
-    // contents can change after the trace (only their identity is guarded).
-    for (const auto& a : args)
-      if (!foldable(a)) unsupported("operator." + name + " on " + a->describe() + " (not a constant)");
-    py::tuple pargs(args.size());
-    for (size_t i = 0; i < args.size(); ++i) pargs[i] = args[i]->as_python();
-    py::object r;
-    try {
-      r = op(*pargs);
-    } catch (py::error_already_set& e) {
-      unsupported("operator." + name + " raised during constant folding: " + std::string(e.what()));
-    }
-    if (is_constant_object(r)) return Value::constant(r);
-    if (PyTuple_CheckExact(r.ptr()) || PyList_CheckExact(r.ptr())) {
-      std::vector<ValuePtr> items;
-      for (auto item : py::reinterpret_borrow<py::sequence>(r)) {
-        if (!is_constant_object(item)) unsupported("operator." + name + " produced a non-constant sequence");
-        items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
-      }
-      return PyTuple_CheckExact(r.ptr()) ? Value::tuple(std::move(items)) : Value::list(std::move(items));
-    }
-    unsupported("operator." + name + " produced " + std::string(Py_TYPE(r.ptr())->tp_name));
+    return fold_call(op, "operator." + name, args, {});
   }
   for (const auto& a : args)
     if (!a->is_tensor() && !a->is_constant_like())

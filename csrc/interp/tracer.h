@@ -147,6 +147,10 @@ class Tracer {
   ValuePtr object_attr(const ValuePtr& obj, const std::string& name);
   ValuePtr call_object(const ValuePtr& fn, std::vector<ValuePtr> args,
                        std::vector<std::pair<std::string, ValuePtr>> kwargs);
+  // Calls pure `f` on constant-like values at trace time and wraps the constant result; `what` names it
+  // in messages. Throws Unsupported for mutable arguments or non-constant results.
+  ValuePtr fold_call(py::handle f, const std::string& what, const std::vector<ValuePtr>& args,
+                     const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
   // A binary/unary Python operator (an `operator` module function) applied to values.
   ValuePtr apply_operator(py::handle op, std::vector<ValuePtr> args);
   // container[key] = value on a tensor container (an operator.setitem node kept for its effect).
