@@ -1,6 +1,4 @@
 # First-call (trace + guards + codegen + backend) time: torch._dynamo vs cdynamo on a toy fn and 100/1000-op chains.
-import gc
-import time
 
 import torch
 
@@ -44,27 +42,10 @@ def make_chain(n):
     return ns[f"chain_{n}"]
 
 
-def first_call_ns(frontend, fn, args):
-    """Reset, wrap a fresh copy of fn, time wrap + first call. Returns (ns, output, backend)."""
-    f = C.fresh_copy(fn)
-    backend = C.CountingBackend()
-    frontend.reset()
-    gc.collect()
-    t0 = time.perf_counter_ns()
-    opt = frontend.compile(f, backend)
-    out = opt(*args)
-    ns = time.perf_counter_ns() - t0
-    return ns, out, backend
-
-
 def measure(frontend, fn, args, repeat):
     """Median first-call time in ms over `repeat` fresh compiles; plus last output and backend."""
-    times, out, backend = [], None, None
-    for _ in range(repeat):
-        ns, out, backend = first_call_ns(frontend, fn, args)
-        times.append(ns)
-    frontend.reset()
-    return C.median(times) / 1e6, out, backend
+    ms, outs, backend = C.first_calls_ms(frontend, lambda: C.fresh_copy(fn), [args], repeat)
+    return ms, outs[0], backend
 
 
 def warm_up(frontends):
@@ -72,10 +53,8 @@ def warm_up(frontends):
     x = torch.randn(8)
     for fe in frontends:
         try:
-            for _ in range(2):
-                first_call_ns(fe, toy, (x,))
-            first_call_ns(fe, make_chain(12), (x, x))
-            fe.reset()
+            measure(fe, toy, (x,), 2)
+            measure(fe, make_chain(12), (x, x), 1)
         except Exception:  # noqa: BLE001 - reported again per case
             pass
 

@@ -1,7 +1,5 @@
 # Graph breaks: first-call time of all graphs and continuations (seeds' bar, a break-heavy chain) and the
 # steady-state overhead of a function with one break: torch._dynamo vs cdynamo.
-import gc
-import time
 
 import torch
 
@@ -34,20 +32,8 @@ def make_break_chain(n):
 
 
 def first_calls_ms(frontend, fn, arg_sets, repeat):
-    """Median over `repeat` fresh compiles of the time to run fn once per arg set (all graphs and
-    continuations those calls need). Returns (ms, outputs of the last repeat, backend)."""
-    times, outs, backend = [], None, None
-    for _ in range(repeat):
-        f = C.fresh_copy(fn)
-        backend = C.CountingBackend()
-        frontend.reset()
-        gc.collect()
-        t0 = time.perf_counter_ns()
-        opt = frontend.compile(f, backend)
-        outs = [opt(*args) for args in arg_sets]
-        times.append(time.perf_counter_ns() - t0)
-    frontend.reset()
-    return C.median(times) / 1e6, outs, backend
+    """First calls of a fresh copy of fn, once per arg set (both branch directions of bar, say)."""
+    return C.first_calls_ms(frontend, lambda: C.fresh_copy(fn), arg_sets, repeat)
 
 
 def run(quick=False):

@@ -64,21 +64,8 @@ def unrolled_loop(x):
 
 
 def first_call_ms(fe, make, args, repeat):
-    import gc
-    import time
-
-    times, out, be = [], None, None
-    for _ in range(repeat):
-        target = make()
-        be = C.CountingBackend()
-        fe.reset()
-        gc.collect()
-        t0 = time.perf_counter_ns()
-        opt = fe.compile(target, be)
-        out = opt(*args)
-        times.append(time.perf_counter_ns() - t0)
-    fe.reset()
-    return C.median(times) / 1e6, out, be
+    ms, outs, backend = C.first_calls_ms(fe, make, [args], repeat)
+    return ms, outs[0], backend
 
 
 def run(quick=False):

@@ -278,6 +278,24 @@ class Table:
         print(flush=True)
 
 
+def first_calls_ms(frontend, make, arg_sets, repeat):
+    """Median over `repeat` fresh compiles of the time to wrap a fresh target and call it once per arg set
+    (every graph and continuation those calls need). `make()` returns a new function or module, so no
+    frontend sees a warm cache. Returns (ms, outputs of the last repeat, its backend)."""
+    times, outs, backend = [], None, None
+    for _ in range(repeat):
+        target = make()
+        backend = CountingBackend()
+        frontend.reset()
+        gc.collect()
+        t0 = time.perf_counter_ns()
+        opt = frontend.compile(target, backend)
+        outs = [opt(*args) for args in arg_sets]
+        times.append(time.perf_counter_ns() - t0)
+    frontend.reset()
+    return median(times) / 1e6, outs, backend
+
+
 def bench_main(run, description=None):
     """Command line of a single benchmark module: `--quick`, then print its tables."""
     import argparse
