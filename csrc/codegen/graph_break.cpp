@@ -34,7 +34,7 @@ int consumed_by(const bytecode::Instruction& i) {
   if (n == "BUILD_CONST_KEY_MAP") return i.arg + 1;
   if (n == "FORMAT_VALUE") return (i.arg & 0x04) ? 2 : 1;
   if (n == "CALL_FUNCTION_EX") return (i.arg & 1) ? 4 : 3;
-  if (n == "LOAD_ATTR" || n == "UNPACK_SEQUENCE" || n == "UNPACK_EX" || n == "STORE_GLOBAL" || n == "GET_ITER" ||
+  if (n == "LOAD_ATTR" || n == "LOAD_METHOD" || n == "UNPACK_SEQUENCE" || n == "UNPACK_EX" || n == "STORE_GLOBAL" || n == "GET_ITER" ||
       n == "LIST_TO_TUPLE" || n == "DELETE_ATTR" || n == "PRINT_EXPR" || n == "IMPORT_FROM" || n.rfind("UNARY_", 0) == 0)
     return 1;
   if (n == "LOAD_BUILD_CLASS" || n == "LOAD_ASSERTION_ERROR" || n == "DELETE_GLOBAL") return 0;
@@ -180,9 +180,14 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
   }
   Rebuilder rb(e, outputs, tmp);
   std::vector<ValuePtr> roots = break_values(t);
-  for (const auto& s : t.attr_stores) roots.push_back(s.value);
+  for (const auto& v : effect_values(t)) roots.push_back(v);
   rb.share(roots);
-  rb.replay_attr_stores(t.attr_stores);
+  if (Rebuilder::has_effects(t)) {
+    // Everything the rewritten frame rebuilds is read before the side effects are written.
+    rb.stage_effects(t);
+    for (const auto& v : break_values(t)) rb.pin(v->kind == VKind::Method ? v->self : v);
+    rb.commit_effects();
+  }
   for (int slot = 0; slot < nlocals; ++slot) {
     LocalState st = local_state(t, slot);
     if (st == LocalState::Store) {
@@ -222,6 +227,7 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
       if (b == 1) j->target = e.bc.insts[first].get();
       emit_deep_stack(rb, t, ndeep);
       if (tmp >= 0) e.emit("DELETE_FAST", tmp);
+      rb.release();
       call_resume(0, passed);
       out.resumes.push_back(std::move(r));
     }
@@ -232,7 +238,17 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
     int pushed = consumed + effect;
     std::vector<int> passed = passed_locals(t, live[pc + 1]);
     std::vector<char> null_at = deep_null;
-    null_at.insert(null_at.end(), static_cast<size_t>(pushed), 0);
+    // LOAD_METHOD may push a NULL, which cannot be passed to the continuation: the rewritten frame runs
+    // LOAD_ATTR instead (the bound attribute) and the continuation's prologue puts the NULL below it,
+    // which CALL treats the same way.
+    bool method = std::string(bytecode::opname(inst.opcode)) == "LOAD_METHOD";
+    if (method) {
+      null_at.push_back(1);
+      null_at.push_back(0);
+      pushed = 1;
+    } else {
+      null_at.insert(null_at.end(), static_cast<size_t>(pushed), 0);
+    }
     Resume r = make_resume(t, pc + 1, null_at, passed, counter);
     e.emit("LOAD_GLOBAL", (e.name_index(r.name) << 1) | 1);
     emit_deep_stack(rb, t, ndeep);
@@ -248,6 +264,7 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
       rb.push(v);
     }
     if (tmp >= 0) e.emit("DELETE_FAST", tmp);
+    rb.release();
     std::string name = bytecode::opname(inst.opcode);
     if (name == "CALL") {
       for (size_t k = pc; k-- > 0;) {
@@ -258,7 +275,8 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
       }
       e.emit("PRECALL", inst.arg);
     }
-    bytecode::Instruction* copy = e.bc.append(inst.opcode, inst.arg);
+    bytecode::Instruction* copy =
+        e.bc.append(method ? bytecode::opcode_by_name("LOAD_ATTR") : inst.opcode, inst.arg);
     copy->pos = inst.pos;
     call_resume(pushed, passed);
     out.resumes.push_back(std::move(r));

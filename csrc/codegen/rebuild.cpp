@@ -9,16 +9,63 @@ using interp::ValuePtr;
 using interp::VKind;
 
 namespace {
+
+// A container from the frame with its real object: rebuilt by loading its Source (identity kept).
+bool from_frame(const ValuePtr& v) { return v->is_container() && v->source && v->obj; }
+
+bool has_items(const ValuePtr& v) {
+  return v->kind == VKind::Tuple || v->kind == VKind::List || v->kind == VKind::Dict;
+}
+
 void collect(const ValuePtr& v, std::vector<graph::Node*>& out, std::unordered_set<graph::Node*>& seen) {
   if (v->is_tensor()) {
     if (!v->source && seen.insert(v->node).second) out.push_back(v->node);
-  } else if (v->kind == VKind::Tuple || v->kind == VKind::List || v->kind == VKind::Dict) {
-    if (v->kind == VKind::List && v->source && v->obj) return;  // rebuilt from its source
+  } else if (has_items(v)) {
+    if (from_frame(v)) return;  // rebuilt from its source
     for (const auto& i : v->items) collect(i, out, seen);
   } else if (v->kind == VKind::Method) {
     collect(v->self, out, seen);
   }
 }
+
+// Writes `contents` into `target` in place, keeping its identity: list[:] = contents, or clear() and
+// update() for dicts and sets. Called by rewritten code after the graph (borrowed arguments).
+PyObject* write_back(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "_write_back(target, contents)");
+    return nullptr;
+  }
+  PyObject* target = args[0];
+  PyObject* contents = args[1];
+  if (PyList_Check(target)) {
+    if (PyList_SetSlice(target, 0, PY_SSIZE_T_MAX, contents) < 0) return nullptr;
+    Py_RETURN_NONE;
+  }
+  if (PyDict_Check(target)) {
+    PyDict_Clear(target);
+    if (PyDict_Update(target, contents) < 0) return nullptr;
+    Py_RETURN_NONE;
+  }
+  if (PySet_Check(target)) {
+    if (PySet_Clear(target) < 0) return nullptr;
+    PyObject* r = PyObject_CallMethod(target, "update", "O", contents);  // new
+    if (!r) return nullptr;
+    Py_DECREF(r);
+    Py_RETURN_NONE;
+  }
+  PyErr_Format(PyExc_TypeError, "_write_back: cannot write into %s", Py_TYPE(target)->tp_name);
+  return nullptr;
+}
+
+PyMethodDef write_back_def = {"_cdynamo_write_back", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(write_back)),
+                              METH_FASTCALL, "Writes a traced container's final contents back into it."};
+
+py::handle write_back_fn() {
+  static PyObject* fn = PyCFunction_New(&write_back_def, nullptr);  // process lifetime
+  if (!fn) throw py::error_already_set();
+  return fn;
+}
+
 }  // namespace
 
 std::vector<graph::Node*> collect_outputs(const std::vector<ValuePtr>& values) {
@@ -29,6 +76,13 @@ std::vector<graph::Node*> collect_outputs(const std::vector<ValuePtr>& values) {
   return out;
 }
 
+std::vector<ValuePtr> effect_values(const interp::Tracer& t) {
+  std::vector<ValuePtr> out;
+  for (const auto& c : t.mutated) out.push_back(interp::Value::tuple(c->items));
+  for (const auto& s : t.attr_stores) out.push_back(s.value);
+  return out;
+}
+
 Rebuilder::Rebuilder(Emitter& e, const std::vector<graph::Node*>& outputs, int out_slot) : e_(e), out_slot_(out_slot) {
   for (size_t i = 0; i < outputs.size(); ++i) index_[outputs[i]] = static_cast<int>(i);
 }
@@ -36,8 +90,8 @@ Rebuilder::Rebuilder(Emitter& e, const std::vector<graph::Node*>& outputs, int o
 namespace {
 void count_lists(const ValuePtr& v, std::unordered_map<const interp::Value*, int>& n,
                  std::vector<const interp::Value*>& order) {
-  if (!v || (v->kind != VKind::Tuple && v->kind != VKind::List && v->kind != VKind::Dict)) return;
-  if ((v->kind == VKind::List && !(v->source && v->obj)) || v->kind == VKind::Dict) {
+  if (!v || !has_items(v) || from_frame(v)) return;
+  if (v->kind == VKind::List || v->kind == VKind::Dict) {
     if (n[v.get()]++ == 0) order.push_back(v.get());
     else return;  // its items were counted on first sight
   }
@@ -61,40 +115,87 @@ void Rebuilder::share(const std::vector<ValuePtr>& roots) {
         work.pop_back();
         if (!w) continue;
         if (w.get() == *it) found = w;
-        else if (w->kind == VKind::Tuple || w->kind == VKind::List || w->kind == VKind::Dict)
+        else if (has_items(w))
           for (const auto& i : w->items) work.push_back(i);
       }
       if (found) {
-        push(found, 0);
-        int slot = e_.add_local("___list" + std::to_string(shared_.size()));
-        e_.emit("STORE_FAST", slot);
-        shared_[*it] = slot;
+        shared_[*it] = stage(found);
         break;
       }
     }
   }
 }
 
-void Rebuilder::replay_attr_stores(const std::vector<interp::AttrStore>& stores) {
-  for (const auto& s : stores) {
-    if (!s.obj) {
-      push(s.value, 0);
-      e_.emit("STORE_GLOBAL", e_.name_index(s.name));
-      continue;
-    }
-    push(s.value, 0);
-    push(s.obj, 1);
-    e_.emit("STORE_ATTR", e_.name_index(s.name));
+int Rebuilder::stage(const ValuePtr& v) {
+  push(v, 0);
+  int slot = e_.add_local("___tmp" + std::to_string(temps_.size()));
+  e_.emit("STORE_FAST", slot);
+  temps_.push_back(slot);
+  return slot;
+}
+
+void Rebuilder::stage_effects(const interp::Tracer& t) {
+  for (const auto& c : t.mutated) {
+    Effect fx;
+    fx.write_back = true;
+    fx.obj_slot = stage(c);  // the container itself, loaded from its source
+    // Its new contents, built as a fresh list / dict / set.
+    ValuePtr contents = c->kind == VKind::List ? interp::Value::list(c->items)
+                        : c->kind == VKind::Dict ? interp::Value::dict(c->keys, c->items)
+                                                 : interp::Value::set(c->keys);
+    fx.value_slot = stage(contents);
+    effects_.push_back(fx);
+  }
+  for (const auto& s : t.attr_stores) {
+    Effect fx;
+    fx.name = s.name;
+    fx.value_slot = stage(s.value);
+    if (s.obj) fx.obj_slot = stage(s.obj);
+    effects_.push_back(fx);
   }
 }
 
-void Rebuilder::push(const ValuePtr& v, int above) {
-  if (v->kind == VKind::List || v->kind == VKind::Dict) {
-    auto it = shared_.find(v.get());
-    if (it != shared_.end()) {
-      e_.emit("LOAD_FAST", it->second);
-      return;
+void Rebuilder::pin(const ValuePtr& v) {
+  if (!v || v->kind == VKind::Null || v->kind == VKind::Const || shared_.count(v.get())) return;
+  shared_[v.get()] = stage(v);
+}
+
+void Rebuilder::commit_effects() {
+  for (const auto& fx : effects_) {
+    if (fx.write_back) {
+      e_.emit("PUSH_NULL");
+      e_.load_const(write_back_fn());
+      e_.emit("LOAD_FAST", fx.obj_slot);
+      e_.emit("LOAD_FAST", fx.value_slot);
+      e_.emit("PRECALL", 2);
+      e_.emit("CALL", 2);
+      e_.emit("POP_TOP");
+    } else if (fx.obj_slot < 0) {
+      e_.emit("LOAD_FAST", fx.value_slot);
+      e_.emit("STORE_GLOBAL", e_.name_index(fx.name));
+    } else {
+      e_.emit("LOAD_FAST", fx.value_slot);
+      e_.emit("LOAD_FAST", fx.obj_slot);
+      e_.emit("STORE_ATTR", e_.name_index(fx.name));
     }
+  }
+  effects_.clear();
+}
+
+void Rebuilder::release() {
+  // Emitted on each exit path; the temporaries stay known for code emitted on another path.
+  for (int slot : temps_) e_.emit("DELETE_FAST", slot);
+}
+
+void Rebuilder::push(const ValuePtr& v, int above) {
+  auto it = shared_.find(v.get());
+  if (it != shared_.end()) {
+    e_.emit("LOAD_FAST", it->second);
+    return;
+  }
+  if (from_frame(v)) {
+    e_.load_source(*v->source);  // the caller's own object: identity preserved
+    return;
   }
   switch (v->kind) {
     case VKind::Tensor: {
@@ -126,8 +227,8 @@ void Rebuilder::push(const ValuePtr& v, int above) {
       return;
     case VKind::Tuple:
     case VKind::List: {
-      if (v->source && (v->kind == VKind::List ? static_cast<bool>(v->obj) : true)) {
-        e_.load_source(*v->source);  // the caller's own object: identity preserved
+      if (v->kind == VKind::Tuple && v->source) {
+        e_.load_source(*v->source);  // the caller's own tuple
         return;
       }
       int k = 0;
@@ -135,6 +236,8 @@ void Rebuilder::push(const ValuePtr& v, int above) {
       e_.emit(v->kind == VKind::Tuple ? "BUILD_TUPLE" : "BUILD_LIST", static_cast<int>(v->items.size()));
       return;
     }
+    case VKind::Cell:
+      throw interp::Unsupported("a closure cell cannot be passed back to Python");
     case VKind::Null:
       e_.emit("PUSH_NULL");
       return;
@@ -150,6 +253,15 @@ void Rebuilder::push(const ValuePtr& v, int above) {
         k += 2;
       }
       e_.emit("BUILD_MAP", static_cast<int>(v->items.size()));
+      return;
+    }
+    case VKind::Set: {
+      if (v->obj) {  // a frozenset result: an immutable constant
+        e_.load_const(v->obj);
+        return;
+      }
+      for (const auto& k : v->keys) e_.load_const(k);
+      e_.emit("BUILD_SET", static_cast<int>(v->keys.size()));
       return;
     }
     case VKind::Iter: {

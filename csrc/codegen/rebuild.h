@@ -22,12 +22,32 @@ class Rebuilder {
   // slot, two items of a tuple) is built once into a temporary local here, and every push() of it
   // afterwards loads that local, so Python sees one list, as in eager. Call before any push().
   void share(const std::vector<interp::ValuePtr>& roots);
-  // Replays the trace's attribute assignments (`obj.name = value`) in program order; stack neutral.
-  void replay_attr_stores(const std::vector<interp::AttrStore>& stores);
+  // Side effects of the trace (containers from the frame written back, attribute and global stores) are
+  // done in two steps so that no value is read after the state it came from changed: stage_effects()
+  // evaluates every target and new value into temporaries (reads only); pin() does the same for a value
+  // the caller pushes afterwards; commit_effects() then writes (stack neutral).
+  static bool has_effects(const interp::Tracer& t) { return !t.attr_stores.empty() || !t.mutated.empty(); }
+  void stage_effects(const interp::Tracer& t);
+  void pin(const interp::ValuePtr& v);
+  void commit_effects();
+  // DELETE_FAST of every temporary made by share(), stage_effects() and pin(), once nothing reads them
+  // (on one exit path; another path may still load and release them).
+  void release();
 
  private:
+  int stage(const interp::ValuePtr& v);  // push(v) into a new temporary; returns its slot
+  // One staged effect: write-back of container contents (`name` empty, `obj_slot` the container) or a
+  // store of `value_slot` to attribute `name` of `obj_slot` (a global when obj_slot < 0).
+  struct Effect {
+    int obj_slot = -1;
+    int value_slot = -1;
+    std::string name;
+    bool write_back = false;
+  };
+  std::vector<Effect> effects_;
+  std::vector<int> temps_;
   Emitter& e_;
-  std::unordered_map<const interp::Value*, int> shared_;  // list value -> temporary local
+  std::unordered_map<const interp::Value*, int> shared_;  // value -> temporary local holding it
   int out_slot_;
   std::unordered_map<graph::Node*, int> index_;
 };
@@ -35,5 +55,9 @@ class Rebuilder {
 // Graph nodes whose values must leave the graph to rebuild `values`: tensors without a Source,
 // reachable through tuples/lists, deduplicated in first-seen order.
 std::vector<graph::Node*> collect_outputs(const std::vector<interp::ValuePtr>& values);
+
+// The values the trace's side effects store: attribute/global store values, and for each container from
+// the frame that changed, a tuple of its new contents.
+std::vector<interp::ValuePtr> effect_values(const interp::Tracer& t);
 
 }  // namespace cdynamo::codegen

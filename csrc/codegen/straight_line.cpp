@@ -15,14 +15,19 @@ py::object straight_line(interp::Tracer& t, const std::string& compiled_name,
   e.emit("PRECALL", n);
   e.emit("CALL", n);
   const interp::ValuePtr& ret = t.return_value;
-  if (t.attr_stores.empty() && ret->is_tensor() && !ret->source && outputs.size() == 1 && outputs[0] == ret->node) {
+  bool effects = Rebuilder::has_effects(t);
+  if (!effects && ret->is_tensor() && !ret->source && outputs.size() == 1 && outputs[0] == ret->node) {
     e.emit("UNPACK_SEQUENCE", 1);
   } else {
     Rebuilder r(e, outputs, -1);
-    std::vector<interp::ValuePtr> roots{ret};
-    for (const auto& s : t.attr_stores) roots.push_back(s.value);
+    std::vector<interp::ValuePtr> roots = effect_values(t);
+    roots.push_back(ret);
     r.share(roots);
-    r.replay_attr_stores(t.attr_stores);
+    if (effects) {  // read everything, then write the side effects
+      r.stage_effects(t);
+      r.pin(ret);
+      r.commit_effects();
+    }
     r.push(ret, 0);
     e.emit("SWAP", 2);
     e.emit("POP_TOP");

@@ -118,6 +118,21 @@ bool Guard::check(const FrameView& fv, std::string* why) const {
       if (!ok) reason = "expected " + repr_of(expected) + ", actual " + repr_of(v);
       break;
     }
+    case GuardKind::DictKeys: {
+      Py_ssize_t n = PyTuple_GET_SIZE(expected);
+      ok = PyDict_CheckExact(v) && PyDict_GET_SIZE(v) == n;
+      PyObject *k, *item;  // borrowed
+      Py_ssize_t pos = 0;
+      for (Py_ssize_t i = 0; ok && PyDict_Next(v, &pos, &k, &item); ++i) {
+        PyObject* want = PyTuple_GET_ITEM(expected, i);  // borrowed
+        if (k == want) continue;
+        int eq = PyObject_RichCompareBool(k, want, Py_EQ);
+        if (eq < 0) PyErr_Clear();
+        ok = eq == 1;
+      }
+      if (!ok) reason = "keys changed from " + repr_of(expected);
+      break;
+    }
     case GuardKind::LengthMatch: {
       ok = reinterpret_cast<PyObject*>(Py_TYPE(v)) == expected;
       if (ok) {
@@ -302,6 +317,17 @@ Guard length_match(SourcePtr src, PyObject* value) {
     throw std::runtime_error("length guard on an object without len()");
   }
   if (PyTuple_Check(value)) g.label = "TUPLE_LENGTH";
+  return g;
+}
+
+Guard dict_keys_match(SourcePtr src, PyObject* dict) {
+  Guard g = base(GuardKind::DictKeys, std::move(src), "DICT_KEYS");
+  g.expected = PyDict_Keys(dict);  // owned: a list, made a tuple below
+  if (!g.expected) throw std::runtime_error("DICT_KEYS guard on a non-dict");
+  PyObject* t = PyList_AsTuple(g.expected);  // new
+  Py_DECREF(g.expected);
+  if (!t) throw std::runtime_error("DICT_KEYS guard: keys could not be copied");
+  g.expected = t;  // owned
   return g;
 }
 

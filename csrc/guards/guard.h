@@ -19,6 +19,7 @@ enum class GuardKind {
   IdMatch,       // value is O (printed FUNCTION_MATCH for functions and modules, ID_MATCH otherwise)
   EqualsMatch,   // type(value) is type(C) and value == C
   LengthMatch,   // type(value) is T and len(value) == n
+  DictKeys,      // value is an exact dict whose keys are `expected` (a tuple), in that order
   GradMode,      // torch.is_grad_enabled() == expected
   DefaultDtype,  // torch.get_default_dtype() == expected
   NoAliasing,    // the listed tensor sources are pairwise distinct objects
@@ -82,6 +83,7 @@ Guard type_match(SourcePtr src, PyObject* value);
 Guard id_match(SourcePtr src, PyObject* value);
 Guard equals_match(SourcePtr src, PyObject* value);
 Guard length_match(SourcePtr src, PyObject* value);
+Guard dict_keys_match(SourcePtr src, PyObject* dict);
 Guard grad_mode_guard();
 Guard default_dtype_guard();
 Guard no_aliasing(std::vector<SourcePtr> tensor_sources);

@@ -92,6 +92,12 @@ void add_state_guards(interp::Tracer& t) {
   std::vector<guards::SourcePtr> tensors;
   for (const auto& in : t.inputs) tensors.push_back(in.source);
   if (tensors.size() > 1) t.guards.add(guards::no_aliasing(std::move(tensors)));
+  // Containers the trace changed were modelled as distinct objects: they must still be distinct.
+  if (!t.mutated.empty() && t.frame_containers.size() > 1) {
+    std::vector<guards::SourcePtr> containers;
+    for (const auto& kv : t.frame_containers) containers.push_back(kv.second->source);
+    t.guards.add(guards::no_aliasing(std::move(containers)));
+  }
 }
 
 // One break reason as the Python side reads it: reason, filename, lineno, line.
@@ -194,7 +200,7 @@ CacheEntry* translate(compat::Frame* frame, PyObject* cb, CodeExtra* extra) {
     }
     std::vector<interp::ValuePtr> values =
         is_break ? codegen::break_values(t) : std::vector<interp::ValuePtr>{t.return_value};
-    for (const auto& s : t.attr_stores) values.push_back(s.value);  // tensors assigned to attributes
+    for (const auto& v : codegen::effect_values(t)) values.push_back(v);  // tensors stored by side effects
     std::vector<graph::Node*> outs;
     std::string name;
     py::object disabled_obj;

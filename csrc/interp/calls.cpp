@@ -109,8 +109,15 @@ ValuePtr Tracer::fold_call(py::handle f, const std::string& what, const std::vec
 
 ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
                       std::vector<std::pair<std::string, ValuePtr>> kwargs) {
-  if (fn->kind == VKind::Method && fn->self->kind == VKind::Dict)
-    return call_dict_method(fn->self, fn->name, std::move(args), std::move(kwargs));
+  if (fn->kind == VKind::Method) {
+    switch (fn->self->kind) {
+      case VKind::Dict: return call_dict_method(fn->self, fn->name, std::move(args), std::move(kwargs));
+      case VKind::List:
+      case VKind::Tuple: return call_list_method(fn->self, fn->name, std::move(args), std::move(kwargs));
+      case VKind::Set: return call_set_method(fn->self, fn->name, std::move(args), std::move(kwargs));
+      default: break;
+    }
+  }
   if (fn->kind == VKind::Method) return call_tensor_method(fn->self, fn->name, std::move(args), std::move(kwargs));
   if (fn->grad_exit >= 0) {  // leaving `with torch.no_grad()/enable_grad()` normally: __exit__(None, None, None)
     set_grad_mode(fn->grad_exit == 1);
@@ -123,10 +130,13 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
   if (is_grad_context_class(f) && args.empty() && kwargs.empty()) return Value::object(f());
   std::string bname = builtin_name(f);
   if (bname == "dict") return make_dict(args, kwargs);
+  if ((bname == "set" || bname == "frozenset") && kwargs.empty()) return make_set(args, bname == "frozenset");
   if (!bname.empty() && kwargs.empty()) {
     if (bname == "len" && args.size() == 1 &&
         (args[0]->kind == VKind::Tuple || args[0]->kind == VKind::List || args[0]->kind == VKind::Dict))
       return Value::constant(py::int_(args[0]->items.size()));
+    if (bname == "len" && args.size() == 1 && args[0]->kind == VKind::Set)
+      return Value::constant(py::int_(args[0]->keys.size()));
     if (ValuePtr r = call_iter_builtin(bname, args)) return r;
   }
   // Grad mode is known at every point of the trace (guarded at entry, switched only by traced `with`s).
@@ -332,6 +342,14 @@ ValuePtr Tracer::apply_operator(py::handle op, std::vector<ValuePtr> args) {
   bool tensors = false;
   for (const auto& a : args) tensors |= any_tensor(a);
   std::string name = py::str(op.attr("__name__")).cast<std::string>();
+  if (args.size() == 2) {
+    bool containers = false;
+    for (const auto& a : args)
+      containers |= a->kind == VKind::Set || a->kind == VKind::Dict ||
+                    ((a->kind == VKind::List || a->kind == VKind::Tuple) && !foldable(a));
+    if (containers || ((name == "iadd" || name == "imul") && args[0]->kind == VKind::List))
+      if (ValuePtr r = container_operator(name, args[0], args[1])) return r;
+  }
   if (!tensors) {
     return fold_call(op, "operator." + name, args, {});
   }

@@ -25,14 +25,16 @@ void set_item(const ValuePtr& d, py::object key, ValuePtr v) {
   }
 }
 
-// A dict value that may be changed in place: made in the trace (no source), never one from the frame.
+// A dict value about to be changed in place (a dict from the frame is written back after the graph).
 ValuePtr& own_dict(Tracer& t, ValuePtr& d, const char* what) {
-  if (d->kind != VKind::Dict || d->source) t.unsupported(std::string(what) + " on " + d->describe());
+  if (d->kind != VKind::Dict) t.unsupported(std::string(what) + " on " + d->describe());
+  t.will_mutate(d);
   return d;
 }
 
 void update_from(Tracer& t, const ValuePtr& d, const ValuePtr& src, bool merge) {
   if (src->kind != VKind::Dict) t.unsupported("dict update from " + src->describe());
+  t.will_mutate(d);
   for (size_t i = 0; i < src->keys.size(); ++i) {
     if (merge && d->find_key(src->keys[i]) >= 0) t.unsupported("duplicate keyword argument in ** unpacking");
     set_item(d, src->keys[i], src->items[i]);
@@ -123,8 +125,14 @@ ValuePtr Tracer::call_dict_method(ValuePtr d, const std::string& name, std::vect
     return Value::tuple(std::move(pairs));
   }
   if (name == "copy" && args.empty()) return Value::dict(d->keys, d->items);
-  if (d->source) unsupported("dict." + name + " on a dict from the frame");
+ if (name == "clear" && args.empty() && kwargs.empty()) {
+    will_mutate(d);
+    d->keys.clear();
+    d->items.clear();
+    return Value::constant(py::none());
+  }
   if (name == "update" && args.size() <= 1) {
+    will_mutate(d);
     if (args.size() == 1) update_from(*this, d, args[0], false);
     for (auto& kv : kwargs) set_item(d, py::str(kv.first), kv.second);
     return Value::constant(py::none());
@@ -134,6 +142,7 @@ ValuePtr Tracer::call_dict_method(ValuePtr d, const std::string& name, std::vect
     int at = d->find_key(k);
     if (at >= 0) return d->items[static_cast<size_t>(at)];
     ValuePtr v = args.size() == 2 ? args[1] : Value::constant(py::none());
+    will_mutate(d);
     set_item(d, k, v);
     return v;
   }
@@ -144,6 +153,7 @@ ValuePtr Tracer::call_dict_method(ValuePtr d, const std::string& name, std::vect
       unsupported("dict.pop of a missing key (KeyError is raised by Python)");
     }
     ValuePtr v = d->items[static_cast<size_t>(at)];
+    will_mutate(d);
     d->keys.erase(d->keys.begin() + at);
     d->items.erase(d->items.begin() + at);
     return v;
@@ -166,7 +176,7 @@ ValuePtr Tracer::make_dict(const std::vector<ValuePtr>& args, const std::vector<
     }
   }
   for (const auto& kv : kwargs) set_item(d, py::str(kv.first), kv.second);
-  return d;
+  return d;  // made here: nothing to undo
 }
 
 void register_dicts(HandlerTable& t) {

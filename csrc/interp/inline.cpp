@@ -97,13 +97,14 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
     slots[static_cast<size_t>(i)] = Value::constant(py::reinterpret_borrow<py::object>(dv));
   }
   // Free variables: the cells' contents, read through the function's __closure__.
+  std::vector<ValuePtr> boxes(static_cast<size_t>(nslots));
   PyObject* closure = PyFunction_GET_CLOSURE(f.ptr());  // borrowed tuple or NULL
   int nfree = static_cast<int>(callee->co_nfreevars);
   for (int k = 0; k < nfree; ++k) {
     int slot = nslots - nfree + k;
-    if (fn->made_in_trace) {  // a function made in this trace: the captured values
+    if (fn->made_in_trace) {  // a function made in this trace: the cells it captured
       if (static_cast<size_t>(k) >= fn->closure.size()) unsupported("closure of " + name + " is incomplete");
-      slots[static_cast<size_t>(slot)] = fn->closure[static_cast<size_t>(k)];
+      boxes[static_cast<size_t>(slot)] = fn->closure[static_cast<size_t>(k)];
       continue;
     }
     SourcePtr src = fn_part(fn, "__closure__", k);
@@ -118,7 +119,8 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
     PyCodeObject* code;
     bytecode::Bytecode bc;
     std::vector<ValuePtr> stack, locals;
-    std::vector<char> local_loaded, captured_cells;
+    std::vector<char> local_loaded;
+    std::vector<ValuePtr> cell_boxes;
     py::object kw_names;
     ValuePtr return_value;
     size_t pc;
@@ -128,7 +130,7 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
     PyObject* builtins;
     bool trusted_globals;
   } saved{code,         std::move(bc), std::move(stack), std::move(locals), std::move(local_loaded),
-          std::move(captured_cells), kw_names,
+          std::move(cell_boxes), kw_names,
           return_value, pc,            stopped,          lineno_,           fv.globals,              fv.builtins,
           trusted_globals_};
   auto restore = [&] {
@@ -137,7 +139,7 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
     stack = std::move(saved.stack);
     locals = std::move(saved.locals);
     local_loaded = std::move(saved.local_loaded);
-    captured_cells = std::move(saved.captured_cells);
+    cell_boxes = std::move(saved.cell_boxes);
     kw_names = saved.kw_names;
     return_value = saved.return_value;
     pc = saved.pc;
@@ -162,7 +164,7 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
     stack.clear();
     locals = std::move(slots);
     local_loaded.assign(static_cast<size_t>(nslots), 1);  // an inlined frame never reads a real frame
-    captured_cells.clear();
+    cell_boxes = std::move(boxes);
     kw_names = py::object();
     return_value = nullptr;
     pc = 0;

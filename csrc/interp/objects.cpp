@@ -48,6 +48,19 @@ ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
   if (PyErr_Occurred()) throw py::error_already_set();
   if (descr && !in_instance) {
     if (PyFunction_Check(descr)) return bound_method(*this, obj, descr, name);
+    if (Py_IS_TYPE(descr, &PyClassMethod_Type) || Py_IS_TYPE(descr, &PyStaticMethod_Type)) {
+      // Found on the class, guarded through it: a classmethod binds the class, a staticmethod nothing.
+      SourcePtr csrc = guards::Source::attr(obj->source, "__class__");
+      wrap(descr, guards::Source::attr(csrc, name));  // ID_MATCH on the descriptor
+      py::object func = py::reinterpret_borrow<py::object>(descr).attr("__func__");
+      if (!PyFunction_Check(func.ptr())) unsupported("classmethod/staticmethod '" + name + "' of a non-Python function");
+      ValuePtr f = Value::object(func);
+      if (Py_IS_TYPE(descr, &PyClassMethod_Type)) {
+        f->self = wrap(reinterpret_cast<PyObject*>(type), csrc);
+        f->name = name;
+      }
+      return f;
+    }
     if (PyObject_TypeCheck(descr, &PyProperty_Type)) {
       py::object fget = py::reinterpret_borrow<py::object>(descr).attr("fget");
       if (!PyFunction_Check(fget.ptr())) unsupported("property '" + name + "' with a non-Python getter");

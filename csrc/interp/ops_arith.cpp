@@ -105,6 +105,40 @@ void contains_op(Tracer& t, const Instruction& i) {
     t.push(Value::constant(py::bool_(i.arg ? !in : in)));
     return;
   }
+  if (container->kind == VKind::Set) {
+    if (!item->is_const()) t.unsupported("`in` on a set with " + item->describe());
+    bool in = container->find_key(item->obj) >= 0;
+    t.push(Value::constant(py::bool_(i.arg ? !in : in)));
+    return;
+  }
+  if ((container->kind == VKind::List || container->kind == VKind::Tuple) && !container->is_constant_like()) {
+    // Identity first, then ==, as Python's sequence `in` does; a tensor's == would need its data.
+    bool in = false;
+    for (const auto& x : container->items) {
+      if (x == item || (x->is_tensor() && item->is_tensor() && x->node == item->node)) {
+        in = true;
+        break;
+      }
+      if (!(x->is_constant_like() && item->is_constant_like()) &&
+          !(x->kind == VKind::Object && item->kind == VKind::Object))
+        t.unsupported("`in` comparing " + item->describe() + " with " + x->describe());
+      if (x->kind == VKind::Object) {
+        if (x->obj.is(item->obj)) {
+          in = true;
+          break;
+        }
+        t.unsupported("`in` comparing objects by ==");
+      }
+      int r = PyObject_RichCompareBool(x->as_python().ptr(), item->as_python().ptr(), Py_EQ);
+      if (r < 0) throw py::error_already_set();
+      if (r == 1) {
+        in = true;
+        break;
+      }
+    }
+    t.push(Value::constant(py::bool_(i.arg ? !in : in)));
+    return;
+  }
   if (!container->is_constant_like() || !item->is_constant_like())
     t.unsupported("`in` on " + container->describe());
   int r = PySequence_Contains(container->as_python().ptr(), item->as_python().ptr());

@@ -1,5 +1,5 @@
 // ops_functions.cpp — owns functions made during the trace: LOAD_CLOSURE, MAKE_FUNCTION (lambdas, nested
-// functions, comprehensions) and cell variables (STORE_DEREF / DELETE_DEREF) treated as plain locals.
+// functions, comprehensions) and cell variables (STORE_DEREF): plain locals until captured, then Cells.
 #include "bytecode/bytecode.h"
 #include "compat/compat.h"
 #include "interp/tracer.h"
@@ -11,14 +11,19 @@ namespace {
 using bytecode::Instruction;
 
 void load_closure(Tracer& t, const Instruction& i) {
-  ValuePtr current = t.load_local(i.arg);
-  if (!current) t.unsupported("closure over the unbound variable '" + t.local_name(i.arg) + "'");
-  // A marker for the cell: its slot and the value it holds now (the same value object, so a list or dict
-  // made in the trace stays one object inside and outside the function).
-  ValuePtr cell = Value::constant(py::none());
-  cell->cell_slot = i.arg;
-  cell->self = current;
-  t.push(cell);
+  // The slot's Cell, made on first capture with the slot's current content (the same value object, so a
+  // list or dict made in the trace stays one object inside and outside the function).
+  ValuePtr box = t.cell_of(i.arg);
+  if (!box) {
+    ValuePtr current = t.load_local(i.arg);
+    box = std::make_shared<Value>();
+    box->kind = VKind::Cell;
+    box->self = current;  // null: an empty cell (assigned later)
+    box->cell_slot = i.arg;
+    if (t.cell_boxes.size() < t.locals.size()) t.cell_boxes.resize(t.locals.size());
+    t.cell_boxes[static_cast<size_t>(i.arg)] = box;
+  }
+  t.push(box);
 }
 
 void make_function(Tracer& t, const Instruction& i) {
@@ -45,22 +50,24 @@ void make_function(Tracer& t, const Instruction& i) {
   if (closure) {
     if (closure->kind != VKind::Tuple) t.unsupported("closure of " + closure->describe());
     for (const auto& c : closure->items) {
-      if (c->cell_slot < 0) t.unsupported("closure cell without a slot");
-      if (static_cast<size_t>(c->cell_slot) >= t.captured_cells.size()) t.captured_cells.resize(t.locals.size(), 0);
-      t.captured_cells[static_cast<size_t>(c->cell_slot)] = 1;
-      f->closure.push_back(c->self);
+      if (c->kind != VKind::Cell) t.unsupported("closure item " + c->describe() + " is not a cell");
+      f->closure.push_back(c);
     }
   }
   t.push(f);
 }
 
 void store_deref(Tracer& t, const Instruction& i) {
+  ValuePtr v = t.pop();
+  if (ValuePtr box = t.cell_of(i.arg)) {  // a captured cell (or a `nonlocal` of a function made here)
+    t.will_mutate(box);
+    box->self = std::move(v);
+    return;
+  }
   int kind = compat::code_localsplus_kind(t.code, i.arg);
   if (kind & compat::kFastFree)
-    t.unsupported("assignment to the free variable '" + t.local_name(i.arg) + "' (nonlocal) is not traced yet");
-  if (static_cast<size_t>(i.arg) < t.captured_cells.size() && t.captured_cells[static_cast<size_t>(i.arg)])
-    t.unsupported("assignment to '" + t.local_name(i.arg) + "' after a function captured it");
-  t.locals[static_cast<size_t>(i.arg)] = t.pop();
+    t.unsupported("assignment to the free variable '" + t.local_name(i.arg) + "' (nonlocal) of a real closure");
+  t.locals[static_cast<size_t>(i.arg)] = std::move(v);
   t.local_loaded[static_cast<size_t>(i.arg)] = 1;
 }
 

@@ -29,6 +29,14 @@ std::vector<ValuePtr> Tracer::unpack_iterable(const ValuePtr& v) {
       for (const auto& k : v->keys) ks.push_back(Value::constant(k));
       return ks;
     }
+    case VKind::Set: {
+      // In the order Python iterates a set holding these elements (inserted in this order).
+      py::set s;
+      for (const auto& k : v->keys) s.add(k);
+      std::vector<ValuePtr> es;
+      for (auto e : s) es.push_back(Value::constant(py::reinterpret_borrow<py::object>(e)));
+      return es;
+    }
     case VKind::Const: {
       PyObject* o = v->obj.ptr();
       if (PyRange_Check(o) || PyTuple_Check(o) || PyUnicode_CheckExact(o) || PyBytes_CheckExact(o)) {

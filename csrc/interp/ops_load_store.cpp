@@ -57,8 +57,9 @@ void load_global(Tracer& t, const Instruction& i) {
 }
 
 void load_deref(Tracer& t, const Instruction& i) {
-  // Cells and free variables are transparent in the trace: the slot holds the cell's content.
-  ValuePtr v = t.load_local(i.arg);
+  // Cells and free variables hold their content in the slot, or in the slot's Cell once captured.
+  ValuePtr box = t.cell_of(i.arg);
+  ValuePtr v = box ? box->self : t.load_local(i.arg);
   if (!v) t.unsupported("free variable '" + t.local_name(i.arg) + "' referenced before assignment");
   t.push(v);
 }
@@ -82,13 +83,36 @@ void store_subscr(Tracer& t, const Instruction&) {
   ValuePtr container = t.pop();
   ValuePtr value = t.pop();
   if (t.dict_store(container, key, value)) return;
-  if (container->kind == VKind::List && !container->source && key->is_const() && PyLong_CheckExact(key->obj.ptr())) {
-    // A list made in the trace is one object wherever it is referenced: assign in place.
+  if (container->kind == VKind::List && key->is_const() && PyLong_CheckExact(key->obj.ptr())) {
+    // A list is one object wherever it is referenced: assign in place (a list from the frame is
+    // written back after the graph).
     long n = static_cast<long>(container->items.size());
     long idx = key->obj.cast<long>();
     if (idx < 0) idx += n;
     if (idx < 0 || idx >= n) t.unsupported("list assignment index out of range (IndexError is raised by Python)");
+    t.will_mutate(container);
     container->items[static_cast<size_t>(idx)] = value;
+    return;
+  }
+  if (container->kind == VKind::List && key->is_const() && PySlice_Check(key->obj.ptr())) {
+    // xs[a:b] = iterable: done by Python on a list of stand-in indices, which says where each item goes.
+    std::vector<ValuePtr> repl = t.unpack_iterable(value);
+    size_t n = container->items.size();
+    py::list model;
+    for (size_t k = 0; k < n; ++k) model.append(py::int_(k));
+    py::list marks;
+    for (size_t k = 0; k < repl.size(); ++k) marks.append(py::int_(-1 - static_cast<long>(k)));
+    if (PyObject_SetItem(model.ptr(), key->obj.ptr(), marks.ptr()) < 0) {
+      PyErr_Clear();
+      t.unsupported("slice assignment on a list that Python would reject");
+    }
+    std::vector<ValuePtr> items;
+    for (auto m : model) {
+      long k = m.cast<long>();
+      items.push_back(k >= 0 ? container->items[static_cast<size_t>(k)] : repl[static_cast<size_t>(-1 - k)]);
+    }
+    t.will_mutate(container);
+    container->items = std::move(items);
     return;
   }
   if (!container->is_tensor()) t.unsupported("item assignment on " + container->describe());
@@ -99,7 +123,23 @@ void store_subscr(Tracer& t, const Instruction&) {
 void delete_subscr(Tracer& t, const Instruction&) {
   ValuePtr key = t.pop();
   ValuePtr container = t.pop();
-  if (!t.dict_delete(container, key)) t.unsupported("del of an item of " + container->describe());
+  if (t.dict_delete(container, key)) return;
+  if (container->kind == VKind::List && key->is_const() &&
+      (PyLong_CheckExact(key->obj.ptr()) || PySlice_Check(key->obj.ptr()))) {
+    // Done by Python on a list of stand-in indices: what is left says which items stay.
+    py::list model;
+    for (size_t k = 0; k < container->items.size(); ++k) model.append(py::int_(k));
+    if (PyObject_DelItem(model.ptr(), key->obj.ptr()) < 0) {
+      PyErr_Clear();
+      t.unsupported("del of a list item that Python would reject (IndexError)");
+    }
+    std::vector<ValuePtr> items;
+    for (auto m : model) items.push_back(container->items[m.cast<size_t>()]);
+    t.will_mutate(container);
+    container->items = std::move(items);
+    return;
+  }
+  t.unsupported("del of an item of " + container->describe());
 }
 
 // obj.name = value on an object of the frame: recorded and replayed after the graph, in program order.

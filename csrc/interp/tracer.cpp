@@ -1,6 +1,8 @@
 // tracer.cpp — owns the run loop, stack helpers, value wrapping (with guards) and attribute reads.
 #include "interp/tracer.h"
 
+#include <algorithm>
+
 #include "compat/compat.h"
 #include "guards/tensor_match.h"
 #include "interp/torch_rules.h"
@@ -41,6 +43,7 @@ const HandlerTable& handler_table() {
     register_iter(t);
     register_dicts(t);
     register_functions(t);
+    register_lists(t);
     return t;
   }();
   return table;
@@ -71,6 +74,8 @@ Tracer::Status Tracer::run() {
     py::object saved_kw = kw_names;
     size_t saved_graph = graph.mark();
     size_t saved_stores = attr_stores.size();
+    size_t saved_mutated = mutated.size();
+    undo_.clear();
     try {
       if (stopped) {
         status_ = Status::Returned;
@@ -84,6 +89,13 @@ Tracer::Status Tracer::run() {
       kw_names = saved_kw;
       graph.rollback(saved_graph);
       attr_stores.resize(saved_stores);
+      for (auto u = undo_.rbegin(); u != undo_.rend(); ++u) {
+        u->value->items = std::move(u->items);
+        u->value->keys = std::move(u->keys);
+        u->value->self = std::move(u->self);
+      }
+      undo_.clear();
+      mutated.resize(saved_mutated);
       std::string why;
       if (pc < bc.insts.size() && breakable(pc, &why)) {
         status_ = Status::Break;
@@ -116,6 +128,13 @@ Tracer::Status Tracer::run() {
     }
   }
   return status_;
+}
+
+void Tracer::will_mutate(const ValuePtr& c) {
+  bool saved = false;
+  for (const auto& u : undo_) saved = saved || u.value == c;
+  if (!saved) undo_.push_back(Undo{c, c->items, c->keys, c->self});
+  if (c->source && c->obj && std::find(mutated.begin(), mutated.end(), c) == mutated.end()) mutated.push_back(c);
 }
 
 void Tracer::execute_one() {
@@ -280,20 +299,77 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
     guards.add(v == Py_None || PyBool_Check(v) ? guards::id_match(src, v) : guards::equals_match(src, v));
     return Value::constant(py::reinterpret_borrow<py::object>(value), src);
   }
-  if (PyTuple_CheckExact(v) || PyList_CheckExact(v)) {
+  if (PyList_CheckExact(v) || PyDict_CheckExact(v) || PySet_CheckExact(v)) {
+    // A container object already read through another source is the same value (aliasing kept).
+    auto seen = frame_containers.find(v);
+    if (seen != frame_containers.end()) {
+      guards.add(guards::same_object(seen->second->source, src));
+      return seen->second;
+    }
+    if (ValuePtr c = wrap_container(value, src)) {
+      frame_containers[v] = c;
+      return c;
+    }
+  }
+  if (PyTuple_CheckExact(v)) {
     guards.add(guards::length_match(src, v));
     std::vector<ValuePtr> items;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(v);
     for (Py_ssize_t i = 0; i < n; ++i)
       items.push_back(wrap(PySequence_Fast_GET_ITEM(v, i), guards::Source::item(src, static_cast<int>(i))));
-    ValuePtr out = PyTuple_CheckExact(v) ? Value::tuple(std::move(items)) : Value::list(std::move(items));
+    ValuePtr out = Value::tuple(std::move(items));
     out->source = src;
-    if (PyList_CheckExact(v)) out->obj = py::reinterpret_borrow<py::object>(value);  // identity for codegen
     return out;
   }
   // Any other object: pinned by identity (sound; attribute reads add their own guards).
   guards.add(guards::id_match(src, v));
   return Value::object(py::reinterpret_borrow<py::object>(value), src);
+}
+
+ValuePtr Tracer::wrap_container(py::handle value, SourcePtr src) {
+  PyObject* v = value.ptr();
+  ValuePtr out;
+  if (PyList_CheckExact(v)) {
+    guards.add(guards::length_match(src, v));
+    std::vector<ValuePtr> items;
+    Py_ssize_t n = PyList_GET_SIZE(v);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      py::object item = py::reinterpret_borrow<py::object>(PyList_GET_ITEM(v, i));  // owned while wrapped
+      items.push_back(wrap(item, guards::Source::item(src, static_cast<int>(i))));
+    }
+    out = Value::list(std::move(items));
+  } else if (PyDict_CheckExact(v)) {
+    // A dict with string keys: its keys (in order) are guarded, its values read through C-level lookups.
+    PyObject *k, *item;  // borrowed
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(v, &pos, &k, &item))
+      if (!PyUnicode_CheckExact(k)) return nullptr;
+    guards.add(guards::dict_keys_match(src, v));
+    py::dict d = py::reinterpret_borrow<py::dict>(value);
+    std::vector<py::object> keys;
+    std::vector<ValuePtr> items;
+    for (auto kv : d) {
+      keys.push_back(py::reinterpret_borrow<py::object>(kv.first));
+      items.push_back(wrap(kv.second, guards::Source::dict_item(src, py::str(kv.first).cast<std::string>())));
+    }
+    out = Value::dict(std::move(keys), std::move(items));
+  } else if (PySet_CheckExact(v)) {
+    std::vector<py::object> elements;
+    for (auto e : py::reinterpret_borrow<py::set>(value)) {
+      if (!is_constant_object(e) || guards::is_tensor(e.ptr())) return nullptr;
+      elements.push_back(py::reinterpret_borrow<py::object>(e));
+    }
+    // The guard compares against the contents seen now, not against the live set.
+    py::object copy = py::reinterpret_steal<py::object>(PySet_New(v));  // new
+    if (!copy) throw py::error_already_set();
+    guards.add(guards::equals_match(src, copy.ptr()));
+    out = Value::set(std::move(elements));
+  } else {
+    return nullptr;
+  }
+  out->source = std::move(src);
+  out->obj = py::reinterpret_borrow<py::object>(value);  // the real object: identity for codegen
+  return out;
 }
 
 ValuePtr Tracer::load_global(const std::string& name) {
@@ -367,7 +443,12 @@ ValuePtr Tracer::load_attr(const ValuePtr& obj, const std::string& name) {
       unsupported("attribute '" + name + "' of a constant");
     }
     case VKind::Dict:
+    case VKind::List:
+    case VKind::Set:
       return Value::method(obj, name);
+    case VKind::Tuple:
+      if (name == "count" || name == "index") return Value::method(obj, name);
+      unsupported("attribute '" + name + "' of a tuple");
     default:
       unsupported("attribute '" + name + "' of " + obj->describe());
   }

@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 
 #include <array>
+#include <unordered_map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,6 +53,7 @@ void register_with(HandlerTable& t);
 void register_iter(HandlerTable& t);
 void register_dicts(HandlerTable& t);
 void register_functions(HandlerTable& t);
+void register_lists(HandlerTable& t);
 // True if calling a pure function on `v` at trace time is sound: constants, tuples/lists of them, and
 // immutable objects (classes, functions, modules); never iterators, dicts, sets or user objects.
 bool foldable(const ValuePtr& v);
@@ -86,6 +88,12 @@ class Tracer {
   guards::GuardSet guards;
   std::vector<Input> inputs;
   std::vector<AttrStore> attr_stores;  // pending `obj.name = value` side effects, in program order
+  // Lists, dicts and sets from the frame (with a Source and `obj`) whose contents the trace changed, in
+  // first-change order: codegen writes their final contents back into the real objects after the graph.
+  std::vector<ValuePtr> mutated;
+  // The value of each list / dict / set object read from the frame: one object seen through two sources
+  // (an argument and a global) is one value, so a change made through one is seen through the other.
+  std::unordered_map<PyObject*, ValuePtr> frame_containers;
   std::vector<ValuePtr> stack;
   std::vector<ValuePtr> locals;      // per localsplus slot; null = not yet read / unbound
   std::vector<char> local_loaded;    // slot was read from the frame (wrapped) or assigned
@@ -112,6 +120,9 @@ class Tracer {
   ValuePtr load_local(int slot);
   // Wraps a real Python value seen at `src` into a symbolic value and installs the guards it needs.
   ValuePtr wrap(py::handle value, SourcePtr src);
+  // wrap() of an exact list, str-keyed dict or set of constants: a container value with a Source and the
+  // real object, its items wrapped; nullptr when the object is not one of those.
+  ValuePtr wrap_container(py::handle value, SourcePtr src);
   // Loads a global / builtin by name (wrapped and guarded).
   ValuePtr load_global(const std::string& name);
   // Attribute read on a symbolic value.
@@ -143,6 +154,19 @@ class Tracer {
   ValuePtr call_dict_method(ValuePtr d, const std::string& name, std::vector<ValuePtr> args,
                             std::vector<std::pair<std::string, ValuePtr>> kwargs);
   ValuePtr make_dict(const std::vector<ValuePtr>& args, const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
+  // Call before changing container `c` (List / Dict / Set, or the content of a Cell) in place: saves its contents so that an
+  // instruction failing halfway leaves no change behind, and records a container from the frame in
+  // `mutated`.
+  void will_mutate(const ValuePtr& c);
+  // Lists, tuples and sets (lists.cpp): their methods, set(), and the set / dict operators.
+  ValuePtr call_list_method(ValuePtr l, const std::string& name, std::vector<ValuePtr> args,
+                            std::vector<std::pair<std::string, ValuePtr>> kwargs);
+  ValuePtr call_set_method(ValuePtr s, const std::string& name, std::vector<ValuePtr> args,
+                           std::vector<std::pair<std::string, ValuePtr>> kwargs);
+  ValuePtr make_set(const std::vector<ValuePtr>& args, bool frozen);
+  // `a <op> b` for set operators (| & - ^ and their in-place forms) on sets and `|` on dicts; nullptr
+  // when neither operand is a Set/Dict value.
+  ValuePtr container_operator(const std::string& op, const ValuePtr& a, const ValuePtr& b);
   // Attribute of a user object or nn.Module (objects.cpp); calls of bound methods and modules.
   ValuePtr object_attr(const ValuePtr& obj, const std::string& name);
   ValuePtr call_object(const ValuePtr& fn, std::vector<ValuePtr> args,
@@ -173,11 +197,23 @@ class Tracer {
   // Runs the handler of bc.insts[pc] and advances pc unless the handler jumped.
   void execute_one();
   int inline_depth_ = 0;
-  bool trusted_globals_ = false;  // inlined torch library frame: its globals are program constants
+  bool trusted_globals_ = false;
+  struct Undo {  // a container's contents (or a cell's) before the running instruction first changed it
+    ValuePtr value;
+    std::vector<ValuePtr> items;
+    std::vector<py::object> keys;
+    ValuePtr self;
+  };
+  std::vector<Undo> undo_;  // inlined torch library frame: its globals are program constants
  public:
-  // Cell slots of the current frame captured by a function made in the trace: assigning them afterwards
-  // would not reach the function's snapshot, so it stops the trace.
-  std::vector<char> captured_cells;
+  // Per localsplus slot of the current frame: the Cell value shared with functions made in the trace
+  // (null until LOAD_CLOSURE captures the slot). A captured slot is read and written through its cell,
+  // so a nested function sees later assignments and its `nonlocal` assignments reach this frame.
+  std::vector<ValuePtr> cell_boxes;
+  // The Cell of `slot`, or nullptr when the slot was never captured.
+  ValuePtr cell_of(int slot) const {
+    return static_cast<size_t>(slot) < cell_boxes.size() ? cell_boxes[static_cast<size_t>(slot)] : nullptr;
+  }
   Status status_ = Status::Running;
   StopInfo stop_;
   int lineno_ = -1;

@@ -51,6 +51,13 @@ ValuePtr Value::dict(std::vector<py::object> keys, std::vector<ValuePtr> values)
   return v;
 }
 
+ValuePtr Value::set(std::vector<py::object> elements) {
+  auto v = std::make_shared<Value>();
+  v->kind = VKind::Set;
+  v->keys = std::move(elements);
+  return v;
+}
+
 int Value::find_key(py::handle key) const {
   for (size_t i = 0; i < keys.size(); ++i) {
     if (keys[i].ptr() == key.ptr()) return static_cast<int>(i);
@@ -105,6 +112,11 @@ py::object Value::as_python() const {
       for (size_t i = 0; i < keys.size(); ++i) d[keys[i]] = items[i]->as_python();
       return d;
     }
+    case VKind::Set: {
+      py::set out;
+      for (const auto& k : keys) out.add(k);
+      return out;
+    }
     default:
       throw Unsupported("value " + describe() + " has no Python value at trace time");
   }
@@ -121,6 +133,8 @@ std::string Value::describe() const {
     case VKind::Method: return "method " + self->describe() + "." + name;
     case VKind::Iter: return "iterator over " + std::to_string(items.size()) + " values";
     case VKind::Dict: return "dict of " + std::to_string(items.size());
+    case VKind::Set: return "set of " + std::to_string(keys.size());
+    case VKind::Cell: return "cell";
   }
   return "?";
 }

@@ -30,7 +30,10 @@ enum class VKind {
   Null,    // the NULL pushed by PUSH_NULL / LOAD_GLOBAL / LOAD_METHOD
   Method,  // bound method `self.name` where self is a Tensor value
   Iter,    // an iterator over values known at trace time (items, position `pos`); loops unroll over it
-  Dict,    // a dict made in the trace: constant keys (`keys`) and values (`items`), insertion ordered
+  Dict,    // a dict: constant keys (`keys`) and values (`items`), insertion ordered; from the frame when
+           // it has a Source (and `obj`, the real dict)
+  Cell,    // a closure cell shared by a frame of the trace and the functions made in it; content in `self`
+  Set,     // a set of constants (`keys`, insertion ordered); from the frame when it has a Source (and `obj`)
 };
 
 struct Value;
@@ -43,7 +46,7 @@ struct Value {
   py::object example;               // Tensor: meta example value
   py::object device;                // Tensor: torch.device it has at run time
   py::object obj;                   // Const / Object
-  std::vector<ValuePtr> items;      // Tuple / List
+  std::vector<ValuePtr> items;      // Tuple / List / Dict values
   ValuePtr self;                    // Method
   std::string name;                 // Method name
   int grad_exit = -1;
@@ -51,7 +54,7 @@ struct Value {
   std::vector<py::object> keys;     // Dict: hashable constant keys, parallel to `items`
   int cell_slot = -1;               // LOAD_CLOSURE result: the cell of this local slot of the traced frame
   bool made_in_trace = false;       // Object: a function made by MAKE_FUNCTION during the trace
-  std::vector<ValuePtr> closure;    // made function: the captured cells' values (snapshot, see ops_functions)               // Object: calling it leaves a grad-mode `with` block, restoring 0/1
+  std::vector<ValuePtr> closure;    // made function: the captured cells' values (snapshot, see ops_functions)
 
   static ValuePtr tensor(graph::Node* n, py::object example, py::object device, SourcePtr src = nullptr);
   static ValuePtr constant(py::object o, SourcePtr src = nullptr);
@@ -60,12 +63,15 @@ struct Value {
   static ValuePtr list(std::vector<ValuePtr> items);
   static ValuePtr null();
   static ValuePtr dict(std::vector<py::object> keys, std::vector<ValuePtr> values);
-  // Dict: index of `key` (Python equality) or -1.
+  static ValuePtr set(std::vector<py::object> elements);  // elements: distinct hashable constants
+  // Dict / Set: index of `key` (Python equality) or -1.
   int find_key(py::handle key) const;
   static ValuePtr method(ValuePtr self, std::string name);
 
   bool is_tensor() const { return kind == VKind::Tensor; }
   bool is_const() const { return kind == VKind::Const; }
+  // A list, dict or set (an object whose contents can change in place).
+  bool is_container() const { return kind == VKind::List || kind == VKind::Dict || kind == VKind::Set; }
   // Const, or a Tuple/List made only of constants (recursively).
   bool is_constant_like() const;
   // The Python value of a constant-like value (tuples/lists rebuilt); throws Unsupported otherwise.

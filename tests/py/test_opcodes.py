@@ -41,9 +41,6 @@ NOT_TRACED = {
     "WITH_EXCEPT_START": "exception handlers run as Python",
     "LOAD_ASSERTION_ERROR": "a failing assert breaks the graph; Python raises",
     # not traced yet (graph break, or the frame runs as Python)
-    "BUILD_SET": "sets are not traced yet",
-    "SET_ADD": "sets are not traced yet",
-    "SET_UPDATE": "sets are not traced yet",
     "DELETE_ATTR": "attribute deletion is not traced yet",
     "DELETE_GLOBAL": "global deletion is not traced yet",
     "DELETE_DEREF": "deleting a cell variable is not traced yet",
