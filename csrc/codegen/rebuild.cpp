@@ -231,6 +231,16 @@ void Rebuilder::push(const ValuePtr& v, int above) {
         e_.load_source(*v->source);  // the caller's own tuple
         return;
       }
+      if (v->kind == VKind::Tuple && v->obj) {  // a namedtuple: cls._make((items...))
+        e_.emit("PUSH_NULL");
+        e_.load_const(v->obj.attr("_make"));
+        int k = 0;
+        for (const auto& i : v->items) push(i, above + 2 + k++);
+        e_.emit("BUILD_TUPLE", static_cast<int>(v->items.size()));
+        e_.emit("PRECALL", 1);
+        e_.emit("CALL", 1);
+        return;
+      }
       int k = 0;
       for (const auto& i : v->items) push(i, above + k++);
       e_.emit(v->kind == VKind::Tuple ? "BUILD_TUPLE" : "BUILD_LIST", static_cast<int>(v->items.size()));

@@ -30,6 +30,7 @@ std::string Guard::describe() const {
     return s + ")";
   }
   if (kind == GuardKind::SameObject) return sources[0]->describe() + " is " + sources[1]->describe() + " DUPLICATE_INPUT";
+  if (kind == GuardKind::HasAttr) return source->describe() + " " + label + "('" + PyUnicode_AsUTF8(expected) + "')";
   return source->describe() + " " + label;
 }
 
@@ -116,6 +117,12 @@ bool Guard::check(const FrameView& fv, std::string* why) const {
         ok = eq == 1;
       }
       if (!ok) reason = "expected " + repr_of(expected) + ", actual " + repr_of(v);
+      break;
+    }
+    case GuardKind::HasAttr: {
+      int has = PyObject_HasAttr(v, expected);
+      ok = has == state;
+      if (!ok) reason = std::string("attribute '") + PyUnicode_AsUTF8(expected) + (state ? "' disappeared" : "' appeared");
       break;
     }
     case GuardKind::DictKeys: {
@@ -328,6 +335,14 @@ Guard dict_keys_match(SourcePtr src, PyObject* dict) {
   Py_DECREF(g.expected);
   if (!t) throw std::runtime_error("DICT_KEYS guard: keys could not be copied");
   g.expected = t;  // owned
+  return g;
+}
+
+Guard has_attr(SourcePtr src, const std::string& name, bool present) {
+  Guard g = base(GuardKind::HasAttr, std::move(src), present ? "HASATTR" : "NO_HASATTR");
+  g.expected = PyUnicode_InternFromString(name.c_str());  // owned
+  if (!g.expected) throw std::runtime_error("HASATTR guard: bad attribute name");
+  g.state = present ? 1 : 0;
   return g;
 }
 

@@ -20,6 +20,7 @@ enum class GuardKind {
   EqualsMatch,   // type(value) is type(C) and value == C
   LengthMatch,   // type(value) is T and len(value) == n
   DictKeys,      // value is an exact dict whose keys are `expected` (a tuple), in that order
+  HasAttr,       // hasattr(value, label-name) == state
   GradMode,      // torch.is_grad_enabled() == expected
   DefaultDtype,  // torch.get_default_dtype() == expected
   NoAliasing,    // the listed tensor sources are pairwise distinct objects
@@ -84,6 +85,7 @@ Guard id_match(SourcePtr src, PyObject* value);
 Guard equals_match(SourcePtr src, PyObject* value);
 Guard length_match(SourcePtr src, PyObject* value);
 Guard dict_keys_match(SourcePtr src, PyObject* dict);
+Guard has_attr(SourcePtr src, const std::string& name, bool present);
 Guard grad_mode_guard();
 Guard default_dtype_guard();
 Guard no_aliasing(std::vector<SourcePtr> tensor_sources);

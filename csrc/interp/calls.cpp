@@ -62,6 +62,8 @@ py::object run_meta(Tracer& t, const std::string& what, py::handle fn, py::tuple
 bool foldable(const ValuePtr& v) {
   switch (v->kind) {
     case VKind::Const: return true;
+    case VKind::Set: return true;  // elements are constants; folded on a fresh set
+    case VKind::Dict:
     case VKind::Tuple:
     case VKind::List:
       for (const auto& i : v->items)
@@ -84,6 +86,14 @@ ValuePtr Tracer::fold_call(py::handle f, const std::string& what, const std::vec
     if (!foldable(a)) unsupported(what + " on " + a->describe() + " (not a constant)");
   for (const auto& kv : kwargs)
     if (!foldable(kv.second)) unsupported(what + " on " + kv.second->describe() + " (not a constant)");
+  // Lists, dicts and sets are folded on fresh copies: a function that changes its argument cannot be.
+  std::string fname = py::str(py::getattr(f, "__name__", py::str(""))).cast<std::string>();
+  bool mutating = fname == "setitem" || fname == "delitem" || (fname.size() > 1 && fname[0] == 'i' && fname != "index" &&
+                                                                fname != "isinstance" && fname != "issubclass" &&
+                                                                fname != "is_" && fname != "is_not" && fname != "iter");
+  if (mutating)
+    for (const auto& a : args)
+      if (a->is_container()) unsupported(what + " would change " + a->describe());
   py::tuple pargs(args.size());
   for (size_t i = 0; i < args.size(); ++i) pargs[i] = args[i]->as_python();
   py::dict pkw;
@@ -109,6 +119,30 @@ ValuePtr Tracer::fold_call(py::handle f, const std::string& what, const std::vec
 
 ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
                       std::vector<std::pair<std::string, ValuePtr>> kwargs) {
+  if (fn->kind == VKind::Method && fn->self->kind == VKind::Tuple && fn->self->obj &&
+      (fn->name == "_replace" || fn->name == "_asdict")) {
+    const ValuePtr& nt = fn->self;
+    py::tuple fields = nt->obj.attr("_fields");
+    if (fn->name == "_asdict" && args.empty() && kwargs.empty()) {
+      std::vector<py::object> keys;
+      for (auto k : fields) keys.push_back(py::reinterpret_borrow<py::object>(k));
+      return Value::dict(std::move(keys), nt->items);
+    }
+    if (fn->name == "_replace" && args.empty()) {
+      std::vector<std::pair<std::string, ValuePtr>> all;
+      for (size_t i = 0; i < fields.size(); ++i) all.emplace_back(py::str(fields[i]).cast<std::string>(), nt->items[i]);
+      for (auto& kv : kwargs) {
+        bool found = false;
+        for (auto& a : all)
+          if (a.first == kv.first) {
+            a.second = kv.second;
+            found = true;
+          }
+        if (!found) unsupported("namedtuple._replace with an unknown field '" + kv.first + "'");
+      }
+      return make_namedtuple(nt->obj, {}, all);
+    }
+  }
   if (fn->kind == VKind::Method) {
     switch (fn->self->kind) {
       case VKind::Dict: return call_dict_method(fn->self, fn->name, std::move(args), std::move(kwargs));
@@ -119,6 +153,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
     }
   }
   if (fn->kind == VKind::Method) return call_tensor_method(fn->self, fn->name, std::move(args), std::move(kwargs));
+  if (fn->kind == VKind::Object && fn->name == "<partial>") return call_partial(fn, std::move(args), std::move(kwargs));
   if (fn->grad_exit >= 0) {  // leaving `with torch.no_grad()/enable_grad()` normally: __exit__(None, None, None)
     set_grad_mode(fn->grad_exit == 1);
     return Value::constant(py::none());
@@ -130,6 +165,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
   if (is_grad_context_class(f) && args.empty() && kwargs.empty()) return Value::object(f());
   std::string bname = builtin_name(f);
   if (bname == "dict") return make_dict(args, kwargs);
+  if (is_namedtuple_class(f)) return make_namedtuple(f, args, kwargs);
+  if (ValuePtr r = call_builtin(bname, f, args, kwargs)) return r;
   if ((bname == "set" || bname == "frozenset") && kwargs.empty()) return make_set(args, bname == "frozenset");
   if (!bname.empty() && kwargs.empty()) {
     if (bname == "len" && args.size() == 1 &&

@@ -31,8 +31,13 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
   auto* callee = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(f.ptr()));  // borrowed
   std::string name = qualname(f);
   int flags = callee->co_flags;
-  if (flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE))
+  // A generator expression made in the trace runs to completion at the call; what it yields becomes an
+  // iterator value (its consumer, sum() / any() / a loop, follows at once). Other generators are not inlined.
+  bool genexpr = (flags & CO_GENERATOR) && fn->made_in_trace && name.size() >= 9 &&
+                 name.compare(name.size() - 9, 9, "<genexpr>") == 0;
+  if ((flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE)) && !genexpr)
     unsupported("call to generator/coroutine function " + name);
+  std::vector<ValuePtr> yielded;
   // torch.nn's module code (forward methods and their helpers) is inlined like user code; its module
   // globals are program constants, as attributes of torch modules are (see is_trusted_module).
   bool nn_library = is_torch_nn_module_file(callee);
@@ -129,10 +134,11 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
     PyObject* globals;
     PyObject* builtins;
     bool trusted_globals;
+    std::vector<ValuePtr>* yields;
   } saved{code,         std::move(bc), std::move(stack), std::move(locals), std::move(local_loaded),
           std::move(cell_boxes), kw_names,
           return_value, pc,            stopped,          lineno_,           fv.globals,              fv.builtins,
-          trusted_globals_};
+          trusted_globals_, yields};
   auto restore = [&] {
     code = saved.code;
     bc = std::move(saved.bc);
@@ -148,6 +154,7 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
     fv.globals = saved.globals;
     fv.builtins = saved.builtins;
     trusted_globals_ = saved.trusted_globals;
+    yields = saved.yields;
     --inline_depth_;
   };
   ++inline_depth_;
@@ -169,8 +176,14 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
     return_value = nullptr;
     pc = 0;
     stopped = false;
+    yields = genexpr ? &yielded : nullptr;
     run_nested();
     ValuePtr result = return_value;
+    if (genexpr) {
+      result = std::make_shared<Value>();
+      result->kind = VKind::Iter;
+      result->items = std::move(yielded);
+    }
     // A function made inside the callee must not outlive it in the trace: Python gets the real one.
     if (result && result->made_in_trace) unsupported("it returns a function made inside it (a closure)");
     restore();

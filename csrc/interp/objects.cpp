@@ -96,6 +96,14 @@ ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
   return wrap(value, guards::Source::attr(obj->source, name));
 }
 
+void Tracer::store_attr(const ValuePtr& obj, const std::string& name, const ValuePtr& value) {
+  if (obj->kind != VKind::Object || !obj->source || PyModule_Check(obj->obj.ptr()) || PyType_Check(obj->obj.ptr()))
+    unsupported("attribute assignment on " + obj->describe());
+  if (value->kind == VKind::Iter || value->kind == VKind::Null || value->kind == VKind::Cell || value->made_in_trace)
+    unsupported("attribute assignment of " + value->describe());
+  attr_stores.push_back({obj, name, value});
+}
+
 ValuePtr Tracer::call_object(const ValuePtr& fn, std::vector<ValuePtr> args,
                              std::vector<std::pair<std::string, ValuePtr>> kwargs) {
   py::handle f = fn->obj;
@@ -103,6 +111,20 @@ ValuePtr Tracer::call_object(const ValuePtr& fn, std::vector<ValuePtr> args,
     args.insert(args.begin(), fn->self);
     ValuePtr plain = Value::object(fn->obj, fn->source);
     return inline_call(plain, std::move(args), std::move(kwargs));
+  }
+  if (fn->source && Py_TYPE(f.ptr()) == reinterpret_cast<PyTypeObject*>(
+                        py::module_::import("functools").attr("partial").ptr())) {
+    // A functools.partial from the frame: its function, arguments and keywords read through their sources.
+    ValuePtr p = Value::object(py::reinterpret_borrow<py::object>(f));
+    p->name = "<partial>";
+    p->self = wrap(f.attr("func"), guards::Source::attr(fn->source, "func"));
+    ValuePtr pargs = wrap(f.attr("args"), guards::Source::attr(fn->source, "args"));
+    ValuePtr pkw = wrap(f.attr("keywords"), guards::Source::attr(fn->source, "keywords"));
+    if (pargs->kind != VKind::Tuple || pkw->kind != VKind::Dict) unsupported("functools.partial with unusual state");
+    p->items = pargs->items;
+    p->keys = pkw->keys;
+    p->closure = pkw->items;
+    return call_partial(p, std::move(args), std::move(kwargs));
   }
   if (fn->source && is_nn_module(f)) {
     // module(x) is module.forward(x) when no hook can run: the module's hook dicts are guarded empty.

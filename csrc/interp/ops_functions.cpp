@@ -71,6 +71,19 @@ void store_deref(Tracer& t, const Instruction& i) {
   t.local_loaded[static_cast<size_t>(i.arg)] = 1;
 }
 
+// RETURN_GENERATOR / YIELD_VALUE of an inlined generator expression (see Tracer::inline_call): the
+// generator runs straight through, each yielded value collected; the value "sent" back is None.
+void return_generator(Tracer& t, const Instruction&) {
+  if (!t.yields) t.unsupported("generator frames run as Python");
+  t.push(Value::constant(py::none()));
+}
+
+void yield_value(Tracer& t, const Instruction&) {
+  if (!t.yields) t.unsupported("generator frames run as Python");
+  t.yields->push_back(t.pop());
+  t.push(Value::constant(py::none()));
+}
+
 }  // namespace
 
 void register_functions(HandlerTable& t) {
@@ -78,6 +91,8 @@ void register_functions(HandlerTable& t) {
   on("LOAD_CLOSURE", load_closure);
   on("MAKE_FUNCTION", make_function);
   on("STORE_DEREF", store_deref);
+  on("RETURN_GENERATOR", return_generator);
+  on("YIELD_VALUE", yield_value);
 }
 
 }  // namespace cdynamo::interp

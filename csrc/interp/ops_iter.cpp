@@ -39,7 +39,8 @@ std::vector<ValuePtr> Tracer::unpack_iterable(const ValuePtr& v) {
     }
     case VKind::Const: {
       PyObject* o = v->obj.ptr();
-      if (PyRange_Check(o) || PyTuple_Check(o) || PyUnicode_CheckExact(o) || PyBytes_CheckExact(o)) {
+      if (PyRange_Check(o) || PyTuple_Check(o) || PyUnicode_CheckExact(o) || PyBytes_CheckExact(o) ||
+          PyFrozenSet_CheckExact(o)) {
         Py_ssize_t n = PyObject_Length(o);
         if (n < 0) throw py::error_already_set();
         if (n > 100000) unsupported("iteration over " + std::to_string(n) + " constants (too long to unroll)");

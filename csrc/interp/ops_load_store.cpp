@@ -26,6 +26,17 @@ void delete_fast(Tracer& t, const Instruction& i) {
   t.local_loaded[i.arg] = 1;
 }
 
+// A tuple constant of the code object (possibly nested) as a Tuple of constants.
+ValuePtr constant_tuple(Tracer& t, py::handle c) {
+  std::vector<ValuePtr> items;
+  for (auto item : py::reinterpret_borrow<py::tuple>(c)) {
+    if (PyTuple_CheckExact(item.ptr())) items.push_back(constant_tuple(t, item));
+    else if (is_constant_object(item)) items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
+    else t.unsupported(std::string("constant tuple holding ") + Py_TYPE(item.ptr())->tp_name);
+  }
+  return Value::tuple(std::move(items));
+}
+
 void load_const(Tracer& t, const Instruction& i) {
   py::handle c = t.const_at(i.arg);
   if (is_constant_object(c)) {
@@ -33,19 +44,14 @@ void load_const(Tracer& t, const Instruction& i) {
     return;
   }
   if (PyTuple_CheckExact(c.ptr())) {
-    std::vector<ValuePtr> items;
-    for (auto item : py::reinterpret_borrow<py::tuple>(c)) {
-      if (!is_constant_object(item)) t.unsupported("nested constant tuple");
-      items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
-    }
-    t.push(Value::tuple(std::move(items)));
+    t.push(constant_tuple(t, c));
     return;
   }
   if (PyCode_Check(c.ptr())) {  // for MAKE_FUNCTION
     t.push(Value::object(py::reinterpret_borrow<py::object>(c)));
     return;
   }
-  t.unsupported(std::string("constant of type ") + Py_TYPE(c.ptr())->tp_name + " (frozensets)");
+  t.unsupported(std::string("constant of type ") + Py_TYPE(c.ptr())->tp_name);
 }
 
 void load_global(Tracer& t, const Instruction& i) {
@@ -144,16 +150,9 @@ void delete_subscr(Tracer& t, const Instruction&) {
 
 // obj.name = value on an object of the frame: recorded and replayed after the graph, in program order.
 void store_attr(Tracer& t, const Instruction& i) {
-  ValuePtr obj = t.peek(1);
-  ValuePtr value = t.peek(2);
-  std::string name = py::str(t.name_at(i.arg)).cast<std::string>();
-  if (obj->kind != VKind::Object || !obj->source || PyModule_Check(obj->obj.ptr()) || PyType_Check(obj->obj.ptr()))
-    t.unsupported("attribute assignment on " + obj->describe());
-  if (value->kind == VKind::Iter || value->kind == VKind::Null)
-    t.unsupported("attribute assignment of " + value->describe());
+  t.store_attr(t.peek(1), py::str(t.name_at(i.arg)).cast<std::string>(), t.peek(2));
   t.pop();
   t.pop();
-  t.attr_stores.push_back({obj, name, value});
 }
 
 // `global name; name = value`: recorded and replayed after the graph, in program order.

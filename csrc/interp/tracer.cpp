@@ -311,14 +311,15 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
       return c;
     }
   }
-  if (PyTuple_CheckExact(v)) {
-    guards.add(guards::length_match(src, v));
+  if (PyTuple_CheckExact(v) || (PyTuple_Check(v) && is_namedtuple_class(reinterpret_cast<PyObject*>(Py_TYPE(v))))) {
+    guards.add(guards::length_match(src, v));  // also the exact type: tuple or the namedtuple class
     std::vector<ValuePtr> items;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(v);
     for (Py_ssize_t i = 0; i < n; ++i)
       items.push_back(wrap(PySequence_Fast_GET_ITEM(v, i), guards::Source::item(src, static_cast<int>(i))));
     ValuePtr out = Value::tuple(std::move(items));
     out->source = src;
+    if (!PyTuple_CheckExact(v)) out->obj = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(v)));
     return out;
   }
   // Any other object: pinned by identity (sound; attribute reads add their own guards).
@@ -408,6 +409,8 @@ ValuePtr Tracer::load_attr(const ValuePtr& obj, const std::string& name) {
   if (obj->kind == VKind::Object)
     for (auto it = attr_stores.rbegin(); it != attr_stores.rend(); ++it)
       if (it->obj && it->obj->obj.is(obj->obj) && it->name == name) return it->value;
+  if (obj->kind == VKind::Object && obj->name == "<super>") return super_attr(obj, name);
+  if (obj->kind == VKind::Tuple && obj->obj) return namedtuple_attr(obj, name);
   switch (obj->kind) {
     case VKind::Tensor:
       return tensor_attr(*this, obj, name);

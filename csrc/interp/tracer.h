@@ -61,6 +61,8 @@ bool foldable(const ValuePtr& v);
 void on_opcode(HandlerTable& t, const char* name, Handler h);
 // The opcode -> handler table (built once from the families above).
 const HandlerTable& handler_table();
+// True for classes made by collections.namedtuple / typing.NamedTuple (direct tuple subclasses with _fields).
+bool is_namedtuple_class(py::handle cls);
 // True for torch.no_grad / torch.enable_grad (classes whose `with` blocks are traced; ops_with.cpp).
 bool is_grad_context_class(py::handle fn);
 
@@ -164,6 +166,19 @@ class Tracer {
   ValuePtr call_set_method(ValuePtr s, const std::string& name, std::vector<ValuePtr> args,
                            std::vector<std::pair<std::string, ValuePtr>> kwargs);
   ValuePtr make_set(const std::vector<ValuePtr>& args, bool frozen);
+  // Builtins that iterate values or call functions at trace time, attribute builtins, isinstance/type of
+  // known values, super() and functools.partial (builtins.cpp); nullptr when not handled there.
+  ValuePtr call_builtin(const std::string& name, py::handle f, std::vector<ValuePtr>& args,
+                        std::vector<std::pair<std::string, ValuePtr>>& kwargs);
+  ValuePtr super_attr(const ValuePtr& sup, const std::string& name);
+  ValuePtr call_partial(const ValuePtr& p, std::vector<ValuePtr> args,
+                        std::vector<std::pair<std::string, ValuePtr>> kwargs);
+  // namedtuple instances: Tuple values whose `obj` is the namedtuple class.
+  ValuePtr make_namedtuple(py::handle cls, const std::vector<ValuePtr>& args,
+                           const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
+  ValuePtr namedtuple_attr(const ValuePtr& nt, const std::string& name);
+  // obj.name = value on an object of the frame: recorded and replayed after the graph, in program order.
+  void store_attr(const ValuePtr& obj, const std::string& name, const ValuePtr& value);
   // `a <op> b` for set operators (| & - ^ and their in-place forms) on sets and `|` on dicts; nullptr
   // when neither operand is a Set/Dict value.
   ValuePtr container_operator(const std::string& op, const ValuePtr& a, const ValuePtr& b);
@@ -211,6 +226,8 @@ class Tracer {
   // so a nested function sees later assignments and its `nonlocal` assignments reach this frame.
   std::vector<ValuePtr> cell_boxes;
   // The Cell of `slot`, or nullptr when the slot was never captured.
+  // While a generator expression is inlined: the values it yielded so far (null otherwise).
+  std::vector<ValuePtr>* yields = nullptr;
   ValuePtr cell_of(int slot) const {
     return static_cast<size_t>(slot) < cell_boxes.size() ? cell_boxes[static_cast<size_t>(slot)] : nullptr;
   }

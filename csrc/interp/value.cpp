@@ -100,6 +100,7 @@ py::object Value::as_python() const {
     case VKind::Tuple: {
       py::tuple t(items.size());
       for (size_t i = 0; i < items.size(); ++i) t[i] = items[i]->as_python();
+      if (obj) return obj.attr("_make")(t);  // a namedtuple
       return t;
     }
     case VKind::List: {
@@ -127,7 +128,9 @@ std::string Value::describe() const {
     case VKind::Tensor: return "Tensor(" + (node ? node->name : std::string("?")) + ")";
     case VKind::Const: return "const " + py::repr(obj).cast<std::string>();
     case VKind::Object: return py::repr(obj).cast<std::string>();
-    case VKind::Tuple: return "tuple of " + std::to_string(items.size());
+    case VKind::Tuple:
+      if (obj) return "namedtuple " + py::str(obj.attr("__name__")).cast<std::string>();
+      return "tuple of " + std::to_string(items.size());
     case VKind::List: return "list of " + std::to_string(items.size());
     case VKind::Null: return "NULL";
     case VKind::Method: return "method " + self->describe() + "." + name;
@@ -144,6 +147,11 @@ bool is_constant_object(py::handle o) {
       PyUnicode_CheckExact(o.ptr()) || PyComplex_CheckExact(o.ptr()) || PySlice_Check(o.ptr()) ||
       o.ptr() == Py_Ellipsis || PyBytes_CheckExact(o.ptr()) || PyRange_Check(o.ptr()))
     return true;
+  if (PyFrozenSet_CheckExact(o.ptr())) {  // immutable; constant when its elements are
+    for (auto e : py::reinterpret_borrow<py::frozenset>(o))
+      if (!is_constant_object(e)) return false;
+    return true;
+  }
   // torch.dtype, torch.device, torch.layout, torch.memory_format, torch.Size (a tuple of ints)
   static PyObject* torch_consts = nullptr;
   if (!torch_consts) {

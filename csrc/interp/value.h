@@ -45,7 +45,7 @@ struct Value {
   graph::Node* node = nullptr;      // Tensor
   py::object example;               // Tensor: meta example value
   py::object device;                // Tensor: torch.device it has at run time
-  py::object obj;                   // Const / Object
+  py::object obj;                   // Const / Object; the real list/dict/set; a namedtuple's class
   std::vector<ValuePtr> items;      // Tuple / List / Dict values
   ValuePtr self;                    // Method
   std::string name;                 // Method name

@@ -1412,6 +1412,93 @@ def _aliased_list():
     return ([a, a],)
 
 
+
+# ---------------------------------------------------------------------------------------------------------
+# More containers and builtins: frozenset constants, keyed sorting of tensors, generators of tensors,
+# map over tensors, partials and namedtuples passed in, two-argument super, hasattr, list/tuple operators.
+
+def frozenset_constant_iter(x):
+    out = x
+    for k in frozenset({1, 2, 3}):
+        out = out + k
+    return out * (2 in frozenset({1, 2}))
+
+
+def sorted_tensors_by_key(x, y, z):
+    pairs = [(3, x), (1, y), (2, z)]
+    ordered = sorted(pairs, key=lambda p: p[0], reverse=True)
+    return ordered[0][1] - ordered[-1][1] * 2
+
+
+def max_tensor_by_key(xs):
+    scores = {0: 0.5, 1: 2.0, 2: 1.0}
+    best = max(range(len(xs)), key=lambda i: scores[i])
+    return xs[best] * 3
+
+
+def generator_of_tensors_sum(xs):
+    return sum(v * i for i, v in enumerate(xs))
+
+
+def any_all_generators(x, flags):
+    if any(f > 1 for f in flags) and all(f >= 0 for f in flags):
+        return x + 1
+    return x - 1
+
+
+def map_tensors_lambda(xs):
+    return tuple(map(lambda v: v.relu() + 1, xs))
+
+
+def filter_constants_then_use(x):
+    keep = list(filter(lambda k: k % 2 == 0, range(7)))
+    return x * len(keep) + sum(keep)
+
+
+def partial_arg_call(x, f):
+    return f(x) + f(x, scale=0.5)
+
+
+def _scaled_add(x, bias, scale=1.0):
+    return x * scale + bias
+
+
+def namedtuple_from_frame_fields(p):
+    q = p._replace(y=p.y * 2)
+    return q.x + q.y, q._asdict()["x"], isinstance(q, Point)
+
+
+def super_two_arg(x, m):
+    return super(Block, m).forward(x) * 2
+
+
+def hasattr_branch(x, obj):
+    if hasattr(obj, "value"):
+        x = x * obj.value
+    if not hasattr(obj, "missing_attr"):
+        x = x + 1
+    return x
+
+
+def list_concat_repeat_tensors(x, y):
+    items = [x] + [y] * 2
+    items += (x,)
+    return sum(items), len(items)
+
+
+def list_slice_assign_del(xs):
+    ys = list(xs)
+    ys[1:2] = [xs[0] * 2, xs[1] * 3]
+    del ys[0]
+    return ys
+
+
+def dict_arg_mutated_and_returned(d, x):
+    d["out"] = x * 2
+    d.setdefault("calls", 0)
+    d["calls"] = d["calls"] + 1
+    return d
+
 CASES = [
     # Inlining
     (inline_positional, lambda: (t(3), t(3))),
@@ -1624,4 +1711,19 @@ CASES = [
     (tensors_same_tensor_twice, _aliased_list),
     (tensors_scalar_and_list, lambda: (t(3), [0.5, 2.0])),
     (tensors_residual_blocks, lambda: (t(2, 3), [t(3, 3), t(3, 3)])),
+    # More containers and builtins
+    (frozenset_constant_iter, lambda: (t(3),)),
+    (sorted_tensors_by_key, lambda: (t(3), t(3), t(3))),
+    (max_tensor_by_key, lambda: ([t(3), t(3), t(3)],)),
+    (generator_of_tensors_sum, lambda: ([t(3), t(3), t(3)],)),
+    (any_all_generators, lambda: (t(3), [0, 2, 1])),
+    (map_tensors_lambda, lambda: ([t(3), t(3)],)),
+    (filter_constants_then_use, lambda: (t(3),)),
+    (partial_arg_call, lambda: (t(3), functools.partial(_scaled_add, bias=1.0))),
+    (namedtuple_from_frame_fields, lambda: (Point(t(3), t(3)),)),
+    (super_two_arg, lambda: (t(3), Block(t(3), t(3)))),
+    (hasattr_branch, lambda: (t(3), Holder(3.0))),
+    (list_concat_repeat_tensors, lambda: (t(3), t(3))),
+    (list_slice_assign_del, lambda: ([t(3), t(3), t(3)],)),
+    (dict_arg_mutated_and_returned, lambda: ({"calls": 2}, t(3))),
 ]

@@ -1,0 +1,293 @@
+// builtins.cpp — owns builtins that iterate values or call functions at trace time (sum, map, filter,
+// sorted, min/max with a key, enumerate(start=)), attribute builtins (getattr / hasattr / setattr),
+// isinstance on containers, functools.partial, zero- and two-argument super(), and namedtuple classes.
+#include "compat/compat.h"
+#include "interp/torch_rules.h"
+#include "interp/tracer.h"
+
+namespace cdynamo::interp {
+
+namespace {
+
+using Kwargs = std::vector<std::pair<std::string, ValuePtr>>;
+
+ValuePtr iter_of(std::vector<ValuePtr> items) {
+  auto it = std::make_shared<Value>();
+  it->kind = VKind::Iter;
+  it->items = std::move(items);
+  return it;
+}
+
+ValuePtr kwarg(const Kwargs& kwargs, const char* name) {
+  for (const auto& kv : kwargs)
+    if (kv.first == name) return kv.second;
+  return nullptr;
+}
+
+bool only_kwargs(const Kwargs& kwargs, std::initializer_list<const char*> allowed) {
+  for (const auto& kv : kwargs) {
+    bool ok = false;
+    for (const char* a : allowed) ok = ok || kv.first == a;
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// The Python type of a value whose type the trace knows exactly (containers, constants), or nullptr.
+PyObject* known_type(const ValuePtr& v) {
+  switch (v->kind) {
+    case VKind::Tuple: return v->obj ? v->obj.ptr() : reinterpret_cast<PyObject*>(&PyTuple_Type);
+    case VKind::List: return reinterpret_cast<PyObject*>(&PyList_Type);
+    case VKind::Dict: return reinterpret_cast<PyObject*>(&PyDict_Type);
+    case VKind::Set: return reinterpret_cast<PyObject*>(v->obj ? &PyFrozenSet_Type : &PySet_Type);
+    case VKind::Const: return reinterpret_cast<PyObject*>(Py_TYPE(v->obj.ptr()));
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+
+bool is_namedtuple_class(py::handle cls) {
+  if (!PyType_Check(cls.ptr())) return false;
+  auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
+  PyObject* bases = type->tp_bases;  // borrowed
+  if (!bases || PyTuple_GET_SIZE(bases) != 1 || PyTuple_GET_ITEM(bases, 0) != reinterpret_cast<PyObject*>(&PyTuple_Type))
+    return false;
+  return py::hasattr(cls, "_fields") && py::hasattr(cls, "_make");
+}
+
+ValuePtr Tracer::make_namedtuple(py::handle cls, const std::vector<ValuePtr>& args, const Kwargs& kwargs) {
+  py::tuple fields = cls.attr("_fields");
+  size_t n = fields.size();
+  if (args.size() > n) unsupported("too many arguments for namedtuple " + callable_name(cls));
+  std::vector<ValuePtr> items(n);
+  for (size_t i = 0; i < args.size(); ++i) items[i] = args[i];
+  for (const auto& kv : kwargs) {
+    size_t at = n;
+    for (size_t i = 0; i < n; ++i)
+      if (py::str(fields[i]).cast<std::string>() == kv.first) at = i;
+    if (at == n || items[at]) unsupported("bad keyword argument '" + kv.first + "' for a namedtuple");
+    items[at] = kv.second;
+  }
+  py::dict defaults = cls.attr("_field_defaults");
+  for (size_t i = 0; i < n; ++i) {
+    if (items[i]) continue;
+    PyObject* d = PyDict_GetItemWithError(defaults.ptr(), py::str(fields[i]).ptr());  // borrowed
+    if (!d) {
+      if (PyErr_Occurred()) throw py::error_already_set();
+      unsupported("namedtuple " + callable_name(cls) + " missing a field");
+    }
+    if (!is_constant_object(d)) unsupported("namedtuple default that is not a constant");
+    items[i] = Value::constant(py::reinterpret_borrow<py::object>(d));
+  }
+  ValuePtr out = Value::tuple(std::move(items));
+  out->obj = py::reinterpret_borrow<py::object>(cls);
+  return out;
+}
+
+ValuePtr Tracer::namedtuple_attr(const ValuePtr& nt, const std::string& name) {
+  py::tuple fields = nt->obj.attr("_fields");
+  for (size_t i = 0; i < fields.size(); ++i)
+    if (py::str(fields[i]).cast<std::string>() == name) return nt->items[i];
+  if (name == "_fields") return Value::constant(fields);
+  if (name == "_replace" || name == "_asdict" || name == "count" || name == "index") return Value::method(nt, name);
+  unsupported("attribute '" + name + "' of namedtuple " + callable_name(nt->obj));
+}
+
+ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector<ValuePtr>& args, Kwargs& kwargs) {
+  auto& refs = PyRefs::get();
+  if (name == "enumerate" && args.size() == 1 && kwargs.size() == 1 && kwargs[0].first == "start")
+    return call_iter_builtin(name, {args[0], kwargs[0].second});
+  if ((name == "list" || name == "tuple") && args.size() == 1 && kwargs.empty() &&
+      (args[0]->kind == VKind::Set || args[0]->kind == VKind::Dict)) {
+    std::vector<ValuePtr> items = unpack_iterable(args[0]);
+    return name == "list" ? Value::list(std::move(items)) : Value::tuple(std::move(items));
+  }
+  if (name == "sum" && (args.size() == 1 || args.size() == 2) && only_kwargs(kwargs, {"start"}) && !foldable(args[0])) {
+    // result = start; result = result + item, as Python's sum does (0 + tensor is a real add).
+    ValuePtr acc = args.size() == 2 ? args[1] : kwarg(kwargs, "start");
+    if (!acc) acc = Value::constant(py::int_(0));
+    py::object add = refs.operator_mod.attr("add");
+    for (const auto& item : unpack_iterable(args[0])) acc = apply_operator(add, {acc, item});
+    if (args[0]->kind == VKind::Iter) args[0]->pos = args[0]->items.size();
+    return acc;
+  }
+  if (name == "map" && args.size() >= 2 && kwargs.empty()) {
+    std::vector<std::vector<ValuePtr>> cols;
+    size_t n = SIZE_MAX;
+    for (size_t i = 1; i < args.size(); ++i) {
+      cols.push_back(unpack_iterable(args[i]));
+      n = std::min(n, cols.back().size());
+    }
+    std::vector<ValuePtr> out;
+    for (size_t r = 0; r < n; ++r) {
+      std::vector<ValuePtr> call_args;
+      for (auto& c : cols) call_args.push_back(c[r]);
+      out.push_back(call(args[0], std::move(call_args), {}));
+    }
+    return iter_of(std::move(out));
+  }
+  if (name == "filter" && args.size() == 2 && kwargs.empty()) {
+    std::vector<ValuePtr> out;
+    for (const auto& item : unpack_iterable(args[1])) {
+      ValuePtr keep = args[0]->is_const() && args[0]->obj.is_none() ? item : call(args[0], {item}, {});
+      if (!keep->is_constant_like()) unsupported("filter() on the truth value of " + keep->describe());
+      int truth = PyObject_IsTrue(keep->as_python().ptr());
+      if (truth < 0) throw py::error_already_set();
+      if (truth) out.push_back(item);
+    }
+    return iter_of(std::move(out));
+  }
+  bool keyed = kwarg(kwargs, "key") != nullptr;
+  if ((name == "sorted" && args.size() == 1 && only_kwargs(kwargs, {"key", "reverse"}) &&
+       (keyed || !foldable(args[0]))) ||
+      ((name == "min" || name == "max") && args.size() == 1 && keyed && only_kwargs(kwargs, {"key"}))) {
+    // The order is decided by Python on the keys (constants); the items themselves may be anything.
+    std::vector<ValuePtr> items = unpack_iterable(args[0]);
+    if (args[0]->kind == VKind::Iter) args[0]->pos = args[0]->items.size();
+    ValuePtr key = kwarg(kwargs, "key");
+    py::list keys;
+    for (const auto& item : items) {
+      ValuePtr k = key && !(key->is_const() && key->obj.is_none()) ? call(key, {item}, {}) : item;
+      if (!k->is_constant_like()) unsupported(name + "() by " + k->describe() + " (needs its value)");
+      keys.append(k->as_python());
+    }
+    if (name != "sorted") {
+      if (items.empty()) unsupported(name + "() of an empty sequence (ValueError is raised by Python)");
+      py::object best = refs.builtins.attr(name.c_str())(py::module_::import("builtins").attr("range")(items.size()),
+                                                        py::arg("key") = keys.attr("__getitem__"));
+      return items[best.cast<size_t>()];
+    }
+    ValuePtr rev = kwarg(kwargs, "reverse");
+    if (rev && !rev->is_const()) unsupported("sorted(reverse=...) that is not a constant");
+    py::object order = refs.builtins.attr("sorted")(py::module_::import("builtins").attr("range")(items.size()),
+                                                   py::arg("key") = keys.attr("__getitem__"),
+                                                   py::arg("reverse") = rev ? rev->obj : py::bool_(false));
+    std::vector<ValuePtr> out;
+    for (auto i : order) out.push_back(items[i.cast<size_t>()]);
+    return Value::list(std::move(out));
+  }
+  if ((name == "getattr" || name == "hasattr") && (args.size() == 2 || (name == "getattr" && args.size() == 3)) &&
+      kwargs.empty() && args[1]->is_const() && PyUnicode_Check(args[1]->obj.ptr())) {
+    std::string attr = args[1]->obj.cast<std::string>();
+    const ValuePtr& obj = args[0];
+    if (obj->kind == VKind::Object && obj->source && !PyModule_Check(obj->obj.ptr())) {
+      // Whether the attribute exists is guarded; its value is read (and guarded) only when it does.
+      int has = PyObject_HasAttrString(obj->obj.ptr(), attr.c_str());
+      guards.add(guards::has_attr(obj->source, attr, has == 1));
+      if (name == "hasattr") return Value::constant(py::bool_(has == 1));
+      if (has == 1) return load_attr(obj, attr);
+      if (args.size() == 3) return args[2];
+      unsupported("getattr of a missing attribute (AttributeError is raised by Python)");
+    }
+    if (name == "getattr" && args.size() == 2) return load_attr(obj, attr);
+    return nullptr;
+  }
+  if (name == "setattr" && args.size() == 3 && kwargs.empty() && args[1]->is_const() &&
+      PyUnicode_Check(args[1]->obj.ptr())) {
+    store_attr(args[0], args[1]->obj.cast<std::string>(), args[2]);
+    return Value::constant(py::none());
+  }
+  if (name == "isinstance" && args.size() == 2 && kwargs.empty()) {
+    PyObject* type = known_type(args[0]);
+    if (type && foldable(args[1])) {
+      int r = PyObject_IsSubclass(type, args[1]->as_python().ptr());
+      if (r < 0) throw py::error_already_set();
+      return Value::constant(py::bool_(r == 1));
+    }
+    return nullptr;
+  }
+  if (name == "type" && args.size() == 1 && kwargs.empty()) {
+    if (PyObject* type = known_type(args[0])) return Value::object(py::reinterpret_borrow<py::object>(type));
+    if (args[0]->is_tensor() && args[0]->node && args[0]->node->op != graph::OpKind::Placeholder)
+      return Value::object(refs.tensor_type);  // made by a torch op: exactly torch.Tensor
+    for (const auto& in : inputs)
+      if (args[0]->is_tensor() && in.node == args[0]->node)  // TENSOR_MATCH guards the exact type
+        return Value::object(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(in.value.ptr()))));
+    return nullptr;
+  }
+  if (name == "super" && kwargs.empty() && args.size() <= 2) {
+    ValuePtr cls, self;
+    if (args.size() == 2) {
+      cls = args[0];
+      self = args[1];
+    } else if (args.empty()) {
+      // Zero-argument super(): the `__class__` cell and the first argument of the running function.
+      int nslots = compat::code_nlocalsplus(code);
+      for (int s = 0; s < nslots; ++s) {
+        if (py::str(compat::code_localsplus_name(code, s)).cast<std::string>() != "__class__") continue;
+        ValuePtr box = cell_of(s);
+        cls = box ? box->self : load_local(s);
+      }
+      if (code->co_argcount > 0) {
+        ValuePtr box = cell_of(0);
+        self = box ? box->self : load_local(0);
+      }
+    }
+    if (!cls || !self || cls->kind != VKind::Object || !PyType_Check(cls->obj.ptr()) || self->kind != VKind::Object ||
+        !self->source)
+      unsupported("super() outside a method of an object with a source");
+    py::object sup = refs.builtins.attr("super")(cls->obj, self->obj);
+    ValuePtr out = Value::object(sup);
+    out->self = self;
+    out->closure = {cls};
+    out->name = "<super>";
+    return out;
+  }
+  if (f.is(py::module_::import("functools").attr("partial")) && !args.empty()) {
+    ValuePtr p = Value::object(py::reinterpret_borrow<py::object>(f));
+    p->name = "<partial>";
+    p->self = args[0];
+    p->items.assign(args.begin() + 1, args.end());
+    for (auto& kv : kwargs) {
+      p->keys.push_back(py::str(kv.first));
+      p->closure.push_back(kv.second);
+    }
+    p->made_in_trace = true;  // never passed back to Python
+    return p;
+  }
+  return nullptr;
+}
+
+ValuePtr Tracer::super_attr(const ValuePtr& sup, const std::string& name) {
+  // The attribute found after `cls` in type(self).__mro__, guarded through that class.
+  const ValuePtr& self = sup->self;
+  py::object cls = sup->closure[0]->obj;
+  py::tuple mro = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(self->obj.ptr())))
+                      .attr("__mro__");
+  size_t start = 0;
+  while (start < mro.size() && mro[start].ptr() != cls.ptr()) ++start;
+  SourcePtr mro_src = guards::Source::attr(guards::Source::attr(self->source, "__class__"), "__mro__");
+  for (size_t k = start + 1; k < mro.size(); ++k) {
+    PyObject* d = PyDict_GetItemString(reinterpret_cast<PyTypeObject*>(mro[k].ptr())->tp_dict, name.c_str());
+    if (!d) continue;  // borrowed
+    if (!PyFunction_Check(d)) unsupported("super()." + name + " is not a plain method");
+    // Guarded as type(self).__mro__[k].<name>: the same function object while the classes stay as they are.
+    SourcePtr fsrc = guards::Source::attr(guards::Source::item(mro_src, static_cast<int>(k)), name);
+    ValuePtr f = wrap(d, fsrc);
+    ValuePtr m = Value::object(f->obj, fsrc);
+    m->self = self;
+    m->name = name;
+    return m;
+  }
+  unsupported("super() has no attribute '" + name + "'");
+}
+
+ValuePtr Tracer::call_partial(const ValuePtr& p, std::vector<ValuePtr> args, Kwargs kwargs) {
+  std::vector<ValuePtr> all = p->items;
+  all.insert(all.end(), args.begin(), args.end());
+  Kwargs kw;
+  for (size_t i = 0; i < p->keys.size(); ++i) kw.emplace_back(p->keys[i].cast<std::string>(), p->closure[i]);
+  for (auto& kv : kwargs) {
+    bool replaced = false;
+    for (auto& e : kw)
+      if (e.first == kv.first) {
+        e.second = kv.second;
+        replaced = true;
+      }
+    if (!replaced) kw.push_back(kv);
+  }
+  return call(p->self, std::move(all), std::move(kw));
+}
+
+}  // namespace cdynamo::interp
