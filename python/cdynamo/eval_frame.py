@@ -2,6 +2,7 @@
 # and OptimizedModule (an nn.Module whose calls run with the frame callback set).
 import functools
 import inspect
+import types
 
 import torch
 
@@ -9,14 +10,22 @@ from . import _callback, _core
 from .backends.registry import lookup_backend
 
 
-_TRAMPOLINE_SRC = "def make(mod):\n    def module_call(*args):\n        return mod(*args)\n    return module_call\n"
-_TRAMPOLINE_CODE = compile(_TRAMPOLINE_SRC, "<cdynamo module call>", "exec")
+# The module arrives as a keyword-only default, not a closure: a frame with cells cannot graph-break yet.
+_TRAMPOLINE_SRC = "def module_call(*args, _cdynamo_module):\n    return _cdynamo_module(*args)\n"
+_TRAMPOLINE_CODE = compile(_TRAMPOLINE_SRC, "<cdynamo module call>", "exec").co_consts[0]
 
 
 def _module_trampoline(mod):
-    ns = {}
-    exec(_TRAMPOLINE_CODE, ns)
-    return ns["make"](mod)
+    # The globals of the module's forward (the trampoline reads none itself): the tracer inlines a user function
+    # only from a frame with the same globals, so forward is traced inside this frame, and nopython=True applies
+    # to it. A code object of its own per wrapper: compiled code is cached per code object, under the recompile
+    # limit, and guarded on the identity of `_cdynamo_module`; a shared one would stop compiling after the 8th.
+    forward = getattr(getattr(mod, "forward", None), "__func__", None)
+    fwd_globals = getattr(forward, "__globals__", None)
+    fn = types.FunctionType(_TRAMPOLINE_CODE.replace(), fwd_globals if isinstance(fwd_globals, dict) else {},
+                            "module_call")
+    fn.__kwdefaults__ = {"_cdynamo_module": mod}
+    return fn
 
 
 def _wrap(fn, cb):
@@ -28,12 +37,43 @@ def _wrap(fn, cb):
     return oc
 
 
+class _ModuleEntryCallback:
+    """The optimize callback, with the module's entry frame (the trampoline) reporting a fallback as one of the
+    module's forward: forward, traced inside the entry frame, then runs as its own frame and may fall back for
+    the same reason (a failing backend); the user gets one warning, naming their forward, not two."""
+
+    def __init__(self, callback, entry_code, forward_code):
+        self._callback = callback
+        self._entry_code = entry_code
+        self._forward_code = forward_code
+
+    def __getattr__(self, name):
+        return getattr(self._callback, name)
+
+    def __repr__(self):
+        return repr(self._callback)
+
+    def on_fallback(self, info):
+        if info.get("code") is self._entry_code:
+            fc = self._forward_code
+            info = dict(info, co_filename=fc.co_filename, co_firstlineno=fc.co_firstlineno, co_name=fc.co_name)
+        return self._callback.on_fallback(info)
+
+
 class _CallbackContext:
     """Sets the thread's frame callback while active; wraps functions and nn.Modules when called."""
 
     def __init__(self, callback):
         self.callback = callback
         self._prev = []
+
+    def __reduce__(self):  # pickled with its callback; a copy starts with no active `with` blocks
+        return (type(self), (self.callback,))
+
+    def __deepcopy__(self, memo):
+        # Shared, not copied: copy.deepcopy(optimized_module) keeps the same backend (and the C++ hook only
+        # knows its own sentinel callbacks, e.g. run()'s RUN_ONLY, by identity).
+        return self
 
     def __enter__(self):
         self._prev.append(_core.C().set_callback(self.callback))
@@ -60,7 +100,12 @@ class _CallbackContext:
         # Positional calls enter through a small trampoline frame (its file is not library code), whose
         # `mod(*args)` the tracer follows into forward() — so modules whose forward lives in torch
         # (a bare nn.Linear) are captured too, and hooks are guarded. Keyword calls use mod.__call__.
-        trampoline = _wrap(_module_trampoline(mod), self.callback)
+        entry = _module_trampoline(mod)
+        forward_code = getattr(getattr(getattr(mod, "forward", None), "__func__", None), "__code__", None)
+        entry_cb = self.callback
+        if isinstance(entry_cb, _callback.Callback) and forward_code is not None:
+            entry_cb = _ModuleEntryCallback(entry_cb, entry.__code__, forward_code)
+        trampoline = _wrap(entry, entry_cb)
         with_kwargs = _wrap(mod.__call__, self.callback)
 
         def call(*args, **kwargs):
@@ -82,6 +127,9 @@ class _NullContext(_CallbackContext):
     def __init__(self):
         super().__init__(None)
 
+    def __reduce__(self):
+        return (type(self), ())
+
     def __enter__(self):
         return self
 
@@ -98,6 +146,9 @@ class _DisableContext(_CallbackContext):
     def __init__(self):
         super().__init__(None)
 
+    def __reduce__(self):
+        return (type(self), ())
+
     def _wrap_fn(self, fn):
         code = getattr(fn, "__code__", None)
         if code is not None and inspect.iscode(code):
@@ -110,6 +161,9 @@ class _RunContext(_CallbackContext):
 
     def __init__(self):
         super().__init__(_core.C().RUN_ONLY)
+
+    def __reduce__(self):
+        return (type(self), ())
 
 
 def _check_bool(name, value):
@@ -137,11 +191,34 @@ def optimize(backend="inductor", *, nopython=False, guard_fail_fn=None, disable=
     return _OptimizeContext(cb)
 
 
+def _check_inductor_options(options):
+    """torch.compile's check of ``options``: every key an inductor config name ('-' read as '_') with a value of
+    that option's type; RuntimeError (torch's messages) otherwise, before anything is compiled."""
+    if not options:
+        return {}
+    import typing
+
+    from torch._inductor import config as inductor_config
+
+    current = inductor_config.get_config_copy()
+    checked = {}
+    for key, val in options.items():
+        name = key.replace("-", "_")
+        if name not in current:
+            raise RuntimeError(f"Unexpected optimization option {key}, known options are {list(current.keys())}")
+        expected = inductor_config.get_type(name)
+        if typing.get_origin(expected) is None and not isinstance(val, expected):
+            raise RuntimeError(f"Unexpected type of attr {key}, got {type(val).__name__} should be "
+                               f"{type(current[name]).__name__}")
+        checked[name] = val
+    return checked
+
+
 def _inductor_with(mode, options):
     import torch._inductor
 
     patches = dict(torch._inductor.list_mode_options(mode) if mode else {})
-    patches.update(options or {})
+    patches.update(_check_inductor_options(options))
     inductor = lookup_backend("inductor")
 
     def inductor_with_options(gm, example_inputs):
@@ -152,7 +229,10 @@ def _inductor_with(mode, options):
 
 def compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=None, options=None,
             disable=False):
-    """torch.compile's signature: ``compile(fn)``, ``@compile``, ``@compile(backend="eager")``."""
+    """torch.compile's signature: ``compile(fn)``, ``@compile``, ``@compile(backend="eager")``; ``backend=None``
+    is the default backend (inductor), as in torch.compile."""
+    if backend is None:
+        backend = "inductor"
     _check_bool("fullgraph", fullgraph)
     _check_bool("disable", disable)
     if mode is not None and options is not None:
@@ -163,6 +243,8 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mo
         raise TypeError(f"options must be a dict, got {type(options).__name__}")
     if model is None:
         def decorator(m):
+            if m is None:
+                raise RuntimeError("Model can't be None")
             return compile(m, fullgraph=fullgraph, dynamic=dynamic, backend=backend, mode=mode,
                            options=options, disable=disable)
         return decorator
@@ -246,3 +328,8 @@ class OptimizedModule(torch.nn.Module):
 
     def __repr__(self):
         return f"OptimizedModule({self._orig_mod!r})"
+
+    def __reduce__(self):
+        # copy.deepcopy / pickle rebuild the wrapper around the copied module (as torch's OptimizedModule does):
+        # copying __dict__ would keep `forward`, whose closure calls the original module.
+        return (self.__class__, (self._orig_mod, self._cdynamo_ctx))

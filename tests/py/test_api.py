@@ -393,6 +393,166 @@ def test_compile_forms():
         cdynamo.compile(add_one, backend="nope")
 
 
+# ---------------------------------------------------------------- backends by name, failures, compile() vs torch.compile
+
+def _fake_distribution(root, dist_name, entry_points):
+    """An installed distribution on `root` (a *.dist-info folder) declaring `entry_points` ({group: {name: value}})."""
+    dist = root / f"{dist_name}-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist_name}\nVersion: 1.0\n")
+    lines = []
+    for group, eps in entry_points.items():
+        lines.append(f"[{group}]")
+        lines.extend(f"{name} = {value}" for name, value in eps.items())
+    (dist / "entry_points.txt").write_text("\n".join(lines) + "\n")
+
+
+def test_entry_point_backend_used_by_name_in_optimize_and_compile(tmp_path, monkeypatch):
+    import importlib
+
+    (tmp_path / "zoo_ep_backend_mod.py").write_text(
+        "calls = []\n\ndef backend(gm, example_inputs):\n    calls.append(len(example_inputs))\n    return gm.forward\n")
+    _fake_distribution(tmp_path, "zoo_ep_backend_pkg",
+                       {"torch_dynamo_backends": {"zoo_ep_backend": "zoo_ep_backend_mod:backend",
+                                                  "zoo_ep_broken": "zoo_no_such_module:backend"}})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()  # importlib.metadata's path cache
+    try:
+        assert {"zoo_ep_backend", "zoo_ep_broken"} <= set(cdynamo.list_backends())
+        x = torch.randn(4)
+        assert same(cdynamo.optimize("zoo_ep_backend")(toy)(x), toy(x))
+        calls = sys.modules["zoo_ep_backend_mod"].calls
+        assert calls == [1]
+        cdynamo.reset()
+        assert same(cdynamo.compile(toy, backend="zoo_ep_backend", fullgraph=True)(x), toy(x))
+        lin = torch.nn.Linear(4, 2)
+        assert same(cdynamo.optimize("zoo_ep_backend")(lin)(x), lin(x))
+        assert calls == [1, 1, 3]  # toy twice (x), then the Linear (x, weight, bias)
+        # An entry point whose module is missing fails its own lookup with the import error, no other lookup.
+        with pytest.raises(ModuleNotFoundError, match="zoo_no_such_module"):
+            cdynamo.optimize("zoo_ep_broken")
+        assert cdynamo.lookup_backend("eager") is registry._registry["eager"]
+    finally:
+        registry._registry.pop("zoo_ep_backend", None)
+        sys.modules.pop("zoo_ep_backend_mod", None)
+
+
+def test_registered_backend_used_by_name():
+    seen = []
+
+    @cdynamo.register_backend(name="zoo_registered_backend")
+    def backend(gm, example_inputs):
+        seen.append(gm)
+        return gm.forward
+
+    try:
+        x = torch.randn(3)
+        assert same(cdynamo.optimize("zoo_registered_backend")(toy)(x), toy(x))
+        cdynamo.reset()
+        assert same(cdynamo.compile(toy, backend="zoo_registered_backend", fullgraph=True)(x), toy(x))
+        assert len(seen) == 2 and all(isinstance(gm, torch.fx.GraphModule) for gm in seen)
+        assert "zoo_registered_backend" in cdynamo.list_backends()
+    finally:
+        registry._registry.pop("zoo_registered_backend", None)
+
+
+def test_backend_failure_on_a_module_warns_once_and_nopython_reraises():
+    class Broken(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 3)
+
+        def forward(self, x):
+            return torch.relu(self.lin(x)) * 2
+
+    mod = Broken()
+    x = torch.randn(2, 3)
+    opt = cdynamo.optimize(failing_backend)(mod)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            assert same(opt(x), mod(x))
+    mine = [str(m.message) for m in w if issubclass(m.category, CdynamoWarning)]
+    assert len(mine) == 1 and "backend exploded" in mine[0] and "running as plain Python" in mine[0], mine
+    cdynamo.reset()
+    for strict in (cdynamo.optimize(failing_backend, nopython=True)(mod),
+                   cdynamo.compile(mod, backend=failing_backend, fullgraph=True)):
+        with pytest.raises(BackendCompilerFailed, match="failing_backend.*backend exploded") as info:
+            strict(x)
+        assert isinstance(info.value.__cause__, RuntimeError)
+        cdynamo.reset()
+    # torch.compile raises torch's BackendCompilerFailed even without fullgraph (suppress_errors is off); cdynamo
+    # runs the frame as Python unless nopython/fullgraph (DESIGN.md, contract 2).
+    from torch import _dynamo as dynamo
+
+    try:
+        with pytest.raises(dynamo.exc.BackendCompilerFailed, match="backend exploded"):
+            torch.compile(mod, backend=failing_backend)(x)
+    finally:
+        dynamo.reset()
+
+
+# torch.compile's parameters cdynamo.compile does not take (yet).
+TORCH_COMPILE_ONLY = {"name", "recompile_limit", "isolate_recompiles", "shapes_spec"}
+
+
+def test_compile_signature_mirrors_torch_compile():
+    import inspect
+
+    ours = inspect.signature(cdynamo.compile).parameters
+    theirs = inspect.signature(torch.compile).parameters
+    assert [n for n in theirs if n in ours] == list(ours), "same names in the same order"
+    for name, p in ours.items():
+        q = theirs[name]
+        assert p.kind == q.kind, name
+        if name == "backend":  # torch.compile's None means the default backend, inductor; cdynamo takes both
+            assert (p.default, q.default) == ("inductor", None)
+        else:
+            assert p.default == q.default, name
+    assert set(theirs) - set(ours) == TORCH_COMPILE_ONLY
+    assert cdynamo.compile(add_one, backend=None).__wrapped__ is add_one
+
+
+# case -> (call on a compile function, the exception torch.compile raises, cdynamo's, a message both contain)
+COMPILE_ERRORS = {
+    "mode_and_options": (lambda c: c(add_one, mode="max-autotune", options={"max_autotune": True}),
+                         RuntimeError, RuntimeError, "Either mode or options can be specified"),
+    "unknown_backend": (lambda c: c(add_one, backend="zoo_no_such_backend"),
+                        RuntimeError, InvalidBackend, "Invalid backend: 'zoo_no_such_backend'"),
+    "unknown_mode": (lambda c: c(add_one, mode="fastest"), RuntimeError, RuntimeError, "Unrecognized mode="),
+    "unknown_option": (lambda c: c(add_one, options={"zoo_no_such_option": 1}),
+                       RuntimeError, RuntimeError, "Unexpected optimization option zoo_no_such_option"),
+    "option_type": (lambda c: c(add_one, options={"max_autotune": "yes"}),
+                    RuntimeError, RuntimeError, "Unexpected type of attr max_autotune, got str should be bool"),
+    "decorator_on_none": (lambda c: c()(None), RuntimeError, RuntimeError, "Model can't be None"),
+    # torch asserts; cdynamo raises TypeError (both name the type)
+    "non_callable_model": (lambda c: c(3), AssertionError, TypeError, "int"),
+    # torch accepts a string for a bool flag; cdynamo checks the type
+    "fullgraph_not_bool": (lambda c: c(add_one, fullgraph="yes", backend="eager"), None, TypeError, "fullgraph"),
+    # torch passes mode/options to other backends as keyword arguments; cdynamo takes them for inductor only
+    "mode_for_eager": (lambda c: c(add_one, backend="eager", mode="max-autotune"), None, ValueError, "inductor"),
+}
+
+
+@pytest.mark.parametrize("case", list(COMPILE_ERRORS))
+def test_compile_errors_compared_with_torch_compile(case):
+    from torch import _dynamo as dynamo
+
+    call, torch_exc, our_exc, text = COMPILE_ERRORS[case]
+    with pytest.raises(our_exc) as ours:
+        call(cdynamo.compile)
+    assert text in str(ours.value)
+    try:
+        if torch_exc is None:
+            call(torch.compile)  # accepted by torch.compile (no call, so nothing compiles)
+        else:
+            with pytest.raises(torch_exc) as theirs:
+                call(torch.compile)
+            assert text in str(theirs.value)
+    finally:
+        dynamo.reset()
+
+
 # ---------------------------------------------------------------- OptimizedModule
 
 class Net(torch.nn.Module):
