@@ -70,6 +70,12 @@ void Emitter::load_source(const guards::Source& src) {
       load_source(*src.base);
       emit("LOAD_ATTR", name_index(src.name));
       return;
+    case K::ModuleGlobal:
+    case K::ModuleBuiltin:
+      load_const(src.kind == K::ModuleGlobal ? src.owner : src.builtins);
+      load_const(py::str(src.name));
+      emit("BINARY_SUBSCR");
+      return;
     case K::DictItem:
       load_source(*src.base);
       load_const(py::str(src.name));
@@ -84,9 +90,9 @@ void Emitter::load_source(const guards::Source& src) {
 }
 
 int Emitter::add_local(const std::string& name) {
-  if (code_->co_ncellvars || code_->co_nfreevars) throw std::runtime_error("add_local on a code with cells");
   varnames_.append(py::str(name));
   varnames_changed_ = true;
+  ++added_locals_;
   return static_cast<int>(varnames_.size() - 1);
 }
 
@@ -98,6 +104,16 @@ void Emitter::set_varnames(py::list names, int argcount) {
 
 py::object Emitter::finish(bool flatten_args, const std::string& name) {
   py::dict overrides;
+  if (added_locals_ > 0 && (code_->co_ncellvars || code_->co_nfreevars)) {
+    // Locals come before the cells and free variables in the frame: those slots moved up. (A cell that
+    // is also an argument keeps its argument slot.)
+    const int old_nlocals = code_->co_nlocals;
+    for (const char* op : {"LOAD_DEREF", "STORE_DEREF", "DELETE_DEREF", "LOAD_CLOSURE", "MAKE_CELL", "LOAD_CLASSDEREF"}) {
+      int opcode = bytecode::opcode_by_name(op);
+      for (auto& i : bc.insts)
+        if (i->opcode == opcode && i->arg >= old_nlocals) i->arg += added_locals_;
+    }
+  }
   if (varnames_changed_) {
     // code.replace() checks co_nlocals against co_varnames but does not recompute it.
     overrides["co_varnames"] = py::tuple(varnames_);

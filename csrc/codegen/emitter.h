@@ -45,6 +45,7 @@ class Emitter {
   py::list consts_;
   py::list varnames_;
   bool varnames_changed_ = false;
+  int added_locals_ = 0;  // add_local() calls: cell / free variable slots move up by this many
   int argcount_ = -1;
   bytecode::Position pos_;
 };

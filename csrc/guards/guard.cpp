@@ -24,6 +24,7 @@ Guard::~Guard() { Py_XDECREF(expected); }
 std::string Guard::describe() const {
   if (kind == GuardKind::GradMode) return "global state GRAD_MODE (" + std::string(state ? "enabled" : "disabled") + ")";
   if (kind == GuardKind::DefaultDtype) return "global state DEFAULT_DTYPE";
+  if (kind == GuardKind::Autocast) return "global state AUTOCAST";
   if (kind == GuardKind::NoAliasing) {
     std::string s = "NO_TENSOR_ALIASING(";
     for (size_t i = 0; i < sources.size(); ++i) s += (i ? ", " : "") + sources[i]->describe();
@@ -60,6 +61,9 @@ bool Guard::check(const FrameView& fv, std::string* why) const {
       return true;
     case GuardKind::DefaultDtype:
       if (default_dtype_code() != state) return fail(why, *this, "default dtype changed");
+      return true;
+    case GuardKind::Autocast:
+      if (autocast_state() != state) return fail(why, *this, "autocast state changed");
       return true;
     case GuardKind::NoAliasing: {
       std::vector<PyObject*> objs;
@@ -343,6 +347,12 @@ Guard has_attr(SourcePtr src, const std::string& name, bool present) {
   g.expected = PyUnicode_InternFromString(name.c_str());  // owned
   if (!g.expected) throw std::runtime_error("HASATTR guard: bad attribute name");
   g.state = present ? 1 : 0;
+  return g;
+}
+
+Guard autocast_guard() {
+  Guard g = base(GuardKind::Autocast, nullptr, "AUTOCAST");
+  g.state = autocast_state();
   return g;
 }
 

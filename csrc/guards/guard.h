@@ -23,6 +23,7 @@ enum class GuardKind {
   HasAttr,       // hasattr(value, label-name) == state
   GradMode,      // torch.is_grad_enabled() == expected
   DefaultDtype,  // torch.get_default_dtype() == expected
+  Autocast,      // the CPU / CUDA autocast switches are as at compile time
   NoAliasing,    // the listed tensor sources are pairwise distinct objects
   SameObject,    // the two listed sources hold the same object (a duplicated tensor input)
 };
@@ -88,6 +89,7 @@ Guard dict_keys_match(SourcePtr src, PyObject* dict);
 Guard has_attr(SourcePtr src, const std::string& name, bool present);
 Guard grad_mode_guard();
 Guard default_dtype_guard();
+Guard autocast_guard();
 Guard no_aliasing(std::vector<SourcePtr> tensor_sources);
 Guard same_object(SourcePtr a, SourcePtr b);
 

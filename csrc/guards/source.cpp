@@ -20,7 +20,11 @@ std::shared_ptr<Source> make(Source::Kind k, int index, const std::string& name,
 }
 }  // namespace
 
-Source::~Source() { Py_XDECREF(name_obj); }
+Source::~Source() {
+  Py_XDECREF(name_obj);
+  Py_XDECREF(owner);
+  Py_XDECREF(builtins);
+}
 
 SourcePtr Source::local(int slot, const std::string& n) { return make(Kind::Local, slot, n, nullptr); }
 SourcePtr Source::global(const std::string& n) { return make(Kind::Global, 0, n, nullptr); }
@@ -29,6 +33,20 @@ SourcePtr Source::closure(int slot, const std::string& n) { return make(Kind::Cl
 SourcePtr Source::attr(SourcePtr b, const std::string& n) { return make(Kind::Attr, 0, n, std::move(b)); }
 SourcePtr Source::item(SourcePtr b, int i) { return make(Kind::Item, i, "", std::move(b)); }
 SourcePtr Source::dict_item(SourcePtr b, const std::string& k) { return make(Kind::DictItem, 0, k, std::move(b)); }
+SourcePtr Source::module_global(PyObject* globals, const std::string& n) {
+  auto s = make(Kind::ModuleGlobal, 0, n, nullptr);
+  Py_INCREF(globals);
+  s->owner = globals;  // owned
+  return s;
+}
+SourcePtr Source::module_builtin(PyObject* globals, PyObject* b, const std::string& n) {
+  auto s = make(Kind::ModuleBuiltin, 0, n, nullptr);
+  Py_INCREF(globals);
+  s->owner = globals;  // owned
+  Py_INCREF(b);
+  s->builtins = b;  // owned
+  return s;
+}
 
 PyObject* Source::fetch(const FrameView& fv) const {
   switch (kind) {
@@ -39,6 +57,21 @@ PyObject* Source::fetch(const FrameView& fv) const {
     }
     case Kind::Global: {
       PyObject* v = PyDict_GetItemWithError(fv.globals, name_obj);  // borrowed
+      if (!v) {
+        PyErr_Clear();
+        return nullptr;
+      }
+      Py_INCREF(v);
+      return v;
+    }
+    case Kind::ModuleGlobal:
+    case Kind::ModuleBuiltin: {
+      PyObject* v = PyDict_GetItemWithError(owner, name_obj);  // borrowed
+      if (kind == Kind::ModuleBuiltin) {
+        if (v) return nullptr;  // shadowed by a module global: the builtin source is "missing"
+        PyErr_Clear();
+        v = PyDict_GetItemWithError(builtins, name_obj);  // borrowed
+      }
       if (!v) {
         PyErr_Clear();
         return nullptr;
@@ -130,6 +163,12 @@ std::string Source::describe() const {
     case Kind::Attr: return base->describe() + "." + name;
     case Kind::Item: return base->describe() + "[" + std::to_string(index) + "]";
     case Kind::DictItem: return base->describe() + "['" + name + "']";
+    case Kind::ModuleGlobal:
+    case Kind::ModuleBuiltin: {
+      PyObject* mod = PyDict_GetItemString(owner, "__name__");  // borrowed
+      std::string m = mod && PyUnicode_Check(mod) ? PyUnicode_AsUTF8(mod) : "?";
+      return std::string(kind == Kind::ModuleGlobal ? "global '" : "builtin '") + m + "." + name + "'";
+    }
   }
   return "?";
 }

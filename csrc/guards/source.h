@@ -38,12 +38,16 @@ struct Source;
 using SourcePtr = std::shared_ptr<const Source>;
 
 struct Source {
-  enum class Kind { Local, Global, Builtin, Closure, Attr, Item, DictItem };
+  // ModuleGlobal / ModuleBuiltin: a global (or builtin, when the module does not shadow it) of another
+  // module than the frame's, read from that module's globals dict `owner` (an inlined callee's globals).
+  enum class Kind { Local, Global, Builtin, Closure, Attr, Item, DictItem, ModuleGlobal, ModuleBuiltin };
   Kind kind = Kind::Local;
   int index = 0;          // Local: localsplus slot; Closure: localsplus slot of the free var; Item: index
   std::string name;       // Local/Global/Builtin/Closure/Attr name
   PyObject* name_obj = nullptr;  // interned str for name (owned)
   SourcePtr base;         // Attr / Item
+  PyObject* owner = nullptr;     // ModuleGlobal / ModuleBuiltin: the module's globals dict (owned)
+  PyObject* builtins = nullptr;  // ModuleBuiltin: the builtins dict (owned)
 
   ~Source();
   static SourcePtr local(int slot, const std::string& name);
@@ -54,6 +58,9 @@ struct Source {
   static SourcePtr item(SourcePtr base, int index);
   // base[name] on an exact dict (nn.Module's _modules / _parameters / _buffers): a C-level lookup.
   static SourcePtr dict_item(SourcePtr base, const std::string& key);
+  // Borrowed dicts (a reference is kept by the Source).
+  static SourcePtr module_global(PyObject* globals, const std::string& name);
+  static SourcePtr module_builtin(PyObject* globals, PyObject* builtins, const std::string& name);
 
   // Returns a NEW reference to the value, or nullptr (with no Python error left set) when the value is
   // missing (unbound local, deleted global, empty cell, failing attribute/item lookup).

@@ -3,6 +3,7 @@
 #include "guards/tensor_match.h"
 
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
 #include <c10/core/DefaultDtype.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -147,6 +148,10 @@ PyObject* make_meta(PyObject* tensor) {
 bool grad_mode_enabled() { return c10::GradMode::is_enabled(); }
 
 void set_grad_mode_enabled(bool enabled) { c10::GradMode::set_enabled(enabled); }
+
+int autocast_state() {
+  return (at::autocast::is_autocast_enabled(at::kCPU) ? 1 : 0) | (at::autocast::is_autocast_enabled(at::kCUDA) ? 2 : 0);
+}
 
 int default_dtype_code() { return static_cast<int>(c10::get_default_dtype_as_scalartype()); }
 

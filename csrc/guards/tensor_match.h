@@ -69,5 +69,7 @@ bool grad_mode_enabled();
 void set_grad_mode_enabled(bool enabled);
 // torch's default dtype as an int ScalarType code.
 int default_dtype_code();
+// Autocast enabled on CPU (bit 0) and CUDA (bit 1).
+int autocast_state();
 
 }  // namespace cdynamo::guards

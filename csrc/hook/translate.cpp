@@ -39,7 +39,13 @@ int recompile_limit() {
 }
 
 bool nopython(PyObject* cb) {
-  int r = PyObject_IsTrue(py::handle(cb).attr("nopython").ptr());
+  PyObject* v = PyObject_GetAttrString(cb, "nopython");  // new reference, or NULL (then not strict)
+  if (!v) {
+    PyErr_Clear();
+    return false;
+  }
+  int r = PyObject_IsTrue(v);
+  Py_DECREF(v);
   if (r < 0) PyErr_Clear();
   return r == 1;
 }

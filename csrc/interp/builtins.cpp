@@ -96,6 +96,12 @@ ValuePtr Tracer::namedtuple_attr(const ValuePtr& nt, const std::string& name) {
 
 ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector<ValuePtr>& args, Kwargs& kwargs) {
   auto& refs = PyRefs::get();
+  if (name == "len" && args.size() == 1 && kwargs.empty() && args[0]->kind == VKind::Object && args[0]->source &&
+      (PyDict_Check(args[0]->obj.ptr()) || PyList_Check(args[0]->obj.ptr()) || PyTuple_Check(args[0]->obj.ptr()))) {
+    // A dict / list / tuple subclass held by an object (an OrderedDict of hooks): its length, guarded.
+    guards.add(guards::length_match(args[0]->source, args[0]->obj.ptr()));
+    return Value::constant(py::int_(PyObject_Length(args[0]->obj.ptr())));
+  }
   if (name == "enumerate" && args.size() == 1 && kwargs.size() == 1 && kwargs[0].first == "start")
     return call_iter_builtin(name, {args[0], kwargs[0].second});
   if ((name == "list" || name == "tuple") && args.size() == 1 && kwargs.empty() &&
@@ -111,6 +117,20 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
     for (const auto& item : unpack_iterable(args[0])) acc = apply_operator(add, {acc, item});
     if (args[0]->kind == VKind::Iter) args[0]->pos = args[0]->items.size();
     return acc;
+  }
+  if ((name == "any" || name == "all") && args.size() == 1 && kwargs.empty() && !foldable(args[0])) {
+    // Over values known now: each item's truth value must be a constant (Python stops at the first
+    // deciding item; the items were all computed already, by the trace, in order).
+    std::vector<ValuePtr> items = unpack_iterable(args[0]);
+    if (args[0]->kind == VKind::Iter) args[0]->pos = args[0]->items.size();
+    bool want = name == "any";
+    for (const auto& item : items) {
+      if (!item->is_constant_like()) unsupported(name + "() on the truth value of " + item->describe());
+      int truth = PyObject_IsTrue(item->as_python().ptr());
+      if (truth < 0) throw py::error_already_set();
+      if ((truth == 1) == want) return Value::constant(py::bool_(want));
+    }
+    return Value::constant(py::bool_(!want));
   }
   if (name == "map" && args.size() >= 2 && kwargs.empty()) {
     std::vector<std::vector<ValuePtr>> cols;

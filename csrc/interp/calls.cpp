@@ -176,6 +176,37 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
       return Value::constant(py::int_(args[0]->keys.size()));
     if (ValuePtr r = call_iter_builtin(bname, args)) return r;
   }
+  std::string fname = PyCFunction_Check(f.ptr()) ? callable_name(f) : std::string();
+  if (fname == "torch.is_autocast_enabled" || fname == "torch.is_autocast_cpu_enabled") {
+    // The autocast switches are guarded; the answer for this trace is the one Python gives now.
+    guards.add(guards::autocast_guard());
+    return fold_call(f, fname, args, kwargs);
+  }
+  if (!fname.empty() && fname.find("has_torch_function") != std::string::npos) {
+    // False when no argument can carry __torch_function__: tensors whose exact type (guarded by
+    // TENSOR_MATCH) is torch.Tensor or nn.Parameter, made by the graph, or no tensors at all.
+    std::vector<ValuePtr> flat;
+    std::vector<ValuePtr> work(args.begin(), args.end());
+    while (!work.empty()) {
+      ValuePtr v = work.back();
+      work.pop_back();
+      if (v->kind == VKind::Tuple || v->kind == VKind::List) work.insert(work.end(), v->items.begin(), v->items.end());
+      else flat.push_back(v);
+    }
+    py::object param = PyRefs::get().torch.attr("nn").attr("Parameter");
+    for (const auto& v : flat) {
+      if (v->is_tensor()) {
+        for (const auto& in : inputs)
+          if (in.node == v->node && !py::type::handle_of(in.value).is(PyRefs::get().tensor_type) && !py::type::handle_of(in.value).is(param))
+            unsupported(fname + " on a tensor subclass");
+      } else if (!v->is_const() && v->kind != VKind::Object) {
+        unsupported(fname + " on " + v->describe());
+      } else if (v->kind == VKind::Object && py::hasattr(v->obj, "__torch_function__")) {
+        unsupported(fname + " on an object with __torch_function__");
+      }
+    }
+    return Value::constant(py::bool_(false));
+  }
   // Grad mode is known at every point of the trace (guarded at entry, switched only by traced `with`s).
   if (f.is(PyRefs::get().torch.attr("is_grad_enabled")) && args.empty() && kwargs.empty())
     return Value::constant(py::bool_(guards::grad_mode_enabled()));
@@ -195,6 +226,19 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
     case CallKind::Disallowed:
       unsupported("call to " + callable_name(f) + ", which is marked disallow_in_graph");
     case CallKind::TorchOp:
+      if (PyFunction_Check(f.ptr())) {
+        // A Python function of torch (torch.nn.functional's): one graph op when it runs on meta tensors
+        // and returns tensors; otherwise (None in its result, a Python-level check) its body is inlined.
+        // The nodes of the failed attempt are rolled back, so the retry starts from the same state.
+        size_t mark = graph.mark();
+        try {
+          return call_torch(f, args, kwargs, false);
+        } catch (const Unsupported&) {
+          graph.rollback(mark);
+          return inline_call(fn, std::move(args), std::move(kwargs));
+        }
+      }
+      return call_torch(f, std::move(args), std::move(kwargs), false);
     case CallKind::AllowedInGraph:
       return call_torch(f, std::move(args), std::move(kwargs), false);
     case CallKind::TorchFactory:

@@ -41,10 +41,9 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
   // torch.nn's module code (forward methods and their helpers) is inlined like user code; its module
   // globals are program constants, as attributes of torch modules are (see is_trusted_module).
   bool nn_library = is_torch_nn_module_file(callee);
-  if (is_library_file(callee) && !nn_library) unsupported("call to library function " + name + " (not inlined)");
+  if (is_library_file(callee) && !nn_library && !is_inlinable_library_file(callee))
+    unsupported("call to library function " + name + " (not inlined)");
   PyObject* callee_globals = PyFunction_GET_GLOBALS(f.ptr());  // borrowed
-  if (callee_globals != fv.globals && !nn_library)
-    unsupported("call to " + name + " from another module (inlining across modules is not supported yet)");
   if (inline_depth_ >= kMaxInlineDepth) unsupported("inlining depth limit reached at " + name);
 
   // --- bind arguments to the callee's localsplus slots ---
@@ -161,12 +160,14 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
   try {
     code = callee;
     if (callee_globals != fv.globals) {
+      // Another module's function: torch.nn's globals are program constants; any other module's
+      // globals are read through sources on that module's dict (guarded).
       fv.globals = callee_globals;
       PyObject* b = PyDict_GetItemString(callee_globals, "__builtins__");  // borrowed
       if (b && PyModule_Check(b)) b = PyModule_GetDict(b);               // borrowed
       if (b) fv.builtins = b;
-      trusted_globals_ = true;
     }
+    trusted_globals_ = nn_library;
     bc = bytecode::decode(callee);
     stack.clear();
     locals = std::move(slots);

@@ -1,6 +1,8 @@
 // objects.cpp — owns user objects in the trace: attribute reads (instance attributes, class attributes,
 // methods bound to their receiver, properties), calls of bound methods and of nn.Module instances
 // (forward inlined when the module has no hooks), each guarded through the object's Source.
+#include <algorithm>
+
 #include "compat/compat.h"
 #include "interp/tracer.h"
 
@@ -96,6 +98,122 @@ ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
   return wrap(value, guards::Source::attr(obj->source, name));
 }
 
+namespace {
+
+struct ModuleNode {
+  std::string prefix;
+  py::object mod;
+  SourcePtr src;
+};
+
+// The module and its descendants in named_modules() order (each object once), the structure guarded
+// through each _modules dict's keys.
+std::vector<ModuleNode> walk_modules(Tracer& t, const ModuleNode& root, bool recurse) {
+  std::vector<ModuleNode> out{root};
+  std::vector<PyObject*> seen{root.mod.ptr()};
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!recurse && i > 0) break;
+    ModuleNode node = out[i];
+    py::object mods = node.mod.attr("_modules");
+    if (!PyDict_CheckExact(mods.ptr())) t.unsupported("module without a _modules dict");
+    SourcePtr msrc = guards::Source::attr(node.src, "_modules");
+    t.guards.add(guards::dict_keys_match(msrc, mods.ptr()));
+    for (auto kv : py::reinterpret_borrow<py::dict>(mods)) {
+      if (kv.second.is_none() || !PyUnicode_Check(kv.first.ptr())) continue;
+      if (std::find(seen.begin(), seen.end(), kv.second.ptr()) != seen.end()) continue;
+      seen.push_back(kv.second.ptr());
+      std::string name = py::str(kv.first).cast<std::string>();
+      t.guards.add(guards::id_match(guards::Source::dict_item(msrc, name), kv.second.ptr()));
+      out.push_back({node.prefix.empty() ? name : node.prefix + "." + name,
+                     py::reinterpret_borrow<py::object>(kv.second), guards::Source::dict_item(msrc, name)});
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+ValuePtr Tracer::module_iteration(const ValuePtr& self, const std::string& name, const std::vector<ValuePtr>& args,
+                                  const std::vector<std::pair<std::string, ValuePtr>>& kwargs) {
+  static const char* const names[] = {"children", "named_children", "modules", "named_modules", "parameters",
+                                      "named_parameters", "buffers", "named_buffers"};
+  bool known = false;
+  for (const char* n : names) known = known || name == n;
+  if (!known || !self->source || !args.empty()) return nullptr;
+  bool recurse = true;
+  for (const auto& kv : kwargs) {
+    if (kv.first != "recurse" || !kv.second->is_const()) return nullptr;
+    recurse = PyObject_IsTrue(kv.second->obj.ptr()) == 1;
+  }
+  bool named = name.rfind("named_", 0) == 0;
+  std::string what = named ? name.substr(6) : name;
+  ModuleNode root{"", self->obj, self->source};
+  std::vector<ValuePtr> items;
+  auto add = [&](const std::string& n, ValuePtr v) {
+    items.push_back(named ? Value::tuple({Value::constant(py::str(n)), v}) : v);
+  };
+  if (what == "children") {
+    std::vector<ModuleNode> all = walk_modules(*this, root, false);
+    for (size_t i = 1; i < all.size(); ++i) add(all[i].prefix, wrap(all[i].mod, all[i].src));
+  } else if (what == "modules") {
+    for (const auto& m : walk_modules(*this, root, true)) add(m.prefix, m.prefix.empty() ? self : wrap(m.mod, m.src));
+  } else {
+    const char* dict_name = what == "parameters" ? "_parameters" : "_buffers";
+    std::vector<PyObject*> seen;
+    for (const auto& m : walk_modules(*this, root, recurse)) {
+      py::object d = m.mod.attr(dict_name);
+      if (!PyDict_CheckExact(d.ptr())) unsupported(std::string("module without a ") + dict_name + " dict");
+      SourcePtr dsrc = guards::Source::attr(m.src, dict_name);
+      guards.add(guards::dict_keys_match(dsrc, d.ptr()));
+      for (auto kv : py::reinterpret_borrow<py::dict>(d)) {
+        if (kv.second.is_none() || std::find(seen.begin(), seen.end(), kv.second.ptr()) != seen.end()) continue;
+        seen.push_back(kv.second.ptr());
+        std::string n = py::str(kv.first).cast<std::string>();
+        add(m.prefix.empty() ? n : m.prefix + "." + n, wrap(kv.second, guards::Source::dict_item(dsrc, n)));
+      }
+    }
+  }
+  auto it = std::make_shared<Value>();
+  it->kind = VKind::Iter;
+  it->items = std::move(items);
+  return it;
+}
+
+ValuePtr Tracer::module_item(const ValuePtr& obj, const ValuePtr& key) {
+  if (obj->kind != VKind::Object || !obj->source || !key->is_const()) return nullptr;
+  py::object nn = PyRefs::get().torch.attr("nn");
+  py::handle o = obj->obj;
+  bool indexed = py::isinstance(o, nn.attr("ModuleList")) || py::isinstance(o, nn.attr("Sequential"));
+  bool keyed = py::isinstance(o, nn.attr("ModuleDict"));
+  if (!indexed && !keyed) return nullptr;
+  // The container's class (a subclass, maybe) must index as torch.nn's own class does.
+  py::object cls = py::reinterpret_borrow<py::object>(py::type::handle_of(o));
+  bool plain = false;
+  for (const char* base : {"ModuleList", "Sequential", "ModuleDict"})
+    plain = plain || (py::isinstance(o, nn.attr(base)) && cls.attr("__getitem__").is(nn.attr(base).attr("__getitem__")));
+  if (!plain) return nullptr;
+  py::object mods = o.attr("_modules");
+  if (!PyDict_CheckExact(mods.ptr())) return nullptr;
+  SourcePtr msrc = guards::Source::attr(obj->source, "_modules");
+  std::string k;
+  if (indexed) {
+    if (!PyLong_CheckExact(key->obj.ptr())) return nullptr;  // slices make new containers
+    long n = static_cast<long>(PyDict_GET_SIZE(mods.ptr()));
+    long i = key->obj.cast<long>();
+    if (i < 0) i += n;
+    if (i < 0 || i >= n) unsupported("module container index out of range (IndexError is raised by Python)");
+    guards.add(guards::length_match(msrc, mods.ptr()));  // i-th child is the one named str(i)
+    py::list keys = py::reinterpret_borrow<py::dict>(mods).attr("keys")();
+    k = py::str(keys[static_cast<size_t>(i)]).cast<std::string>();
+  } else {
+    if (!PyUnicode_CheckExact(key->obj.ptr())) return nullptr;
+    k = key->obj.cast<std::string>();
+  }
+  PyObject* child = PyDict_GetItemString(mods.ptr(), k.c_str());  // borrowed
+  if (!child || child == Py_None) unsupported("module container has no child '" + k + "'");
+  return wrap(child, guards::Source::dict_item(msrc, k));
+}
+
 void Tracer::store_attr(const ValuePtr& obj, const std::string& name, const ValuePtr& value) {
   if (obj->kind != VKind::Object || !obj->source || PyModule_Check(obj->obj.ptr()) || PyType_Check(obj->obj.ptr()))
     unsupported("attribute assignment on " + obj->describe());
@@ -107,6 +225,12 @@ void Tracer::store_attr(const ValuePtr& obj, const std::string& name, const Valu
 ValuePtr Tracer::call_object(const ValuePtr& fn, std::vector<ValuePtr> args,
                              std::vector<std::pair<std::string, ValuePtr>> kwargs) {
   py::handle f = fn->obj;
+  if (fn->self && fn->self->kind == VKind::Object && is_nn_module(fn->self->obj)) {
+    // torch.nn.Module's own iteration methods (not overridden): the walk done now, guarded.
+    py::object own = py::getattr(PyRefs::get().torch.attr("nn").attr("Module"), fn->name.c_str(), py::none());
+    if (own.ptr() == f.ptr())
+      if (ValuePtr r = module_iteration(fn->self, fn->name, args, kwargs)) return r;
+  }
   if (fn->self) {  // a bound Python method: inline with the receiver first
     args.insert(args.begin(), fn->self);
     ValuePtr plain = Value::object(fn->obj, fn->source);

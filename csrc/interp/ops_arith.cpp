@@ -49,6 +49,10 @@ void binary_subscr(Tracer& t, const Instruction&) {
   ValuePtr key = t.pop();
   ValuePtr container = t.pop();
   if (t.dict_subscr(container, key)) return;
+  if (ValuePtr child = t.module_item(container, key)) {
+    t.push(child);
+    return;
+  }
   if ((container->kind == VKind::Tuple || container->kind == VKind::List) && key->is_const()) {
     py::handle k = key->obj;
     if (PyLong_Check(k.ptr()) && !PyBool_Check(k.ptr())) {

@@ -36,7 +36,21 @@ bool is_torch_nn_module_file(PyCodeObject* code) {
     PyErr_Clear();
     return false;
   }
-  return std::string(f).find("/torch/nn/modules/") != std::string::npos && is_library_file(code);
+  std::string file(f);
+  bool nn = file.find("/torch/nn/modules/") != std::string::npos || file.find("/torch/nn/functional.py") != std::string::npos;
+  return nn && is_library_file(code);
+}
+
+bool is_inlinable_library_file(PyCodeObject* code) {
+  const char* f = PyUnicode_AsUTF8(code->co_filename);  // borrowed buffer
+  if (!f) {
+    PyErr_Clear();
+    return false;
+  }
+  std::string file(f);
+  for (const char* part : {"/torch/backends/", "/torch/_jit_internal.py", "/torch/nn/utils/", "/torch/overrides.py"})
+    if (file.find(part) != std::string::npos) return true;
+  return false;
 }
 
 }  // namespace cdynamo::interp

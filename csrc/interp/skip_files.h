@@ -15,5 +15,8 @@ void set_skip_dirs(std::vector<std::string> dirs);
 bool is_library_file(PyCodeObject* code);
 // True for library code of torch.nn's modules (Linear.forward, ...), which the tracer may inline.
 bool is_torch_nn_module_file(PyCodeObject* code);
+// Library code that is inlined with guarded globals: small torch helpers that model code calls
+// (torch.backends.*, torch._jit_internal, torch.overrides, torch.nn.utils).
+bool is_inlinable_library_file(PyCodeObject* code);
 
 }  // namespace cdynamo::interp

@@ -118,7 +118,12 @@ CallKind classify_callable(py::handle fn) {
     bool blocked = blocked_torch_names().count(name) > 0 || (!name.empty() && name[0] == '_');
     for (const auto& p : blocked_torch_modules())
       if (mod == p || starts_with(mod, p + ".")) blocked = true;
-    if (!blocked) {
+    // Queries whose answer is fixed in eager Python (scripting, tracing, compiling): folded.
+    static const std::unordered_set<std::string> eager_constants = {
+        "is_scripting", "is_tracing", "is_compiling", "is_dynamo_compiling", "is_exporting"};
+    if (eager_constants.count(name)) {
+      kind = CallKind::PureBuiltin;
+    } else if (!blocked) {
       if (factory_names().count(name)) kind = CallKind::TorchFactory;
       else if (metadata_torch_names().count(name)) kind = CallKind::TorchMetadata;
       else kind = CallKind::TorchOp;
@@ -169,7 +174,7 @@ bool tensor_method_metadata(const std::string& name) {
 ValuePtr tensor_attr(Tracer& t, const ValuePtr& self, const std::string& name) {
   static const std::unordered_set<std::string> const_attrs = {"shape", "dtype", "ndim", "layout",
                                                               "requires_grad", "is_sparse", "is_quantized",
-                                                              "is_mkldnn", "is_complex", "itemsize", "nbytes"};
+                                                              "is_mkldnn", "is_complex", "itemsize", "nbytes", "is_nested"};
   static const std::unordered_set<std::string> node_attrs = {"T", "mT", "H", "mH", "real", "imag"};
   py::object ex = self->example;
   if (const_attrs.count(name)) return Value::constant(ex.attr(name.c_str()));

@@ -49,7 +49,7 @@ const HandlerTable& handler_table() {
   return table;
 }
 
-Tracer::Tracer(PyCodeObject* c, const guards::FrameView& f) : code(c), fv(f) {
+Tracer::Tracer(PyCodeObject* c, const guards::FrameView& f) : code(c), fv(f), frame_globals_(f.globals) {
   int n = compat::code_nlocalsplus(code);
   locals.assign(n, nullptr);
   local_loaded.assign(n, 0);
@@ -389,9 +389,16 @@ ValuePtr Tracer::load_global(const std::string& name) {
   // A global this trace assigned reads back the assigned value (the store is replayed later).
   for (auto it = attr_stores.rbegin(); it != attr_stores.rend(); ++it)
     if (!it->obj && it->name == name) return it->value;
+  bool other_module = fv.globals != frame_globals_;  // an inlined callee from another module
   PyObject* v = PyDict_GetItemWithError(fv.globals, key.ptr());  // borrowed
-  if (v) return wrap(v, guards::Source::global(name));
+  if (v) return wrap(v, other_module ? guards::Source::module_global(fv.globals, name) : guards::Source::global(name));
   if (PyErr_Occurred()) throw py::error_already_set();
+  if (other_module && PyDict_Check(fv.builtins)) {
+    v = PyDict_GetItemWithError(fv.builtins, key.ptr());  // borrowed
+    if (v) return wrap(v, guards::Source::module_builtin(fv.globals, fv.builtins, name));
+    if (PyErr_Occurred()) throw py::error_already_set();
+    unsupported("name '" + name + "' is not defined");
+  }
   if (PyDict_Check(fv.builtins)) {
     v = PyDict_GetItemWithError(fv.builtins, key.ptr());  // borrowed
     if (v) {

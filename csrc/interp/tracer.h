@@ -177,6 +177,13 @@ class Tracer {
   ValuePtr make_namedtuple(py::handle cls, const std::vector<ValuePtr>& args,
                            const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
   ValuePtr namedtuple_attr(const ValuePtr& nt, const std::string& name);
+  // mods[i] / mods["name"] on an nn.ModuleList, nn.Sequential or nn.ModuleDict of the frame: the child,
+  // read through the container's _modules dict; nullptr when `obj` is not one of those.
+  ValuePtr module_item(const ValuePtr& obj, const ValuePtr& key);
+  // module.children() / modules() / parameters() / buffers() and their named_ forms, when not
+  // overridden: an iterator over the values, the module tree guarded; nullptr when not applicable.
+  ValuePtr module_iteration(const ValuePtr& self, const std::string& name, const std::vector<ValuePtr>& args,
+                            const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
   // obj.name = value on an object of the frame: recorded and replayed after the graph, in program order.
   void store_attr(const ValuePtr& obj, const std::string& name, const ValuePtr& value);
   // `a <op> b` for set operators (| & - ^ and their in-place forms) on sets and `|` on dicts; nullptr
@@ -213,6 +220,7 @@ class Tracer {
   void execute_one();
   int inline_depth_ = 0;
   bool trusted_globals_ = false;
+  PyObject* frame_globals_ = nullptr;  // the traced frame's own globals (borrowed from the frame)
   struct Undo {  // a container's contents (or a cell's) before the running instruction first changed it
     ValuePtr value;
     std::vector<ValuePtr> items;
