@@ -78,7 +78,8 @@ void Emitter::load_source(const guards::Source& src) {
       return;
     case K::DictItem:
       load_source(*src.base);
-      load_const(py::str(src.name));
+      if (src.owner) load_const(src.owner);
+      else load_const(py::str(src.name));
       emit("BINARY_SUBSCR");
       return;
     case K::Item:

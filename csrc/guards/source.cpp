@@ -33,6 +33,12 @@ SourcePtr Source::closure(int slot, const std::string& n) { return make(Kind::Cl
 SourcePtr Source::attr(SourcePtr b, const std::string& n) { return make(Kind::Attr, 0, n, std::move(b)); }
 SourcePtr Source::item(SourcePtr b, int i) { return make(Kind::Item, i, "", std::move(b)); }
 SourcePtr Source::dict_item(SourcePtr b, const std::string& k) { return make(Kind::DictItem, 0, k, std::move(b)); }
+SourcePtr Source::dict_item_key(SourcePtr b, PyObject* key) {
+  auto s = make(Kind::DictItem, 0, "", std::move(b));
+  Py_INCREF(key);
+  s->owner = key;  // owned
+  return s;
+}
 SourcePtr Source::module_global(PyObject* globals, const std::string& n) {
   auto s = make(Kind::ModuleGlobal, 0, n, nullptr);
   Py_INCREF(globals);
@@ -111,7 +117,9 @@ PyObject* Source::fetch(const FrameView& fv) const {
     case Kind::DictItem: {
       PyObject* b = base->fetch(fv);  // new
       if (!b) return nullptr;
-      PyObject* v = PyDict_CheckExact(b) ? PyDict_GetItemWithError(b, name_obj) : nullptr;  // borrowed
+      PyObject* v = nullptr;  // borrowed
+      if (owner) v = PyDict_Check(b) ? PyDict_GetItemWithError(b, owner) : nullptr;
+      else v = PyDict_CheckExact(b) ? PyDict_GetItemWithError(b, name_obj) : nullptr;
       Py_XINCREF(v);
       Py_DECREF(b);
       if (!v) PyErr_Clear();
@@ -162,7 +170,14 @@ std::string Source::describe() const {
     case Kind::Closure: return "closure '" + name + "'";
     case Kind::Attr: return base->describe() + "." + name;
     case Kind::Item: return base->describe() + "[" + std::to_string(index) + "]";
-    case Kind::DictItem: return base->describe() + "['" + name + "']";
+    case Kind::DictItem: {
+      if (!owner) return base->describe() + "['" + name + "']";
+      PyObject* r = PyObject_Repr(owner);  // new
+      std::string k = r && PyUnicode_Check(r) ? PyUnicode_AsUTF8(r) : "?";
+      Py_XDECREF(r);
+      PyErr_Clear();
+      return base->describe() + "[" + k + "]";
+    }
     case Kind::ModuleGlobal:
     case Kind::ModuleBuiltin: {
       PyObject* mod = PyDict_GetItemString(owner, "__name__");  // borrowed

@@ -46,7 +46,8 @@ struct Source {
   std::string name;       // Local/Global/Builtin/Closure/Attr name
   PyObject* name_obj = nullptr;  // interned str for name (owned)
   SourcePtr base;         // Attr / Item
-  PyObject* owner = nullptr;     // ModuleGlobal / ModuleBuiltin: the module's globals dict (owned)
+  PyObject* owner = nullptr;     // ModuleGlobal / ModuleBuiltin: the module's globals dict; DictItem: a
+                                 // non-string key (owned)
   PyObject* builtins = nullptr;  // ModuleBuiltin: the builtins dict (owned)
 
   ~Source();
@@ -58,6 +59,9 @@ struct Source {
   static SourcePtr item(SourcePtr base, int index);
   // base[name] on an exact dict (nn.Module's _modules / _parameters / _buffers): a C-level lookup.
   static SourcePtr dict_item(SourcePtr base, const std::string& key);
+  // base[key] on a dict (or dict subclass, looked up at C level) with any hashable constant key (kept
+  // in `owner`): the hooks of an nn.Module, keyed by handle id.
+  static SourcePtr dict_item_key(SourcePtr base, PyObject* key);
   // Borrowed dicts (a reference is kept by the Source).
   static SourcePtr module_global(PyObject* globals, const std::string& name);
   static SourcePtr module_builtin(PyObject* globals, PyObject* builtins, const std::string& name);

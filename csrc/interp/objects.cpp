@@ -10,10 +10,7 @@ namespace cdynamo::interp {
 
 namespace {
 
-// The module-hook dictionaries whose emptiness lets a module call be traced as its forward().
-const char* const kModuleHookDicts[] = {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
-                                        "_backward_pre_hooks", "_forward_hooks_with_kwargs",
-                                        "_forward_pre_hooks_with_kwargs"};
+// torch.nn.modules.module's global hook dictionaries (guarded empty).
 const char* const kGlobalHookDicts[] = {"_global_forward_hooks", "_global_forward_pre_hooks",
                                         "_global_backward_hooks", "_global_backward_pre_hooks",
                                         "_global_forward_hooks_with_kwargs"};
@@ -214,6 +211,97 @@ ValuePtr Tracer::module_item(const ValuePtr& obj, const ValuePtr& key) {
   return wrap(child, guards::Source::dict_item(msrc, k));
 }
 
+namespace {
+
+// A guard that `d` (a hook dict held at `src`) still equals its contents now: same hooks, same order.
+void guard_hook_dict(Tracer& t, const SourcePtr& src, py::handle d) {
+  if (py::len(d) == 0) {
+    t.guards.add(guards::length_match(src, d.ptr()));
+    return;
+  }
+  py::object copy = py::reinterpret_borrow<py::object>(py::type::handle_of(d))(d);
+  t.guards.add(guards::equals_match(src, copy.ptr()));
+}
+
+bool is_none(const ValuePtr& v) { return v->is_const() && v->obj.is_none(); }
+
+}  // namespace
+
+ValuePtr Tracer::call_module(const ValuePtr& mod, std::vector<ValuePtr> args,
+                             std::vector<std::pair<std::string, ValuePtr>> kwargs) {
+  // Module._call_impl as the trace sees it: forward pre-hooks, forward, forward hooks, in registration
+  // order, each hook inlined like any function. Every hook dict is guarded on its contents (empty ones on
+  // their length), the global ones through torch.nn.modules.module's globals.
+  py::handle f = mod->obj;
+  for (const char* d : {"_backward_hooks", "_backward_pre_hooks"}) {
+    py::object hooks = py::getattr(f, d, py::none());
+    if (hooks.is_none()) continue;
+    if (py::len(hooks) != 0) unsupported(std::string("module call with ") + d + " registered");
+    guards.add(guards::length_match(guards::Source::attr(mod->source, d), hooks.ptr()));
+  }
+  py::module_ mm = py::module_::import("torch.nn.modules.module");
+  PyObject* mm_globals = PyModule_GetDict(mm.ptr());  // borrowed
+  for (const char* d : kGlobalHookDicts) {
+    py::object hooks = py::getattr(mm, d, py::none());
+    if (hooks.is_none()) continue;
+    if (py::len(hooks) != 0) unsupported(std::string("module call with global ") + d);
+    guards.add(guards::length_match(guards::Source::module_global(mm_globals, d), hooks.ptr()));
+  }
+  auto hook_dict = [&](const char* d) {
+    py::object hooks = py::getattr(f, d, py::none());
+    if (!hooks.is_none()) guard_hook_dict(*this, guards::Source::attr(mod->source, d), hooks);
+    return hooks;
+  };
+  py::object pre = hook_dict("_forward_pre_hooks");
+  py::object post = hook_dict("_forward_hooks");
+  py::object pre_kw = py::len(pre) ? hook_dict("_forward_pre_hooks_with_kwargs") : py::none();
+  py::object post_kw = py::len(post) ? hook_dict("_forward_hooks_with_kwargs") : py::none();
+  if (py::len(post)) hook_dict("_forward_hooks_always_called");  // only matters when forward raises
+
+  auto kwargs_dict = [&] {
+    std::vector<py::object> keys;
+    std::vector<ValuePtr> values;
+    for (auto& kv : kwargs) {
+      keys.push_back(py::str(kv.first));
+      values.push_back(kv.second);
+    }
+    return Value::dict(std::move(keys), std::move(values));
+  };
+  // Each hook is read through its dict (its closure and defaults are then guarded like any function's).
+  SourcePtr pre_src = guards::Source::attr(mod->source, "_forward_pre_hooks");
+  SourcePtr post_src = guards::Source::attr(mod->source, "_forward_hooks");
+  for (auto kv : py::reinterpret_borrow<py::dict>(pre)) {
+    ValuePtr hook = wrap(kv.second, guards::Source::dict_item_key(pre_src, kv.first.ptr()));
+    bool with_kwargs = !pre_kw.is_none() && PyDict_Contains(pre_kw.ptr(), kv.first.ptr()) == 1;
+    ValuePtr r = with_kwargs ? call(hook, {mod, Value::tuple(args), kwargs_dict()}, {})
+                             : call(hook, {mod, Value::tuple(args)}, {});
+    if (is_none(r)) continue;
+    if (with_kwargs) {
+      if (r->kind != VKind::Tuple || r->items.size() != 2 || r->items[1]->kind != VKind::Dict)
+        unsupported("forward pre-hook with kwargs returning " + r->describe());
+      args = unpack_iterable(r->items[0]);
+      kwargs.clear();
+      for (size_t i = 0; i < r->items[1]->keys.size(); ++i)
+        kwargs.emplace_back(py::str(r->items[1]->keys[i]).cast<std::string>(), r->items[1]->items[i]);
+    } else {
+      args = r->kind == VKind::Tuple && !r->obj ? r->items : std::vector<ValuePtr>{r};
+    }
+  }
+  py::object forward = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(f.ptr())))
+                           .attr("forward");
+  if (!PyFunction_Check(forward.ptr())) unsupported("module whose forward is not a Python function");
+  std::vector<ValuePtr> fwd_args = args;
+  ValuePtr result = call_object(bound_method(*this, mod, forward, "forward"), std::move(fwd_args), kwargs);
+  for (auto kv : py::reinterpret_borrow<py::dict>(post)) {
+    ValuePtr hook = wrap(kv.second, guards::Source::dict_item_key(post_src, kv.first.ptr()));
+    bool with_kwargs = !post_kw.is_none() && PyDict_Contains(post_kw.ptr(), kv.first.ptr()) == 1;
+    ValuePtr r = with_kwargs ? call(hook, {mod, Value::tuple(args), kwargs_dict(), result}, {})
+                             : call(hook, {mod, Value::tuple(args), result}, {});
+    if (!is_none(r)) result = r;
+  }
+  return result;
+}
+
 void Tracer::store_attr(const ValuePtr& obj, const std::string& name, const ValuePtr& value) {
   if (obj->kind != VKind::Object || !obj->source || PyModule_Check(obj->obj.ptr()) || PyType_Check(obj->obj.ptr()))
     unsupported("attribute assignment on " + obj->describe());
@@ -250,25 +338,7 @@ ValuePtr Tracer::call_object(const ValuePtr& fn, std::vector<ValuePtr> args,
     p->closure = pkw->items;
     return call_partial(p, std::move(args), std::move(kwargs));
   }
-  if (fn->source && is_nn_module(f)) {
-    // module(x) is module.forward(x) when no hook can run: the module's hook dicts are guarded empty.
-    for (const char* d : kModuleHookDicts) {
-      py::object hooks = py::getattr(f, d, py::none());
-      if (hooks.is_none()) continue;
-      if (py::len(hooks) != 0) unsupported(std::string("module call with ") + d + " registered");
-      guards.add(guards::length_match(guards::Source::attr(fn->source, d), hooks.ptr()));
-    }
-    py::module_ mm = py::module_::import("torch.nn.modules.module");
-    for (const char* d : kGlobalHookDicts) {
-      py::object hooks = py::getattr(mm, d, py::none());
-      if (!hooks.is_none() && py::len(hooks) != 0) unsupported(std::string("module call with global ") + d);
-    }
-    py::object forward = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(f.ptr())))
-                             .attr("forward");
-    if (!PyFunction_Check(forward.ptr())) unsupported("module whose forward is not a Python function");
-    ValuePtr m = bound_method(*this, fn, forward, "forward");
-    return call_object(m, std::move(args), std::move(kwargs));
-  }
+  if (fn->source && is_nn_module(f)) return call_module(fn, std::move(args), std::move(kwargs));
   unsupported("call to " + fn->describe());
 }
 

@@ -180,6 +180,9 @@ class Tracer {
   // mods[i] / mods["name"] on an nn.ModuleList, nn.Sequential or nn.ModuleDict of the frame: the child,
   // read through the container's _modules dict; nullptr when `obj` is not one of those.
   ValuePtr module_item(const ValuePtr& obj, const ValuePtr& key);
+  // module(*args, **kwargs) of an nn.Module of the frame: hooks and forward inlined (objects.cpp).
+  ValuePtr call_module(const ValuePtr& mod, std::vector<ValuePtr> args,
+                       std::vector<std::pair<std::string, ValuePtr>> kwargs);
   // module.children() / modules() / parameters() / buffers() and their named_ forms, when not
   // overridden: an iterator over the values, the module tree guarded; nullptr when not applicable.
   ValuePtr module_iteration(const ValuePtr& self, const std::string& name, const std::vector<ValuePtr>& args,

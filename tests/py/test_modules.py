@@ -269,3 +269,99 @@ def test_real_backends_train_like_eager(backend):
     x, idx = torch.randn(5, 4), torch.randint(0, 10, (5, 3))
     torch.testing.assert_close(opt(x, idx), eager(x, idx), rtol=1e-4, atol=1e-5)
     assert counter.frame_count == 2
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Hooks traced into the graph, guarded on the hook dicts; functions of other modules inlined.
+
+def test_hooks_are_traced_and_registering_one_recompiles():
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 4)
+    model = nn.Sequential(lin, nn.ReLU())
+    seen = []
+
+    def pre(mod, args):
+        return (args[0] * 2,)
+
+    def post(mod, args, out):
+        seen.append(out.shape)  # a list of the test: changed in place and written back
+        return out + 1
+
+    cnt = CompileCounter()
+    opt = cdynamo.optimize(cnt)(model)
+    x = torch.randn(2, 4)
+    assert_same(opt(x), model(x))
+    assert cnt.frame_count == 1
+    h1 = lin.register_forward_pre_hook(pre)
+    h2 = lin.register_forward_hook(post)
+    seen.clear()
+    out = opt(x)
+    assert len(seen) == 1
+    assert_same(out, model(x))
+    assert cnt.frame_count == 2, "hooks added: recompiled, and traced (one graph)"
+    assert cnt.op_count >= 2 + 4
+    h1.remove()
+    assert_same(opt(x), model(x))
+    assert cnt.frame_count == 3, "a hook removed: recompiled"
+    h2.remove()
+
+
+def test_global_forward_hook_registration_recompiles():
+    model = nn.Linear(3, 3)
+    cnt = CompileCounter()
+    opt = cdynamo.optimize(cnt)(model)
+    x = torch.randn(2, 3)
+    assert_same(opt(x), model(x))
+    calls = []
+    handle = nn.modules.module.register_module_forward_hook(lambda m, a, o: calls.append(1))
+    try:
+        opt(x)
+        assert calls, "the global hook ran"
+    finally:
+        handle.remove()
+
+
+def test_function_from_another_module_is_inlined_and_its_globals_guarded():
+    import other_module_helpers as other
+
+    def f(x):
+        return other.scaled_relu(x) + 1
+
+    cnt = CompileCounter()
+    opt = cdynamo.optimize(cnt)(f)
+    x = torch.randn(5)
+    assert_same(opt(x), f(x))
+    assert cnt.frame_count == 1 and cnt.op_count == 3
+    old = other.SCALE
+    try:
+        other.SCALE = 5.0
+        assert_same(opt(x), f(x))
+        assert cnt.frame_count == 2, "the other module's global changed: recompiled"
+    finally:
+        other.SCALE = old
+
+
+def test_module_iteration_methods_are_traced():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(3, 3)
+            self.b = nn.Sequential(nn.Linear(3, 3), nn.Tanh())
+            self.register_buffer("shift", torch.ones(3))
+
+        def forward(self, x):
+            for name, child in self.named_children():
+                x = child(x)
+            n = sum(p.numel() for p in self.parameters())
+            total = sum(b.sum() for b in self.buffers())
+            return x * n + total + len(list(self.modules()))
+
+    m = M()
+    cnt = CompileCounter()
+    opt = cdynamo.optimize(cnt)(m)
+    x = torch.randn(2, 3)
+    assert_same(opt(x), m(x))
+    assert cnt.frame_count == 1
+    m.extra = nn.Identity()  # the module tree changed: recompiled, still equal
+    assert_same(opt(x), m(x))
+    assert cnt.frame_count == 2
