@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 
 namespace cdynamo::guards {
@@ -213,6 +214,7 @@ void GuardSet::add(Guard g) {
 }
 
 void GuardSet::plan(const Guard& g, uint32_t index) {
+  if (g.source && g.source->base && g.source->base->base) deep_sources_ = true;
   FastRef ref;
   if (g.kind == GuardKind::TensorMatch && g.source && g.tensor && g.source->fast_ref(&ref)) {
     auto at = static_cast<uint32_t>(tensor_checks_.size());
@@ -242,6 +244,8 @@ void GuardSet::plan(const Guard& g, uint32_t index) {
 bool GuardSet::check(const FrameView& fv, std::string* why) const {
   // Same order and verdicts as evaluating every guard with Guard::check: fast tests only skip guards
   // that would pass.
+  std::optional<FetchMemo> memo;
+  if (deep_sources_) memo.emplace();
   for (const Step& s : steps_) {
     switch (s.op) {
       case Step::Op::Generic:

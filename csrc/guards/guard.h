@@ -75,6 +75,7 @@ class GuardSet {
 
   std::vector<Guard> guards_;
   std::vector<Step> steps_;
+  bool deep_sources_ = false;  // some guard reads a source two or more steps from the frame (memoized)
   std::vector<FastTensorCheck> tensor_checks_;
   std::vector<FastRef> alias_refs_;
 };

@@ -107,7 +107,7 @@ PyObject* Source::fetch(const FrameView& fv) const {
       return v;
     }
     case Kind::Attr: {
-      PyObject* b = base->fetch(fv);  // new
+      PyObject* b = base->fetch_base(fv);  // new
       if (!b) return nullptr;
       PyObject* v = PyObject_GetAttr(b, name_obj);  // new
       Py_DECREF(b);
@@ -115,7 +115,7 @@ PyObject* Source::fetch(const FrameView& fv) const {
       return v;
     }
     case Kind::DictItem: {
-      PyObject* b = base->fetch(fv);  // new
+      PyObject* b = base->fetch_base(fv);  // new
       if (!b) return nullptr;
       PyObject* v = nullptr;  // borrowed
       if (owner) v = PyDict_Check(b) ? PyDict_GetItemWithError(b, owner) : nullptr;
@@ -126,7 +126,7 @@ PyObject* Source::fetch(const FrameView& fv) const {
       return v;  // new reference or nullptr
     }
     case Kind::Item: {
-      PyObject* b = base->fetch(fv);  // new
+      PyObject* b = base->fetch_base(fv);  // new
       if (!b) return nullptr;
       PyObject* v = nullptr;
       if (PyTuple_CheckExact(b)) {
@@ -148,6 +148,15 @@ PyObject* Source::fetch(const FrameView& fv) const {
     }
   }
   return nullptr;
+}
+
+PyObject* Source::fetch_base(const FrameView& fv) const {
+  FetchMemo* m = FetchMemo::active();
+  if (!m) return fetch(fv);
+  auto it = m->values_.find(this);
+  if (it == m->values_.end()) it = m->values_.emplace(this, fetch(fv)).first;  // keeps the new reference
+  Py_XINCREF(it->second);
+  return it->second;  // new reference
 }
 
 bool Source::fast_ref(FastRef* out) const {

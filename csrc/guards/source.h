@@ -4,6 +4,7 @@
 #include <Python.h>
 
 #include <memory>
+#include <unordered_map>
 #include <string>
 
 namespace cdynamo::guards {
@@ -69,6 +70,8 @@ struct Source {
   // Returns a NEW reference to the value, or nullptr (with no Python error left set) when the value is
   // missing (unbound local, deleted global, empty cell, failing attribute/item lookup).
   PyObject* fetch(const FrameView& fv) const;
+  // fetch() of this source as the base of another one: remembered by the active FetchMemo, if any.
+  PyObject* fetch_base(const FrameView& fv) const;
   // True (and fills *out) if this source is a local or an item of a local: then out->peek() returns the
   // value fetch() would return whenever peek() is non-null.
   bool fast_ref(FastRef* out) const;
@@ -76,6 +79,34 @@ struct Source {
   std::string describe() const;
   // The local or global at the root of this source (for codegen): true if rooted in the frame's locals.
   const Source* root() const;
+};
+
+// While one is alive (one GuardSet check), each source fetched as a base of another is fetched once:
+// the guards of a module tree (self._modules['0']._forward_hooks, ..._parameters['weight'], ...) share
+// the walk to self._modules['0']. Instances nest (a check that runs Python that checks guards).
+class FetchMemo {
+ public:
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdangling-pointer"  // the destructor restores active_ (scoped use)
+#endif
+  FetchMemo() : outer_(active_) { active_ = this; }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+  ~FetchMemo() {
+    for (auto& kv : values_) Py_XDECREF(kv.second);
+    active_ = outer_;
+  }
+  FetchMemo(const FetchMemo&) = delete;
+  FetchMemo& operator=(const FetchMemo&) = delete;
+  static FetchMemo* active() { return active_; }
+
+ private:
+  friend struct Source;
+  std::unordered_map<const Source*, PyObject*> values_;  // new references (nullptr: missing)
+  FetchMemo* outer_;
+  static inline FetchMemo* active_ = nullptr;
 };
 
 }  // namespace cdynamo::guards

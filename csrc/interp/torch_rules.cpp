@@ -115,7 +115,10 @@ CallKind classify_callable(py::handle fn) {
   std::string name = str_attr(fn, "__name__");
   bool is_class = PyType_Check(fn.ptr());
   if (!is_class && (mod == "torch" || starts_with(mod, "torch."))) {
-    bool blocked = blocked_torch_names().count(name) > 0 || (!name.empty() && name[0] == '_');
+    // Private torch functions are not graph ops, except the fused kernels torch.nn's fast paths call.
+    static const std::unordered_set<std::string> private_ops = {"_transformer_encoder_layer_fwd",
+                                                                "_native_multi_head_attention"};
+    bool blocked = blocked_torch_names().count(name) > 0 || (!name.empty() && name[0] == '_' && !private_ops.count(name));
     for (const auto& p : blocked_torch_modules())
       if (mod == p || starts_with(mod, p + ".")) blocked = true;
     // Queries whose answer is fixed in eager Python (scripting, tracing, compiling): folded.

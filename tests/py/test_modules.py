@@ -365,3 +365,16 @@ def test_module_iteration_methods_are_traced():
     m.extra = nn.Identity()  # the module tree changed: recompiled, still equal
     assert_same(opt(x), m(x))
     assert cnt.frame_count == 2
+
+
+def test_transformer_fast_path_in_eval_no_grad_is_one_graph():
+    # Eval under no_grad takes torch.nn's fused fast path (torch._transformer_encoder_layer_fwd).
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+    enc = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    x = torch.randn(2, 5, 16)
+    cnt = CompileCounter()
+    with torch.no_grad():
+        out = cdynamo.optimize(cnt)(enc)(x)
+        torch.testing.assert_close(out, enc(x))
+    assert cnt.frame_count == 1 and cnt.op_count >= 2
