@@ -14,7 +14,7 @@ namespace {
 bool from_frame(const ValuePtr& v) { return v->is_container() && v->source && v->obj; }
 
 bool has_items(const ValuePtr& v) {
-  return v->kind == VKind::Tuple || v->kind == VKind::List || v->kind == VKind::Dict;
+  return v->kind == VKind::Tuple || v->kind == VKind::List || v->kind == VKind::Dict || v->kind == VKind::Instance;
 }
 
 void collect(const ValuePtr& v, std::vector<graph::Node*>& out, std::unordered_set<graph::Node*>& seen) {
@@ -57,6 +57,45 @@ PyObject* write_back(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return nullptr;
 }
 
+// Makes an object of a plain class with the given attributes (cls.__new__(cls), then its __dict__), for
+// an object the trace created. Called by rewritten code (borrowed arguments).
+PyObject* new_object(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2 || !PyType_Check(args[0]) || !PyDict_Check(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "_new_object(cls, attrs)");
+    return nullptr;
+  }
+  auto* type = reinterpret_cast<PyTypeObject*>(args[0]);
+  PyObject* empty = PyTuple_New(0);  // new
+  if (!empty) return nullptr;
+  PyObject* obj = type->tp_new(type, empty, nullptr);  // new
+  Py_DECREF(empty);
+  if (!obj) return nullptr;
+  PyObject** dictptr = _PyObject_GetDictPtr(obj);
+  if (!dictptr) {
+    Py_DECREF(obj);
+    PyErr_SetString(PyExc_TypeError, "_new_object: the class has no instance __dict__");
+    return nullptr;
+  }
+  if (!*dictptr && !(*dictptr = PyDict_New())) {
+    Py_DECREF(obj);
+    return nullptr;
+  }
+  if (PyDict_Update(*dictptr, args[1]) < 0) {
+    Py_DECREF(obj);
+    return nullptr;
+  }
+  return obj;  // new reference
+}
+
+PyMethodDef new_object_def = {"_cdynamo_new_object", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(new_object)),
+                              METH_FASTCALL, "Makes an object the trace created, with its attributes."};
+
+py::handle new_object_fn() {
+  static PyObject* fn = PyCFunction_New(&new_object_def, nullptr);  // process lifetime
+  if (!fn) throw py::error_already_set();
+  return fn;
+}
+
 PyMethodDef write_back_def = {"_cdynamo_write_back", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(write_back)),
                               METH_FASTCALL, "Writes a traced container's final contents back into it."};
 
@@ -91,7 +130,7 @@ namespace {
 void count_lists(const ValuePtr& v, std::unordered_map<const interp::Value*, int>& n,
                  std::vector<const interp::Value*>& order) {
   if (!v || !has_items(v) || from_frame(v)) return;
-  if (v->kind == VKind::List || v->kind == VKind::Dict) {
+  if (v->kind == VKind::List || v->kind == VKind::Dict || v->kind == VKind::Instance) {
     if (n[v.get()]++ == 0) order.push_back(v.get());
     else return;  // its items were counted on first sight
   }
@@ -248,6 +287,21 @@ void Rebuilder::push(const ValuePtr& v, int above) {
     }
     case VKind::Cell:
       throw interp::Unsupported("a closure cell cannot be passed back to Python");
+    case VKind::Instance: {  // _new_object(cls, {attrs})
+      e_.emit("PUSH_NULL");
+      e_.load_const(new_object_fn());
+      push(v->self, above + 2);
+      int k = 0;
+      for (size_t i = 0; i < v->items.size(); ++i) {
+        e_.load_const(v->keys[i]);
+        push(v->items[i], above + 4 + k);
+        k += 2;
+      }
+      e_.emit("BUILD_MAP", static_cast<int>(v->items.size()));
+      e_.emit("PRECALL", 2);
+      e_.emit("CALL", 2);
+      return;
+    }
     case VKind::Null:
       e_.emit("PUSH_NULL");
       return;

@@ -41,11 +41,21 @@ PyObject* known_type(const ValuePtr& v) {
     case VKind::Dict: return reinterpret_cast<PyObject*>(&PyDict_Type);
     case VKind::Set: return reinterpret_cast<PyObject*>(v->obj ? &PyFrozenSet_Type : &PySet_Type);
     case VKind::Const: return reinterpret_cast<PyObject*>(Py_TYPE(v->obj.ptr()));
+    case VKind::Instance: return v->self->obj.ptr();
     default: return nullptr;
   }
 }
 
 }  // namespace
+
+bool set_kwarg(Kwargs& kwargs, const std::string& name, ValuePtr value) {
+  for (auto& e : kwargs)
+    if (e.first == name) {
+      e.second = std::move(value);
+      return true;
+    }
+  return false;
+}
 
 bool is_namedtuple_class(py::handle cls) {
   if (!PyType_Check(cls.ptr())) return false;
@@ -200,6 +210,18 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
       if (args.size() == 3) return args[2];
       unsupported("getattr of a missing attribute (AttributeError is raised by Python)");
     }
+    if (obj->kind == VKind::Instance) {
+      // Its own attributes are known; a class attribute's presence is guarded on the class.
+      bool has = obj->find_key(py::str(attr)) >= 0;
+      if (!has) {
+        has = PyObject_HasAttrString(obj->self->obj.ptr(), attr.c_str()) == 1;
+        guards.add(guards::has_attr(obj->self->source, attr, has));
+      }
+      if (name == "hasattr") return Value::constant(py::bool_(has));
+      if (has) return load_attr(obj, attr);
+      if (args.size() == 3) return args[2];
+      unsupported("getattr of a missing attribute (AttributeError is raised by Python)");
+    }
     if (name == "getattr" && args.size() == 2) return load_attr(obj, attr);
     return nullptr;
   }
@@ -244,11 +266,11 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
         self = box ? box->self : load_local(0);
       }
     }
-    if (!cls || !self || cls->kind != VKind::Object || !PyType_Check(cls->obj.ptr()) || self->kind != VKind::Object ||
-        !self->source)
+    bool fresh = self && self->kind == VKind::Instance;
+    if (!cls || !self || cls->kind != VKind::Object || !PyType_Check(cls->obj.ptr()) ||
+        !(fresh || (self->kind == VKind::Object && self->source)))
       unsupported("super() outside a method of an object with a source");
-    py::object sup = refs.builtins.attr("super")(cls->obj, self->obj);
-    ValuePtr out = Value::object(sup);
+    ValuePtr out = Value::object(fresh ? py::none() : refs.builtins.attr("super")(cls->obj, self->obj));
     out->self = self;
     out->closure = {cls};
     out->name = "<super>";
@@ -273,14 +295,22 @@ ValuePtr Tracer::super_attr(const ValuePtr& sup, const std::string& name) {
   // The attribute found after `cls` in type(self).__mro__, guarded through that class.
   const ValuePtr& self = sup->self;
   py::object cls = sup->closure[0]->obj;
-  py::tuple mro = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(self->obj.ptr())))
-                      .attr("__mro__");
+  bool fresh = self->kind == VKind::Instance;  // an object made in the trace: its class value has the source
+  py::object self_type = fresh ? self->self->obj
+                               : py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(self->obj.ptr())));
+  py::tuple mro = self_type.attr("__mro__");
   size_t start = 0;
   while (start < mro.size() && mro[start].ptr() != cls.ptr()) ++start;
-  SourcePtr mro_src = guards::Source::attr(guards::Source::attr(self->source, "__class__"), "__mro__");
+  SourcePtr mro_src = fresh ? guards::Source::attr(self->self->source, "__mro__")
+                            : guards::Source::attr(guards::Source::attr(self->source, "__class__"), "__mro__");
   for (size_t k = start + 1; k < mro.size(); ++k) {
     PyObject* d = PyDict_GetItemString(reinterpret_cast<PyTypeObject*>(mro[k].ptr())->tp_dict, name.c_str());
     if (!d) continue;  // borrowed
+    if (mro[k].ptr() == reinterpret_cast<PyObject*>(&PyBaseObject_Type) && name == "__init__") {
+      ValuePtr noop = Value::constant(py::none());  // object.__init__(self): nothing to do
+      noop->name = "<noop>";
+      return noop;
+    }
     if (!PyFunction_Check(d)) unsupported("super()." + name + " is not a plain method");
     // Guarded as type(self).__mro__[k].<name>: the same function object while the classes stay as they are.
     SourcePtr fsrc = guards::Source::attr(guards::Source::item(mro_src, static_cast<int>(k)), name);
@@ -298,15 +328,8 @@ ValuePtr Tracer::call_partial(const ValuePtr& p, std::vector<ValuePtr> args, Kwa
   all.insert(all.end(), args.begin(), args.end());
   Kwargs kw;
   for (size_t i = 0; i < p->keys.size(); ++i) kw.emplace_back(p->keys[i].cast<std::string>(), p->closure[i]);
-  for (auto& kv : kwargs) {
-    bool replaced = false;
-    for (auto& e : kw)
-      if (e.first == kv.first) {
-        e.second = kv.second;
-        replaced = true;
-      }
-    if (!replaced) kw.push_back(kv);
-  }
+  for (auto& kv : kwargs)
+    if (!set_kwarg(kw, kv.first, kv.second)) kw.push_back(kv);
   return call(p->self, std::move(all), std::move(kw));
 }
 

@@ -131,15 +131,9 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
     if (fn->name == "_replace" && args.empty()) {
       std::vector<std::pair<std::string, ValuePtr>> all;
       for (size_t i = 0; i < fields.size(); ++i) all.emplace_back(py::str(fields[i]).cast<std::string>(), nt->items[i]);
-      for (auto& kv : kwargs) {
-        bool found = false;
-        for (auto& a : all)
-          if (a.first == kv.first) {
-            a.second = kv.second;
-            found = true;
-          }
-        if (!found) unsupported("namedtuple._replace with an unknown field '" + kv.first + "'");
-      }
+      for (auto& kv : kwargs)
+        if (!set_kwarg(all, kv.first, kv.second))
+          unsupported("namedtuple._replace with an unknown field '" + kv.first + "'");
       return make_namedtuple(nt->obj, {}, all);
     }
   }
@@ -154,6 +148,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
   }
   if (fn->kind == VKind::Method) return call_tensor_method(fn->self, fn->name, std::move(args), std::move(kwargs));
   if (fn->kind == VKind::Object && fn->name == "<partial>") return call_partial(fn, std::move(args), std::move(kwargs));
+  if (fn->name == "<noop>" && args.empty() && kwargs.empty()) return Value::constant(py::none());
   if (fn->grad_exit >= 0) {  // leaving `with torch.no_grad()/enable_grad()` normally: __exit__(None, None, None)
     set_grad_mode(fn->grad_exit == 1);
     return Value::constant(py::none());
@@ -166,6 +161,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
   std::string bname = builtin_name(f);
   if (bname == "dict") return make_dict(args, kwargs);
   if (is_namedtuple_class(f)) return make_namedtuple(f, args, kwargs);
+  if (fn->kind == VKind::Object && fn->source && !fn->self && is_plain_class(f))
+    return make_instance(fn, std::move(args), std::move(kwargs));
   if (ValuePtr r = call_builtin(bname, f, args, kwargs)) return r;
   if ((bname == "set" || bname == "frozenset") && kwargs.empty()) return make_set(args, bname == "frozenset");
   if (!bname.empty() && kwargs.empty()) {

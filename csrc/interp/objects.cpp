@@ -302,7 +302,98 @@ ValuePtr Tracer::call_module(const ValuePtr& mod, std::vector<ValuePtr> args,
   return result;
 }
 
+bool is_plain_class(py::handle cls) {
+  if (!PyType_Check(cls.ptr()) || Py_TYPE(cls.ptr()) != &PyType_Type) return false;  // a metaclass: no
+  auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
+  if (!(type->tp_flags & Py_TPFLAGS_HEAPTYPE) || type->tp_dictoffset == 0) return false;  // builtin or __slots__
+  if (type->tp_new != PyBaseObject_Type.tp_new) return false;  // its own __new__ (or a builtin base's)
+  // Only Python classes above it, up to object (no builtin base with hidden state, no nn.Module).
+  PyObject* mro = type->tp_mro;  // borrowed
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); ++i) {
+    auto* t = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i));
+    if (t != &PyBaseObject_Type && !(t->tp_flags & Py_TPFLAGS_HEAPTYPE)) return false;
+  }
+  if (is_nn_module(cls) || _PyType_Lookup(type, py::str("__getattr__").ptr()) ||
+      _PyType_Lookup(type, py::str("__setattr__").ptr()) != _PyType_Lookup(&PyBaseObject_Type, py::str("__setattr__").ptr()))
+    return false;
+  return true;
+}
+
+ValuePtr Tracer::make_instance(const ValuePtr& cls, std::vector<ValuePtr> args,
+                               std::vector<std::pair<std::string, ValuePtr>> kwargs) {
+  auto inst = std::make_shared<Value>();
+  inst->kind = VKind::Instance;
+  inst->self = cls;
+  auto* type = reinterpret_cast<PyTypeObject*>(cls->obj.ptr());
+  PyObject* init = _PyType_Lookup(type, py::str("__init__").ptr());  // borrowed
+  if (init == _PyType_Lookup(&PyBaseObject_Type, py::str("__init__").ptr())) {
+    if (!args.empty() || !kwargs.empty()) unsupported(describe_class(cls) + "() takes no arguments");
+    return inst;
+  }
+  if (!init || !PyFunction_Check(init)) unsupported(describe_class(cls) + ".__init__ is not a Python function");
+  // Guarded as cls.__init__ (so its closure and defaults are guarded through it).
+  ValuePtr f = wrap(init, guards::Source::attr(cls->source, "__init__"));
+  args.insert(args.begin(), inst);
+  ValuePtr r = inline_call(f, std::move(args), std::move(kwargs));
+  if (!r->is_const() || !r->obj.is_none()) unsupported("__init__ of " + describe_class(cls) + " returned a value");
+  return inst;
+}
+
+std::string Tracer::describe_class(const ValuePtr& cls) const {
+  return py::str(cls->obj.attr("__qualname__")).cast<std::string>();
+}
+
+ValuePtr Tracer::instance_attr(const ValuePtr& inst, const std::string& name) {
+  auto* type = reinterpret_cast<PyTypeObject*>(inst->self->obj.ptr());
+  PyObject* descr = _PyType_Lookup(type, py::str(name).ptr());  // borrowed, may be NULL
+  SourcePtr csrc = guards::Source::attr(inst->self->source, name);
+  if (descr && PyObject_TypeCheck(descr, &PyProperty_Type)) {  // a data descriptor wins over the instance
+    wrap(descr, csrc);
+    py::object fget = py::reinterpret_borrow<py::object>(descr).attr("fget");
+    if (!PyFunction_Check(fget.ptr())) unsupported("property '" + name + "' with a non-Python getter");
+    return inline_call(Value::object(fget), {inst}, {});
+  }
+  int at = inst->find_key(py::str(name));
+  if (at >= 0) return inst->items[static_cast<size_t>(at)];
+  if (!descr) unsupported("new " + describe_class(inst->self) + " object has no attribute '" + name + "'");
+  if (PyFunction_Check(descr)) {
+    ValuePtr f = wrap(descr, csrc);
+    ValuePtr m = Value::object(f->obj, csrc);
+    m->self = inst;
+    m->name = name;
+    return m;
+  }
+  if (Py_IS_TYPE(descr, &PyClassMethod_Type) || Py_IS_TYPE(descr, &PyStaticMethod_Type)) {
+    wrap(descr, csrc);
+    ValuePtr f = Value::object(py::reinterpret_borrow<py::object>(descr).attr("__func__"));
+    if (Py_IS_TYPE(descr, &PyClassMethod_Type)) {
+      f->self = inst->self;
+      f->name = name;
+    }
+    return f;
+  }
+  if (Py_TYPE(descr)->tp_descr_get) unsupported("class attribute '" + name + "' is a descriptor");
+  return wrap(descr, csrc);  // a plain class attribute, guarded on the class
+}
+
 void Tracer::store_attr(const ValuePtr& obj, const std::string& name, const ValuePtr& value) {
+  if (obj->kind == VKind::Instance) {
+    auto* type = reinterpret_cast<PyTypeObject*>(obj->self->obj.ptr());
+    PyObject* descr = _PyType_Lookup(type, py::str(name).ptr());  // borrowed
+    if (descr && Py_TYPE(descr)->tp_descr_set) unsupported("assignment to the data descriptor '" + name + "'");
+    if (value->kind == VKind::Iter || value->kind == VKind::Null || value->kind == VKind::Cell || value->made_in_trace)
+      unsupported("attribute assignment of " + value->describe());
+    will_mutate(obj);
+    py::str key(name);
+    int at = obj->find_key(key);
+    if (at >= 0) {
+      obj->items[static_cast<size_t>(at)] = value;
+    } else {
+      obj->keys.push_back(key);
+      obj->items.push_back(value);
+    }
+    return;
+  }
   if (obj->kind != VKind::Object || !obj->source || PyModule_Check(obj->obj.ptr()) || PyType_Check(obj->obj.ptr()))
     unsupported("attribute assignment on " + obj->describe());
   if (value->kind == VKind::Iter || value->kind == VKind::Null || value->kind == VKind::Cell || value->made_in_trace)

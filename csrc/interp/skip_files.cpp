@@ -17,13 +17,22 @@ void set_skip_dirs(std::vector<std::string> dirs) {
   prefixes() = std::move(dirs);
 }
 
-bool is_library_file(PyCodeObject* code) {
+namespace {
+// co_filename as text; false (no error left set) when it cannot be read.
+bool filename_of(PyCodeObject* code, std::string* out) {
   const char* f = PyUnicode_AsUTF8(code->co_filename);  // borrowed buffer
   if (!f) {
     PyErr_Clear();
-    return true;
+    return false;
   }
-  std::string file(f);
+  *out = f;
+  return true;
+}
+}  // namespace
+
+bool is_library_file(PyCodeObject* code) {
+  std::string file;
+  if (!filename_of(code, &file)) return true;
   if (file.empty() || file[0] == '<') return file.rfind("<frozen", 0) == 0;
   for (const auto& p : prefixes())
     if (file.rfind(p, 0) == 0) return true;
@@ -31,23 +40,15 @@ bool is_library_file(PyCodeObject* code) {
 }
 
 bool is_torch_nn_module_file(PyCodeObject* code) {
-  const char* f = PyUnicode_AsUTF8(code->co_filename);  // borrowed buffer
-  if (!f) {
-    PyErr_Clear();
-    return false;
-  }
-  std::string file(f);
+  std::string file;
+  if (!filename_of(code, &file)) return false;
   bool nn = file.find("/torch/nn/modules/") != std::string::npos || file.find("/torch/nn/functional.py") != std::string::npos;
   return nn && is_library_file(code);
 }
 
 bool is_inlinable_library_file(PyCodeObject* code) {
-  const char* f = PyUnicode_AsUTF8(code->co_filename);  // borrowed buffer
-  if (!f) {
-    PyErr_Clear();
-    return false;
-  }
-  std::string file(f);
+  std::string file;
+  if (!filename_of(code, &file)) return false;
   for (const char* part : {"/torch/backends/", "/torch/_jit_internal.py", "/torch/nn/utils/", "/torch/overrides.py"})
     if (file.find(part) != std::string::npos) return true;
   return false;

@@ -418,6 +418,7 @@ ValuePtr Tracer::load_attr(const ValuePtr& obj, const std::string& name) {
       if (it->obj && it->obj->obj.is(obj->obj) && it->name == name) return it->value;
   if (obj->kind == VKind::Object && obj->name == "<super>") return super_attr(obj, name);
   if (obj->kind == VKind::Tuple && obj->obj) return namedtuple_attr(obj, name);
+  if (obj->kind == VKind::Instance) return instance_attr(obj, name);
   switch (obj->kind) {
     case VKind::Tensor:
       return tensor_attr(*this, obj, name);

@@ -61,6 +61,11 @@ bool foldable(const ValuePtr& v);
 void on_opcode(HandlerTable& t, const char* name, Handler h);
 // The opcode -> handler table (built once from the families above).
 const HandlerTable& handler_table();
+// A class whose objects the trace can make: a Python class (type's instance) with object.__new__, an
+// instance __dict__, no __getattr__/__setattr__ of its own and only Python classes up to object.
+bool is_plain_class(py::handle cls);
+// Sets keyword `name` in `kwargs` (replacing an existing one in place); returns true if it replaced one.
+bool set_kwarg(std::vector<std::pair<std::string, ValuePtr>>& kwargs, const std::string& name, ValuePtr value);
 // True for classes made by collections.namedtuple / typing.NamedTuple (direct tuple subclasses with _fields).
 bool is_namedtuple_class(py::handle cls);
 // True for torch.no_grad / torch.enable_grad (classes whose `with` blocks are traced; ops_with.cpp).
@@ -187,6 +192,12 @@ class Tracer {
   // overridden: an iterator over the values, the module tree guarded; nullptr when not applicable.
   ValuePtr module_iteration(const ValuePtr& self, const std::string& name, const std::vector<ValuePtr>& args,
                             const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
+  // Objects of plain Python classes made in the trace (objects.cpp): cls(*args) with __init__ inlined,
+  // attribute reads (instance dict, then class: methods, properties, class attributes guarded on the class).
+  ValuePtr make_instance(const ValuePtr& cls, std::vector<ValuePtr> args,
+                         std::vector<std::pair<std::string, ValuePtr>> kwargs);
+  ValuePtr instance_attr(const ValuePtr& inst, const std::string& name);
+  std::string describe_class(const ValuePtr& cls) const;
   // obj.name = value on an object of the frame: recorded and replayed after the graph, in program order.
   void store_attr(const ValuePtr& obj, const std::string& name, const ValuePtr& value);
   // `a <op> b` for set operators (| & - ^ and their in-place forms) on sets and `|` on dicts; nullptr

@@ -32,6 +32,8 @@ enum class VKind {
   Iter,    // an iterator over values known at trace time (items, position `pos`); loops unroll over it
   Dict,    // a dict: constant keys (`keys`) and values (`items`), insertion ordered; from the frame when
            // it has a Source (and `obj`, the real dict)
+  Instance,  // an object of a plain Python class made in the trace: its class value in `self`, its
+             // attributes in `keys` (names) / `items` (values), insertion ordered
   Cell,    // a closure cell shared by a frame of the trace and the functions made in it; content in `self`
   Set,     // a set of constants (`keys`, insertion ordered); from the frame when it has a Source (and `obj`)
 };

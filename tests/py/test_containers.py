@@ -181,3 +181,43 @@ def test_closure_sees_assignments_after_it_was_made():
     x = torch.randn(3)
     assert_same(opt(x), f(x))
     assert cnt.frame_count == 1
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Objects of plain classes made in the traced code.
+
+class _Acc:
+    bias = 1.0
+
+    def __init__(self, x, scale=2.0):
+        self.x = x * scale
+        self.calls = 0
+
+    def step(self, y):
+        self.calls += 1
+        self.x = self.x + y + self.bias
+        return self
+
+
+def test_object_made_in_the_trace_is_rebuilt_once_with_its_attributes():
+    def f(x):
+        acc = _Acc(x)
+        acc.step(x).step(1.0)
+        return acc, [acc], acc.x.sum()
+
+    cnt = CompileCounter()
+    opt = cdynamo.optimize(cnt)(f)
+    x = torch.randn(3)
+    a, lst, s = opt(x)
+    e, _, es = f(x)
+    assert cnt.frame_count == 1, "the object's creation and methods are inside the graph"
+    assert type(a) is _Acc and lst[0] is a
+    assert a.calls == e.calls == 2
+    assert_same(a.x, e.x)
+    assert_same(s, es)
+    _Acc.bias = 5.0  # a class attribute the trace read: guarded
+    try:
+        assert_same(opt(x)[0].x, f(x)[0].x)
+        assert cnt.frame_count == 2
+    finally:
+        _Acc.bias = 1.0
