@@ -445,8 +445,16 @@ ValuePtr Tracer::apply_operator(py::handle op, std::vector<ValuePtr> args) {
   // In-place operators (iadd, imul, ...) mutate their example and are never memoized.
   std::optional<MetaKey> key;
   if (!name.empty() && name[0] != 'i') {
+    // Elementwise arithmetic and comparisons: a scalar operand's value does not change the result's
+    // metadata (x * 1.001 + i in an unrolled loop hits the memo for every i).
+    static const char* const by_kind[] = {"add", "sub", "mul", "truediv", "lt", "le", "eq", "ne", "gt", "ge"};
+    bool scalar_kind = false;
+    for (const char* k : by_kind) scalar_kind = scalar_kind || name == k;
     key.emplace("O" + name);
-    for (const auto& a : args) key->add(a);
+    for (const auto& a : args) {
+      if (scalar_kind) key->add_scalar_kind(a);
+      else key->add(a);
+    }
   }
   py::object result = key ? meta_cache_lookup(*key) : py::object();
   if (!result) {

@@ -142,6 +142,20 @@ void MetaKey::add(const ValuePtr& v) {
   if (ok) ok = put_value(bytes, v);
 }
 
+void MetaKey::add_scalar_kind(const ValuePtr& v) {
+  if (!ok) return;
+  if (v->is_const()) {
+    PyObject* o = v->obj.ptr();
+    char tag = PyBool_Check(o) ? 'b' : PyLong_CheckExact(o) ? 'i' : PyFloat_CheckExact(o) ? 'f' : PyComplex_CheckExact(o) ? 'c' : 0;
+    if (tag) {
+      bytes += 'S';
+      bytes += tag;
+      return;
+    }
+  }
+  add(v);
+}
+
 void MetaKey::add_kw(const std::string& name, const ValuePtr& v) {
   if (!ok) return;
   if (name == "out") {  // writes into an argument: never memoized

@@ -21,6 +21,9 @@ struct MetaKey {
   // "M" + tensor method name. Grad mode and the default dtype are part of every key.
   explicit MetaKey(const std::string& op_tag);
   void add(const ValuePtr& v);
+  // A Python number keyed by its type only (bool / int / float / complex), else as add(): for elementwise
+  // operators, whose result metadata does not depend on a scalar operand's value.
+  void add_scalar_kind(const ValuePtr& v);
   void add_kw(const std::string& name, const ValuePtr& v);
 };
 
