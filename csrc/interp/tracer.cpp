@@ -511,6 +511,10 @@ ValuePtr Tracer::wrap_result(graph::Node* node, py::handle result, py::object de
     py::object getitem = refs.operator_mod.attr("getitem");
     for (size_t i = 0; i < seq.size(); ++i) {
       py::object item = seq[i];
+      if (item.is_none()) {  // an output the op leaves out (attention weights not asked for): None
+        items.push_back(Value::constant(item));
+        continue;
+      }
       if (!guards::is_tensor(item.ptr())) unsupported("operation returned a sequence with non-tensor items");
       graph::Node* n = graph.call_function(getitem, {graph::Arg::ref(node), graph::Arg::constant(py::int_(i))}, {},
                                            item);
