@@ -124,6 +124,19 @@ bool Guard::check(const FrameView& fv, std::string* why) const {
       if (!ok) reason = "expected " + repr_of(expected) + ", actual " + repr_of(v);
       break;
     }
+    case GuardKind::NoModuleHooks: {
+      // The four hook dicts live in the instance __dict__; a missing one counts as empty.
+      PyObject** dp = _PyObject_GetDictPtr(v);
+      PyObject* d = dp ? *dp : nullptr;  // borrowed
+      ok = d != nullptr;
+      for (Py_ssize_t i = 0; ok && i < PyTuple_GET_SIZE(expected); ++i) {
+        PyObject* h = PyDict_GetItemWithError(d, PyTuple_GET_ITEM(expected, i));  // borrowed
+        if (!h && PyErr_Occurred()) PyErr_Clear();
+        ok = !h || (PyDict_Check(h) && PyDict_GET_SIZE(h) == 0);
+      }
+      if (!ok) reason = "a hook was registered";
+      break;
+    }
     case GuardKind::HasAttr: {
       int has = PyObject_HasAttr(v, expected);
       ok = has == state;
@@ -357,6 +370,15 @@ Guard has_attr(SourcePtr src, const std::string& name, bool present) {
 Guard autocast_guard() {
   Guard g = base(GuardKind::Autocast, nullptr, "AUTOCAST");
   g.state = autocast_state();
+  return g;
+}
+
+Guard no_module_hooks(SourcePtr module) {
+  Guard g = base(GuardKind::NoModuleHooks, std::move(module), "NO_HOOKS");
+  g.expected = Py_BuildValue("(ssss)", "_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks",
+                             "_backward_hooks");  // owned tuple of names
+  if (!g.expected) throw std::runtime_error("NO_HOOKS guard: cannot build names");
+  for (Py_ssize_t i = 0; i < 4; ++i) PyUnicode_InternInPlace(&PyTuple_GET_ITEM(g.expected, i));
   return g;
 }
 

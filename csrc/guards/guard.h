@@ -21,6 +21,7 @@ enum class GuardKind {
   LengthMatch,   // type(value) is T and len(value) == n
   DictKeys,      // value is an exact dict whose keys are `expected` (a tuple), in that order
   HasAttr,       // hasattr(value, label-name) == state
+  NoModuleHooks, // the nn.Module's forward / backward (pre-)hook dicts are all empty (C-level lookups)
   GradMode,      // torch.is_grad_enabled() == expected
   DefaultDtype,  // torch.get_default_dtype() == expected
   Autocast,      // the CPU / CUDA autocast switches are as at compile time
@@ -88,6 +89,7 @@ Guard equals_match(SourcePtr src, PyObject* value);
 Guard length_match(SourcePtr src, PyObject* value);
 Guard dict_keys_match(SourcePtr src, PyObject* dict);
 Guard has_attr(SourcePtr src, const std::string& name, bool present);
+Guard no_module_hooks(SourcePtr module);
 Guard grad_mode_guard();
 Guard default_dtype_guard();
 Guard autocast_guard();

@@ -204,9 +204,11 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
     if (obj->kind == VKind::Object && obj->source && !PyModule_Check(obj->obj.ptr())) {
       // Whether the attribute exists is guarded; its value is read (and guarded) only when it does.
       int has = PyObject_HasAttrString(obj->obj.ptr(), attr.c_str());
+      // getattr of a present attribute: the guard on the value read (through obj.attr) also fails when
+      // the attribute goes away, so presence needs no guard of its own.
+      if (name == "getattr" && has == 1) return load_attr(obj, attr);
       guards.add(guards::has_attr(obj->source, attr, has == 1));
       if (name == "hasattr") return Value::constant(py::bool_(has == 1));
-      if (has == 1) return load_attr(obj, attr);
       if (args.size() == 3) return args[2];
       unsupported("getattr of a missing attribute (AttributeError is raised by Python)");
     }

@@ -233,11 +233,20 @@ ValuePtr Tracer::call_module(const ValuePtr& mod, std::vector<ValuePtr> args,
   // order, each hook inlined like any function. Every hook dict is guarded on its contents (empty ones on
   // their length), the global ones through torch.nn.modules.module's globals.
   py::handle f = mod->obj;
-  for (const char* d : {"_backward_hooks", "_backward_pre_hooks"}) {
+  bool any_hook = false;
+  for (const char* d : {"_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks"}) {
     py::object hooks = py::getattr(f, d, py::none());
-    if (hooks.is_none()) continue;
-    if (py::len(hooks) != 0) unsupported(std::string("module call with ") + d + " registered");
-    guards.add(guards::length_match(guards::Source::attr(mod->source, d), hooks.ptr()));
+    if (!hooks.is_none() && py::len(hooks) != 0) any_hook = true;
+  }
+  if (!any_hook) {
+    guards.add(guards::no_module_hooks(mod->source));  // the common case: one C-level check
+  } else {
+    for (const char* d : {"_backward_hooks", "_backward_pre_hooks"}) {
+      py::object hooks = py::getattr(f, d, py::none());
+      if (hooks.is_none()) continue;
+      if (py::len(hooks) != 0) unsupported(std::string("module call with ") + d + " registered");
+      guards.add(guards::length_match(guards::Source::attr(mod->source, d), hooks.ptr()));
+    }
   }
   py::module_ mm = py::module_::import("torch.nn.modules.module");
   PyObject* mm_globals = PyModule_GetDict(mm.ptr());  // borrowed
@@ -249,7 +258,7 @@ ValuePtr Tracer::call_module(const ValuePtr& mod, std::vector<ValuePtr> args,
   }
   auto hook_dict = [&](const char* d) {
     py::object hooks = py::getattr(f, d, py::none());
-    if (!hooks.is_none()) guard_hook_dict(*this, guards::Source::attr(mod->source, d), hooks);
+    if (!hooks.is_none() && any_hook) guard_hook_dict(*this, guards::Source::attr(mod->source, d), hooks);
     return hooks;
   };
   py::object pre = hook_dict("_forward_pre_hooks");

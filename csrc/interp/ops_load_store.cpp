@@ -159,6 +159,8 @@ void store_attr(Tracer& t, const Instruction& i) {
 void store_global(Tracer& t, const Instruction& i) {
   if (t.trusted_globals())
     t.unsupported("assignment to a global of library code");
+  if (!t.in_frame_module())
+    t.unsupported("assignment to a global of another module (an inlined function's)");
   ValuePtr value = t.peek(1);
   if (value->kind == VKind::Iter || value->kind == VKind::Null || value->made_in_trace)
     t.unsupported("global assignment of " + value->describe());

@@ -387,8 +387,9 @@ ValuePtr Tracer::load_global(const std::string& name) {
     return is_constant_object(o) ? Value::constant(o) : Value::object(o);
   }
   // A global this trace assigned reads back the assigned value (the store is replayed later).
-  for (auto it = attr_stores.rbegin(); it != attr_stores.rend(); ++it)
-    if (!it->obj && it->name == name) return it->value;
+  if (in_frame_module())
+    for (auto it = attr_stores.rbegin(); it != attr_stores.rend(); ++it)
+      if (!it->obj && it->name == name) return it->value;
   bool other_module = fv.globals != frame_globals_;  // an inlined callee from another module
   PyObject* v = PyDict_GetItemWithError(fv.globals, key.ptr());  // borrowed
   if (v) return wrap(v, other_module ? guards::Source::module_global(fv.globals, name) : guards::Source::global(name));

@@ -148,6 +148,8 @@ class Tracer {
                        std::vector<std::pair<std::string, ValuePtr>> kwargs);
   int inline_depth() const { return inline_depth_; }
   bool trusted_globals() const { return trusted_globals_; }
+  // True while the globals in use are the traced frame's own (not an inlined callee's from another module).
+  bool in_frame_module() const { return fv.globals == frame_globals_; }
   // The items of a value iterated at trace time (tuple, list, constant range/tuple/str, an iterator,
   // nn.Sequential / nn.ModuleList with sources); throws Unsupported otherwise (ops_iter.cpp).
   std::vector<ValuePtr> unpack_iterable(const ValuePtr& v);

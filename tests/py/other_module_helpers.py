@@ -7,3 +7,11 @@ SCALE = 2.0
 
 def scaled_relu(x):
     return torch.relu(x) * SCALE
+
+CALLS = 0
+
+
+def counted_double(x):
+    global CALLS
+    CALLS += 1  # a global of this module, assigned from an inlined call
+    return x * 2

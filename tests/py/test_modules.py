@@ -378,3 +378,21 @@ def test_transformer_fast_path_in_eval_no_grad_is_one_graph():
         out = cdynamo.optimize(cnt)(enc)(x)
         torch.testing.assert_close(out, enc(x))
     assert cnt.frame_count == 1 and cnt.op_count >= 2
+
+
+def test_global_assignment_in_another_modules_function_happens_once_per_call():
+    import other_module_helpers as other
+
+    def f(x):
+        return other.counted_double(x) + other.CALLS
+
+    opt = cdynamo.optimize("eager")(f)
+    x = torch.randn(3)
+    other.CALLS = 0
+    expected = [f(x) for _ in range(3)]
+    assert other.CALLS == 3
+    other.CALLS = 0
+    got = [opt(x) for _ in range(3)]
+    assert other.CALLS == 3
+    for g, e in zip(got, expected):
+        assert_same(g, e)
