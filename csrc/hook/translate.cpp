@@ -71,7 +71,9 @@ void report(PyObject* cb, const char* method, py::dict info) {
     py::handle(cb).attr(method)(info);
   } catch (py::error_already_set& e) {
     // A failing report must not break the user's program.
-    PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "cdynamo: callback %s failed: %s", method, e.what());
+    // (With warnings turned into errors the warning cannot be shown: it is dropped, not left set.)
+    if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "cdynamo: callback %s failed: %s", method, e.what()) < 0)
+      PyErr_Clear();
   }
 }
 
