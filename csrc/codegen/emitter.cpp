@@ -1,6 +1,8 @@
 // emitter.cpp — owns instruction emission, pool management and code-object finishing for codegen.
 #include "codegen/emitter.h"
 
+#include <algorithm>
+
 #include <stdexcept>
 
 #include "compat/compat.h"
@@ -51,8 +53,47 @@ size_t Emitter::copy_prefix(const bytecode::Bytecode& original) {
   return n;
 }
 
+void Emitter::load_inputs(const std::vector<const guards::Source*>& srcs) {
+  // Bases (chains two steps or more from the frame) by their text: every Source object with that text
+  // and how many inputs go through it.
+  struct Use {
+    std::vector<const guards::Source*> objects;
+    int count = 0;
+  };
+  std::unordered_map<std::string, Use> uses;
+  std::vector<std::string> order;
+  for (const guards::Source* s : srcs)
+    for (const guards::Source* b = s->base.get(); b && b->base; b = b->base.get()) {
+      std::string key = b->describe();
+      auto [it, fresh] = uses.try_emplace(key);
+      if (fresh) order.push_back(key);
+      it->second.objects.push_back(b);
+      it->second.count++;
+    }
+  // Shortest first, so a longer shared base is built from a shorter one already in a temporary.
+  std::stable_sort(order.begin(), order.end(), [](const std::string& a, const std::string& b) { return a.size() < b.size(); });
+  std::vector<int> slots;
+  for (const auto& key : order) {
+    const Use& u = uses[key];
+    if (u.count < 2) continue;
+    load_source(*u.objects.front());
+    int slot = add_local("___base" + std::to_string(slots.size()));
+    emit("STORE_FAST", slot);
+    slots.push_back(slot);
+    for (const guards::Source* o : u.objects) base_slots_[o] = slot;
+  }
+  for (const guards::Source* s : srcs) load_source(*s);
+  for (int slot : slots) emit("DELETE_FAST", slot);
+  base_slots_.clear();
+}
+
 void Emitter::load_source(const guards::Source& src) {
   using K = guards::Source::Kind;
+  auto cached = base_slots_.find(&src);
+  if (cached != base_slots_.end()) {
+    emit("LOAD_FAST", cached->second);
+    return;
+  }
   switch (src.kind) {
     case K::Local: {
       int kind = compat::code_localsplus_kind(code_, src.index);

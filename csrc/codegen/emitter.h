@@ -2,6 +2,8 @@
 // object derived from the original.
 #pragma once
 
+#include <unordered_map>
+
 #include <pybind11/pybind11.h>
 
 #include <string>
@@ -28,6 +30,9 @@ class Emitter {
   size_t copy_prefix(const bytecode::Bytecode& original);
   // Pushes the value of `src` (LOAD_FAST / LOAD_DEREF / LOAD_GLOBAL / LOAD_ATTR / BINARY_SUBSCR).
   void load_source(const guards::Source& src);
+  // Loads the graph inputs `srcs` in order; a base shared by two or more of them (self._modules['0'])
+  // is computed once into a temporary local first, when the code allows new locals.
+  void load_inputs(const std::vector<const guards::Source*>& srcs);
   void load_const(py::handle value) { emit("LOAD_CONST", const_index(value)); }
   // Appends a new local variable and returns its slot. Only for codes without cells/free variables
   // (their slots would shift).
@@ -45,7 +50,8 @@ class Emitter {
   py::list consts_;
   py::list varnames_;
   bool varnames_changed_ = false;
-  int added_locals_ = 0;  // add_local() calls: cell / free variable slots move up by this many
+  int added_locals_ = 0;
+  std::unordered_map<const guards::Source*, int> base_slots_;  // bases held in temporaries (load_inputs)  // add_local() calls: cell / free variable slots move up by this many
   int argcount_ = -1;
   bytecode::Position pos_;
 };

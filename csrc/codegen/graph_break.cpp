@@ -172,7 +172,9 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
   if (!compiled_name.empty()) {
     tmp = e.add_local("___graph_out");
     e.emit("LOAD_GLOBAL", (e.name_index(compiled_name) << 1) | 1);
-    for (const auto& in : t.inputs) e.load_source(*in.source);
+    std::vector<const guards::Source*> srcs;
+    for (const auto& in : t.inputs) srcs.push_back(in.source.get());
+    e.load_inputs(srcs);
     int n = static_cast<int>(t.inputs.size());
     e.emit("PRECALL", n);
     e.emit("CALL", n);

@@ -10,7 +10,9 @@ py::object straight_line(interp::Tracer& t, const std::string& compiled_name,
   Emitter e(t.code);
   e.copy_prefix(t.bc);
   e.emit("LOAD_GLOBAL", (e.name_index(compiled_name) << 1) | 1);
-  for (const auto& in : t.inputs) e.load_source(*in.source);
+  std::vector<const guards::Source*> srcs;
+  for (const auto& in : t.inputs) srcs.push_back(in.source.get());
+  e.load_inputs(srcs);
   int n = static_cast<int>(t.inputs.size());
   e.emit("PRECALL", n);
   e.emit("CALL", n);
