@@ -87,23 +87,22 @@ PyObject* new_object(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return obj;  // new reference
 }
 
+// A builtin function object for `def` (created once, kept for the process lifetime: code objects hold it).
+py::handle builtin_fn(PyMethodDef* def, PyObject** slot) {
+  if (!*slot) *slot = PyCFunction_New(def, nullptr);  // new reference, never released
+  if (!*slot) throw py::error_already_set();
+  return *slot;
+}
+
 PyMethodDef new_object_def = {"_cdynamo_new_object", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(new_object)),
                               METH_FASTCALL, "Makes an object the trace created, with its attributes."};
-
-py::handle new_object_fn() {
-  static PyObject* fn = PyCFunction_New(&new_object_def, nullptr);  // process lifetime
-  if (!fn) throw py::error_already_set();
-  return fn;
-}
-
 PyMethodDef write_back_def = {"_cdynamo_write_back", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(write_back)),
                               METH_FASTCALL, "Writes a traced container's final contents back into it."};
+PyObject* new_object_obj = nullptr;
+PyObject* write_back_obj = nullptr;
 
-py::handle write_back_fn() {
-  static PyObject* fn = PyCFunction_New(&write_back_def, nullptr);  // process lifetime
-  if (!fn) throw py::error_already_set();
-  return fn;
-}
+py::handle new_object_fn() { return builtin_fn(&new_object_def, &new_object_obj); }
+py::handle write_back_fn() { return builtin_fn(&write_back_def, &write_back_obj); }
 
 }  // namespace
 

@@ -1,5 +1,5 @@
-# conftest.py — owns making pytest use the installed cdynamo (never python/ of the source tree) and the
-# per-test hang limit.
+# conftest.py — owns making pytest use the installed cdynamo (never python/ of the source tree), the
+# cdynamo_reset fixture and the per-test hang limit.
 import faulthandler
 import os
 import sys
@@ -19,6 +19,14 @@ import cdynamo  # noqa: E402
 
 if os.path.abspath(cdynamo.__file__).startswith(_SRC + os.sep):
     raise RuntimeError(f"tests must import the installed cdynamo, got {cdynamo.__file__}; run bash scripts/setup.sh")
+
+
+@pytest.fixture
+def cdynamo_reset():
+    """Drops every compiled frame before and after the test (used through pytestmark by the test files)."""
+    cdynamo.reset()
+    yield
+    cdynamo.reset()
 
 
 # A test that hangs (e.g. a deadlock in the frame hook) dumps every thread's stack and ends the run, so it

@@ -14,11 +14,8 @@ from cdynamo.testing import CompileCounter, assert_same
 import graph_break_corpus as corpus
 
 
-@pytest.fixture(autouse=True)
-def _reset():
-    cdynamo.reset()
-    yield
-    cdynamo.reset()
+# cdynamo.reset() before and after each test (conftest.py).
+pytestmark = pytest.mark.usefixtures("cdynamo_reset")
 
 
 def clone_args(args):

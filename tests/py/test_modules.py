@@ -10,11 +10,8 @@ import cdynamo
 from cdynamo.testing import CompileCounter, assert_same
 
 
-@pytest.fixture(autouse=True)
-def _reset():
-    cdynamo.reset()
-    yield
-    cdynamo.reset()
+# cdynamo.reset() before and after each test (conftest.py).
+pytestmark = pytest.mark.usefixtures("cdynamo_reset")
 
 
 class Inner(nn.Module):

@@ -25,11 +25,8 @@ def clone_args(args):
     return out
 
 
-@pytest.fixture(autouse=True)
-def _reset():
-    cdynamo.reset()
-    yield
-    cdynamo.reset()
+# cdynamo.reset() before and after each test (conftest.py).
+pytestmark = pytest.mark.usefixtures("cdynamo_reset")
 
 
 def case_id(case):
