@@ -181,13 +181,14 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
     e.emit("STORE_FAST", tmp);
   }
   Rebuilder rb(e, outputs, tmp);
-  std::vector<ValuePtr> roots = break_values(t);
+  const std::vector<ValuePtr> rebuilt = break_values(t);
+  std::vector<ValuePtr> roots = rebuilt;
   for (const auto& v : effect_values(t)) roots.push_back(v);
   rb.share(roots);
   if (Rebuilder::has_effects(t)) {
     // Everything the rewritten frame rebuilds is read before the side effects are written.
     rb.stage_effects(t);
-    for (const auto& v : break_values(t)) rb.pin(v->kind == VKind::Method ? v->self : v);
+    for (const auto& v : rebuilt) rb.pin(v->kind == VKind::Method ? v->self : v);
     rb.commit_effects();
   }
   for (int slot = 0; slot < nlocals; ++slot) {

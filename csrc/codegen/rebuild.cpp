@@ -225,6 +225,16 @@ void Rebuilder::release() {
   for (int slot : temps_) e_.emit("DELETE_FAST", slot);
 }
 
+void Rebuilder::call_on_tuple(py::handle fn, const std::vector<ValuePtr>& items, int above) {
+  e_.emit("PUSH_NULL");
+  e_.load_const(fn);
+  int k = 0;
+  for (const auto& i : items) push(i, above + 2 + k++);  // above the NULL and the callable
+  e_.emit("BUILD_TUPLE", static_cast<int>(items.size()));
+  e_.emit("PRECALL", 1);
+  e_.emit("CALL", 1);
+}
+
 void Rebuilder::push(const ValuePtr& v, int above) {
   auto it = shared_.find(v.get());
   if (it != shared_.end()) {
@@ -270,13 +280,7 @@ void Rebuilder::push(const ValuePtr& v, int above) {
         return;
       }
       if (v->kind == VKind::Tuple && v->obj) {  // a namedtuple: cls._make((items...))
-        e_.emit("PUSH_NULL");
-        e_.load_const(v->obj.attr("_make"));
-        int k = 0;
-        for (const auto& i : v->items) push(i, above + 2 + k++);
-        e_.emit("BUILD_TUPLE", static_cast<int>(v->items.size()));
-        e_.emit("PRECALL", 1);
-        e_.emit("CALL", 1);
+        call_on_tuple(v->obj.attr("_make"), v->items, above);
         return;
       }
       int k = 0;
@@ -330,13 +334,7 @@ void Rebuilder::push(const ValuePtr& v, int above) {
     case VKind::Iter: {
       // An iterator over values known at trace time: iter() of a tuple of the items not yet consumed.
       if (v->pos != 0) throw interp::Unsupported("cannot rebuild an iterator in the middle of a loop");
-      e_.emit("PUSH_NULL");
-      e_.load_const(py::module_::import("builtins").attr("iter"));
-      int k = 0;
-      for (const auto& i : v->items) push(i, above + 2 + k++);
-      e_.emit("BUILD_TUPLE", static_cast<int>(v->items.size()));
-      e_.emit("PRECALL", 1);
-      e_.emit("CALL", 1);
+      call_on_tuple(interp::PyRefs::get().builtins.attr("iter"), v->items, above);
       return;
     }
   }

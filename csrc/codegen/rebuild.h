@@ -36,6 +36,8 @@ class Rebuilder {
 
  private:
   int stage(const interp::ValuePtr& v);  // push(v) into a new temporary; returns its slot
+  // Pushes fn((items...)) (a namedtuple's _make, iter): items built above the NULL and `fn`.
+  void call_on_tuple(py::handle fn, const std::vector<interp::ValuePtr>& items, int above);
   // One staged effect: write-back of container contents (`name` empty, `obj_slot` the container) or a
   // store of `value_slot` to attribute `name` of `obj_slot` (a global when obj_slot < 0).
   struct Effect {

@@ -278,7 +278,7 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
     out->name = "<super>";
     return out;
   }
-  if (f.is(py::module_::import("functools").attr("partial")) && !args.empty()) {
+  if (f.is(refs.functools_partial) && !args.empty()) {
     ValuePtr p = Value::object(py::reinterpret_borrow<py::object>(f));
     p->name = "<partial>";
     p->self = args[0];

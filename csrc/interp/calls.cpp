@@ -57,6 +57,32 @@ py::object run_meta(Tracer& t, const std::string& what, py::handle fn, py::tuple
   }
 }
 
+// torch._C._has_torch_function*(args): false when no argument can carry __torch_function__ (tensors
+// whose exact type, guarded by TENSOR_MATCH, is torch.Tensor or nn.Parameter, tensors made by the graph,
+// constants); Unsupported otherwise.
+bool has_torch_function(Tracer& t, const std::string& what, const std::vector<ValuePtr>& args) {
+  auto& refs = PyRefs::get();
+  std::vector<ValuePtr> work(args.begin(), args.end());
+  while (!work.empty()) {
+    ValuePtr v = work.back();
+    work.pop_back();
+    if (v->kind == VKind::Tuple || v->kind == VKind::List) {
+      work.insert(work.end(), v->items.begin(), v->items.end());
+    } else if (v->is_tensor()) {
+      for (const auto& in : t.inputs) {
+        py::handle type = py::type::handle_of(in.value);
+        if (in.node == v->node && !type.is(refs.tensor_type) && !type.is(refs.nn_parameter))
+          t.unsupported(what + " on a tensor subclass");
+      }
+    } else if (v->kind == VKind::Object) {
+      if (py::hasattr(v->obj, "__torch_function__")) t.unsupported(what + " on an object with __torch_function__");
+    } else if (!v->is_const()) {
+      t.unsupported(what + " on " + v->describe());
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 bool foldable(const ValuePtr& v) {
@@ -86,12 +112,13 @@ ValuePtr Tracer::fold_call(py::handle f, const std::string& what, const std::vec
     if (!foldable(a)) unsupported(what + " on " + a->describe() + " (not a constant)");
   for (const auto& kv : kwargs)
     if (!foldable(kv.second)) unsupported(what + " on " + kv.second->describe() + " (not a constant)");
-  // Lists, dicts and sets are folded on fresh copies: a function that changes its argument cannot be.
+  // Lists, dicts and sets are folded on fresh copies: a function that changes its argument (operator's
+  // item and in-place functions) or answers with its identity (id) cannot be, nor can iter/int of one.
+  static const std::unordered_set<std::string> needs_the_object = {
+      "setitem", "delitem", "iadd", "iand", "iconcat", "ifloordiv", "ilshift", "imatmul", "imod", "imul",
+      "ior", "ipow", "irshift", "isub", "itruediv", "ixor", "id", "iter", "int"};
   std::string fname = py::str(py::getattr(f, "__name__", py::str(""))).cast<std::string>();
-  bool mutating = fname == "setitem" || fname == "delitem" || (fname.size() > 1 && fname[0] == 'i' && fname != "index" &&
-                                                                fname != "isinstance" && fname != "issubclass" &&
-                                                                fname != "is_" && fname != "is_not" && fname != "iter");
-  if (mutating)
+  if (needs_the_object.count(fname))
     for (const auto& a : args)
       if (a->is_container()) unsupported(what + " would change " + a->describe());
   py::tuple pargs(args.size());
@@ -173,40 +200,6 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
       return Value::constant(py::int_(args[0]->keys.size()));
     if (ValuePtr r = call_iter_builtin(bname, args)) return r;
   }
-  std::string fname = PyCFunction_Check(f.ptr()) ? callable_name(f) : std::string();
-  if (fname == "torch.is_autocast_enabled" || fname == "torch.is_autocast_cpu_enabled") {
-    // The autocast switches are guarded; the answer for this trace is the one Python gives now.
-    guards.add(guards::autocast_guard());
-    return fold_call(f, fname, args, kwargs);
-  }
-  if (!fname.empty() && fname.find("has_torch_function") != std::string::npos) {
-    // False when no argument can carry __torch_function__: tensors whose exact type (guarded by
-    // TENSOR_MATCH) is torch.Tensor or nn.Parameter, made by the graph, or no tensors at all.
-    std::vector<ValuePtr> flat;
-    std::vector<ValuePtr> work(args.begin(), args.end());
-    while (!work.empty()) {
-      ValuePtr v = work.back();
-      work.pop_back();
-      if (v->kind == VKind::Tuple || v->kind == VKind::List) work.insert(work.end(), v->items.begin(), v->items.end());
-      else flat.push_back(v);
-    }
-    py::object param = PyRefs::get().torch.attr("nn").attr("Parameter");
-    for (const auto& v : flat) {
-      if (v->is_tensor()) {
-        for (const auto& in : inputs)
-          if (in.node == v->node && !py::type::handle_of(in.value).is(PyRefs::get().tensor_type) && !py::type::handle_of(in.value).is(param))
-            unsupported(fname + " on a tensor subclass");
-      } else if (!v->is_const() && v->kind != VKind::Object) {
-        unsupported(fname + " on " + v->describe());
-      } else if (v->kind == VKind::Object && py::hasattr(v->obj, "__torch_function__")) {
-        unsupported(fname + " on an object with __torch_function__");
-      }
-    }
-    return Value::constant(py::bool_(false));
-  }
-  // Grad mode is known at every point of the trace (guarded at entry, switched only by traced `with`s).
-  if (f.is(PyRefs::get().torch.attr("is_grad_enabled")) && args.empty() && kwargs.empty())
-    return Value::constant(py::bool_(guards::grad_mode_enabled()));
   // Methods of immutable constants ("a_b".split("_"), name.startswith(...)) fold on constant arguments.
   if (PyCFunction_Check(f.ptr()) && kwargs.empty()) {
     PyObject* recv = PyCFunction_GET_SELF(f.ptr());  // borrowed
@@ -220,6 +213,16 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
   switch (kind) {
     case CallKind::GraphBreak:
       unsupported("cdynamo.graph_break() was called");
+    case CallKind::GradModeQuery:
+      // Grad mode is known at every point of the trace (guarded at entry, switched only by traced `with`s).
+      if (!args.empty() || !kwargs.empty()) unsupported("torch.is_grad_enabled() with arguments");
+      return Value::constant(py::bool_(guards::grad_mode_enabled()));
+    case CallKind::AutocastQuery:
+      // The autocast switches are guarded; the answer for this trace is the one Python gives now.
+      guards.add(guards::autocast_guard());
+      return fold_call(f, callable_name(f), args, kwargs);
+    case CallKind::TorchFunctionQuery:
+      return Value::constant(py::bool_(has_torch_function(*this, callable_name(f), args)));
     case CallKind::Disallowed:
       unsupported("call to " + callable_name(f) + ", which is marked disallow_in_graph");
     case CallKind::TorchOp:

@@ -64,12 +64,6 @@ ValuePtr python_set_result(Tracer& t, py::object r) {
   return out;
 }
 
-py::object as_set(const ValuePtr& s) {
-  py::set out;
-  for (const auto& k : s->keys) out.add(k);
-  return out;
-}
-
 void build_set(Tracer& t, const Instruction& i) {
   std::vector<ValuePtr> parts = t.popn(static_cast<size_t>(i.arg));
   ValuePtr s = Value::set({});
@@ -212,7 +206,7 @@ ValuePtr Tracer::call_set_method(ValuePtr s, const std::string& name, std::vecto
       for (auto& e : elements_of(*this, args[i])) es.append(e);
       pargs[i] = es;
     }
-    py::object r = as_set(s).attr(p)(*pargs);
+    py::object r = s->as_python().attr(p)(*pargs);
     if (PyBool_Check(r.ptr())) return Value::constant(r);
     return python_set_result(*this, r);
   }
@@ -240,13 +234,13 @@ ValuePtr Tracer::container_operator(const std::string& op, const ValuePtr& a, co
     if (base != "or_" && base != "and_" && base != "sub" && base != "xor") {
       if (base == "eq" || base == "ne") {
         if (a->kind != VKind::Set || b->kind != VKind::Set) return Value::constant(py::bool_(base == "ne"));
-        bool eq = as_set(a).equal(as_set(b));
+        bool eq = a->as_python().equal(b->as_python());
         return Value::constant(py::bool_(base == "eq" ? eq : !eq));
       }
       unsupported("operator." + op + " on " + a->describe() + " and " + b->describe());
     }
     auto to_py = [&](const ValuePtr& v) -> py::object {
-      if (v->kind == VKind::Set) return as_set(v);
+      if (v->kind == VKind::Set) return v->as_python();
       if (v->is_const() && (PyFrozenSet_Check(v->obj.ptr()) || PySet_Check(v->obj.ptr()))) return v->obj;
       unsupported("set operator with " + v->describe());
     };

@@ -16,8 +16,7 @@ const char* const kGlobalHookDicts[] = {"_global_forward_hooks", "_global_forwar
                                         "_global_forward_hooks_with_kwargs"};
 
 bool is_nn_module(py::handle o) {
-  static PyObject* module_cls = nullptr;  // borrowed from torch.nn (process lifetime)
-  if (!module_cls) module_cls = PyRefs::get().torch.attr("nn").attr("Module").ptr();
+  PyObject* module_cls = PyRefs::get().nn_module.ptr();  // borrowed (process lifetime)
   int r = PyObject_IsInstance(o.ptr(), module_cls);
   if (r < 0) throw py::error_already_set();
   return r == 1;
@@ -130,13 +129,16 @@ std::vector<ModuleNode> walk_modules(Tracer& t, const ModuleNode& root, bool rec
 
 }  // namespace
 
-ValuePtr Tracer::module_iteration(const ValuePtr& self, const std::string& name, const std::vector<ValuePtr>& args,
+ValuePtr Tracer::module_iteration(const ValuePtr& self, py::handle func, const std::string& name,
+                                  const std::vector<ValuePtr>& args,
                                   const std::vector<std::pair<std::string, ValuePtr>>& kwargs) {
   static const char* const names[] = {"children", "named_children", "modules", "named_modules", "parameters",
                                       "named_parameters", "buffers", "named_buffers"};
   bool known = false;
   for (const char* n : names) known = known || name == n;
   if (!known || !self->source || !args.empty()) return nullptr;
+  // torch.nn.Module's own method, not an override.
+  if (!py::getattr(PyRefs::get().nn_module, name.c_str(), py::none()).is(func)) return nullptr;
   bool recurse = true;
   for (const auto& kv : kwargs) {
     if (kv.first != "recurse" || !kv.second->is_const()) return nullptr;
@@ -178,17 +180,15 @@ ValuePtr Tracer::module_iteration(const ValuePtr& self, const std::string& name,
 
 ValuePtr Tracer::module_item(const ValuePtr& obj, const ValuePtr& key) {
   if (obj->kind != VKind::Object || !obj->source || !key->is_const()) return nullptr;
-  py::object nn = PyRefs::get().torch.attr("nn");
+  auto& refs = PyRefs::get();
   py::handle o = obj->obj;
-  bool indexed = py::isinstance(o, nn.attr("ModuleList")) || py::isinstance(o, nn.attr("Sequential"));
-  bool keyed = py::isinstance(o, nn.attr("ModuleDict"));
-  if (!indexed && !keyed) return nullptr;
+  py::object base;  // the torch.nn container class `o` is an instance of
+  for (const py::object* c : {&refs.nn_module_list, &refs.nn_sequential, &refs.nn_module_dict})
+    if (py::isinstance(o, *c)) base = *c;
+  if (!base) return nullptr;
+  bool indexed = !base.is(refs.nn_module_dict);
   // The container's class (a subclass, maybe) must index as torch.nn's own class does.
-  py::object cls = py::reinterpret_borrow<py::object>(py::type::handle_of(o));
-  bool plain = false;
-  for (const char* base : {"ModuleList", "Sequential", "ModuleDict"})
-    plain = plain || (py::isinstance(o, nn.attr(base)) && cls.attr("__getitem__").is(nn.attr(base).attr("__getitem__")));
-  if (!plain) return nullptr;
+  if (!py::type::handle_of(o).attr("__getitem__").is(base.attr("__getitem__"))) return nullptr;
   py::object mods = o.attr("_modules");
   if (!PyDict_CheckExact(mods.ptr())) return nullptr;
   SourcePtr msrc = guards::Source::attr(obj->source, "_modules");
@@ -233,22 +233,11 @@ ValuePtr Tracer::call_module(const ValuePtr& mod, std::vector<ValuePtr> args,
   // order, each hook inlined like any function. Every hook dict is guarded on its contents (empty ones on
   // their length), the global ones through torch.nn.modules.module's globals.
   py::handle f = mod->obj;
-  bool any_hook = false;
-  for (const char* d : {"_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks"}) {
-    py::object hooks = py::getattr(f, d, py::none());
-    if (!hooks.is_none() && py::len(hooks) != 0) any_hook = true;
-  }
-  if (!any_hook) {
-    guards.add(guards::no_module_hooks(mod->source));  // the common case: one C-level check
-  } else {
-    for (const char* d : {"_backward_hooks", "_backward_pre_hooks"}) {
-      py::object hooks = py::getattr(f, d, py::none());
-      if (hooks.is_none()) continue;
-      if (py::len(hooks) != 0) unsupported(std::string("module call with ") + d + " registered");
-      guards.add(guards::length_match(guards::Source::attr(mod->source, d), hooks.ptr()));
-    }
-  }
-  py::module_ mm = py::module_::import("torch.nn.modules.module");
+  auto hooks_of = [&](const char* d) { return py::getattr(f, d, py::none()); };
+  auto size_of = [](const py::object& hooks) { return hooks.is_none() ? size_t{0} : py::len(hooks); };
+  for (const char* d : {"_backward_pre_hooks", "_backward_hooks"})
+    if (size_of(hooks_of(d)) != 0) unsupported(std::string("module call with ") + d + " registered");
+  const py::object& mm = PyRefs::get().nn_module_module;
   PyObject* mm_globals = PyModule_GetDict(mm.ptr());  // borrowed
   for (const char* d : kGlobalHookDicts) {
     py::object hooks = py::getattr(mm, d, py::none());
@@ -256,16 +245,24 @@ ValuePtr Tracer::call_module(const ValuePtr& mod, std::vector<ValuePtr> args,
     if (py::len(hooks) != 0) unsupported(std::string("module call with global ") + d);
     guards.add(guards::length_match(guards::Source::module_global(mm_globals, d), hooks.ptr()));
   }
-  auto hook_dict = [&](const char* d) {
-    py::object hooks = py::getattr(f, d, py::none());
-    if (!hooks.is_none() && any_hook) guard_hook_dict(*this, guards::Source::attr(mod->source, d), hooks);
-    return hooks;
-  };
-  py::object pre = hook_dict("_forward_pre_hooks");
-  py::object post = hook_dict("_forward_hooks");
-  py::object pre_kw = py::len(pre) ? hook_dict("_forward_pre_hooks_with_kwargs") : py::none();
-  py::object post_kw = py::len(post) ? hook_dict("_forward_hooks_with_kwargs") : py::none();
-  if (py::len(post)) hook_dict("_forward_hooks_always_called");  // only matters when forward raises
+  py::object pre = hooks_of("_forward_pre_hooks");
+  py::object post = hooks_of("_forward_hooks");
+  py::object pre_kw = py::none(), post_kw = py::none();
+  if (size_of(pre) == 0 && size_of(post) == 0) {
+    guards.add(guards::no_module_hooks(mod->source));  // the common case: one C-level check
+  } else {
+    auto guarded = [&](const char* d) {
+      py::object hooks = hooks_of(d);
+      if (!hooks.is_none()) guard_hook_dict(*this, guards::Source::attr(mod->source, d), hooks);
+      return hooks;
+    };
+    for (const char* d : {"_backward_hooks", "_backward_pre_hooks", "_forward_pre_hooks", "_forward_hooks"}) guarded(d);
+    if (size_of(pre)) pre_kw = guarded("_forward_pre_hooks_with_kwargs");
+    if (size_of(post)) {
+      post_kw = guarded("_forward_hooks_with_kwargs");
+      guarded("_forward_hooks_always_called");  // only matters when forward raises
+    }
+  }
 
   auto kwargs_dict = [&] {
     std::vector<py::object> keys;
@@ -279,7 +276,7 @@ ValuePtr Tracer::call_module(const ValuePtr& mod, std::vector<ValuePtr> args,
   // Each hook is read through its dict (its closure and defaults are then guarded like any function's).
   SourcePtr pre_src = guards::Source::attr(mod->source, "_forward_pre_hooks");
   SourcePtr post_src = guards::Source::attr(mod->source, "_forward_hooks");
-  for (auto kv : py::reinterpret_borrow<py::dict>(pre)) {
+  for (auto kv : py::reinterpret_borrow<py::dict>(size_of(pre) ? pre : py::dict())) {
     ValuePtr hook = wrap(kv.second, guards::Source::dict_item_key(pre_src, kv.first.ptr()));
     bool with_kwargs = !pre_kw.is_none() && PyDict_Contains(pre_kw.ptr(), kv.first.ptr()) == 1;
     ValuePtr r = with_kwargs ? call(hook, {mod, Value::tuple(args), kwargs_dict()}, {})
@@ -301,7 +298,7 @@ ValuePtr Tracer::call_module(const ValuePtr& mod, std::vector<ValuePtr> args,
   if (!PyFunction_Check(forward.ptr())) unsupported("module whose forward is not a Python function");
   std::vector<ValuePtr> fwd_args = args;
   ValuePtr result = call_object(bound_method(*this, mod, forward, "forward"), std::move(fwd_args), kwargs);
-  for (auto kv : py::reinterpret_borrow<py::dict>(post)) {
+  for (auto kv : py::reinterpret_borrow<py::dict>(size_of(post) ? post : py::dict())) {
     ValuePtr hook = wrap(kv.second, guards::Source::dict_item_key(post_src, kv.first.ptr()));
     bool with_kwargs = !post_kw.is_none() && PyDict_Contains(post_kw.ptr(), kv.first.ptr()) == 1;
     ValuePtr r = with_kwargs ? call(hook, {mod, Value::tuple(args), kwargs_dict(), result}, {})
@@ -413,19 +410,14 @@ void Tracer::store_attr(const ValuePtr& obj, const std::string& name, const Valu
 ValuePtr Tracer::call_object(const ValuePtr& fn, std::vector<ValuePtr> args,
                              std::vector<std::pair<std::string, ValuePtr>> kwargs) {
   py::handle f = fn->obj;
-  if (fn->self && fn->self->kind == VKind::Object && is_nn_module(fn->self->obj)) {
-    // torch.nn.Module's own iteration methods (not overridden): the walk done now, guarded.
-    py::object own = py::getattr(PyRefs::get().torch.attr("nn").attr("Module"), fn->name.c_str(), py::none());
-    if (own.ptr() == f.ptr())
-      if (ValuePtr r = module_iteration(fn->self, fn->name, args, kwargs)) return r;
-  }
+  if (fn->self && fn->self->kind == VKind::Object && is_nn_module(fn->self->obj))
+    if (ValuePtr r = module_iteration(fn->self, f, fn->name, args, kwargs)) return r;
   if (fn->self) {  // a bound Python method: inline with the receiver first
     args.insert(args.begin(), fn->self);
     ValuePtr plain = Value::object(fn->obj, fn->source);
     return inline_call(plain, std::move(args), std::move(kwargs));
   }
-  if (fn->source && Py_TYPE(f.ptr()) == reinterpret_cast<PyTypeObject*>(
-                        py::module_::import("functools").attr("partial").ptr())) {
+  if (fn->source && Py_TYPE(f.ptr()) == reinterpret_cast<PyTypeObject*>(PyRefs::get().functools_partial.ptr())) {
     // A functools.partial from the frame: its function, arguments and keywords read through their sources.
     ValuePtr p = Value::object(py::reinterpret_borrow<py::object>(f));
     p->name = "<partial>";

@@ -11,8 +11,7 @@ using bytecode::Instruction;
 
 bool is_module_container(py::handle o) {
   auto& refs = PyRefs::get();
-  py::object nn = refs.torch.attr("nn");
-  return py::isinstance(o, nn.attr("Sequential")) || py::isinstance(o, nn.attr("ModuleList"));
+  return py::isinstance(o, refs.nn_sequential) || py::isinstance(o, refs.nn_module_list);
 }
 
 }  // namespace
@@ -31,10 +30,8 @@ std::vector<ValuePtr> Tracer::unpack_iterable(const ValuePtr& v) {
     }
     case VKind::Set: {
       // In the order Python iterates a set holding these elements (inserted in this order).
-      py::set s;
-      for (const auto& k : v->keys) s.add(k);
       std::vector<ValuePtr> es;
-      for (auto e : s) es.push_back(Value::constant(py::reinterpret_borrow<py::object>(e)));
+      for (auto e : v->as_python()) es.push_back(Value::constant(py::reinterpret_borrow<py::object>(e)));
       return es;
     }
     case VKind::Const: {

@@ -114,7 +114,14 @@ CallKind classify_callable(py::handle fn) {
   std::string mod = str_attr(fn, "__module__");
   std::string name = str_attr(fn, "__name__");
   bool is_class = PyType_Check(fn.ptr());
-  if (!is_class && (mod == "torch" || starts_with(mod, "torch."))) {
+  bool c_function = !is_class && PyCFunction_Check(fn.ptr());
+  if (c_function && mod == "torch" && name == "is_grad_enabled") {
+    kind = CallKind::GradModeQuery;
+  } else if (c_function && mod == "torch" && (name == "is_autocast_enabled" || name == "is_autocast_cpu_enabled")) {
+    kind = CallKind::AutocastQuery;
+  } else if (c_function && mod == "torch._C" && starts_with(name, "_has_torch_function")) {
+    kind = CallKind::TorchFunctionQuery;
+  } else if (!is_class && (mod == "torch" || starts_with(mod, "torch."))) {
     // Private torch functions are not graph ops, except the fused kernels torch.nn's fast paths call.
     static const std::unordered_set<std::string> private_ops = {"_transformer_encoder_layer_fwd",
                                                                 "_native_multi_head_attention"};

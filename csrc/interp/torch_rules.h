@@ -18,6 +18,9 @@ enum class CallKind {
   Operator,        // operator.* function: graph node when a tensor is involved, folded otherwise
   PureBuiltin,     // builtin or math function folded on constant arguments
   GraphBreak,      // cdynamo.graph_break
+  GradModeQuery,   // torch.is_grad_enabled: known at every point of the trace
+  AutocastQuery,   // torch.is_autocast_enabled / is_autocast_cpu_enabled: folded under an AUTOCAST guard
+  TorchFunctionQuery,  // torch._C._has_torch_function*: false for plain tensors
   AllowedInGraph,  // user callable registered with cdynamo.allow_in_graph
   Disallowed,      // user callable registered with cdynamo.disallow_in_graph
   Unknown,

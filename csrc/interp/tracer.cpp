@@ -20,6 +20,14 @@ PyRefs& PyRefs::get() {
     r->torch_device = r->torch.attr("device");
     r->meta_device = r->torch_device("meta");
     r->tensor_type = r->torch.attr("Tensor");
+    py::object nn = r->torch.attr("nn");
+    r->nn_module = nn.attr("Module");
+    r->nn_parameter = nn.attr("Parameter");
+    r->nn_sequential = nn.attr("Sequential");
+    r->nn_module_list = nn.attr("ModuleList");
+    r->nn_module_dict = nn.attr("ModuleDict");
+    r->nn_module_module = py::module_::import("torch.nn.modules.module");
+    r->functools_partial = py::module_::import("functools").attr("partial");
     r->graph_break_fn = py::none();
     return r;
   }();

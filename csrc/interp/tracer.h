@@ -190,9 +190,10 @@ class Tracer {
   // module(*args, **kwargs) of an nn.Module of the frame: hooks and forward inlined (objects.cpp).
   ValuePtr call_module(const ValuePtr& mod, std::vector<ValuePtr> args,
                        std::vector<std::pair<std::string, ValuePtr>> kwargs);
-  // module.children() / modules() / parameters() / buffers() and their named_ forms, when not
-  // overridden: an iterator over the values, the module tree guarded; nullptr when not applicable.
-  ValuePtr module_iteration(const ValuePtr& self, const std::string& name, const std::vector<ValuePtr>& args,
+  // module.children() / modules() / parameters() / buffers() and their named_ forms, when `func` is
+  // torch.nn.Module's own method: an iterator over the values, the module tree guarded; nullptr otherwise.
+  ValuePtr module_iteration(const ValuePtr& self, py::handle func, const std::string& name,
+                            const std::vector<ValuePtr>& args,
                             const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
   // Objects of plain Python classes made in the trace (objects.cpp): cls(*args) with __init__ inlined,
   // attribute reads (instance dict, then class: methods, properties, class attributes guarded on the class).
@@ -263,6 +264,9 @@ class Tracer {
 // Process-wide Python objects the interpreter needs (imported once, never freed).
 struct PyRefs {
   py::object torch, operator_mod, builtins, math, getattr_fn, torch_device, meta_device, tensor_type;
+  // torch.nn classes and torch.nn.modules.module (its global hook dicts), functools.partial.
+  py::object nn_module, nn_parameter, nn_sequential, nn_module_list, nn_module_dict, nn_module_module,
+      functools_partial;
   py::object graph_break_fn;  // cdynamo.graph_break, or None before cdynamo is imported
   static PyRefs& get();
 };
