@@ -185,11 +185,16 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
   std::vector<ValuePtr> roots = rebuilt;
   for (const auto& v : effect_values(t)) roots.push_back(v);
   rb.share(roots);
+  // Sources name the frame's state at entry: everything the rewritten frame rebuilds is read before the
+  // side effects are written and before any local is stored or deleted (`r = x; x = f(x)` leaves `r`
+  // reading local 'x', which the rewritten frame rebinds below).
   if (Rebuilder::has_effects(t)) {
-    // Everything the rewritten frame rebuilds is read before the side effects are written.
     rb.stage_effects(t);
     for (const auto& v : rebuilt) rb.pin(v->kind == VKind::Method ? v->self : v);
     rb.commit_effects();
+  } else {
+    for (const auto& v : rebuilt)
+      if (reads_frame_locals(v)) rb.pin(v->kind == VKind::Method ? v->self : v);
   }
   for (int slot = 0; slot < nlocals; ++slot) {
     LocalState st = local_state(t, slot);

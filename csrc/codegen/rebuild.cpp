@@ -114,6 +114,48 @@ std::vector<graph::Node*> collect_outputs(const std::vector<ValuePtr>& values) {
   return out;
 }
 
+namespace {
+bool rooted_in_locals(const guards::SourcePtr& s) {
+  return s && s->root()->kind == guards::Source::Kind::Local;
+}
+
+bool reads_locals(const ValuePtr& v, std::unordered_set<const interp::Value*>& seen) {
+  if (!v || !seen.insert(v.get()).second) return false;
+  if (from_frame(v)) return rooted_in_locals(v->source);
+  switch (v->kind) {
+    case VKind::Tensor:
+      return rooted_in_locals(v->source);
+    case VKind::Object:
+      return v->self ? reads_locals(v->self, seen) : rooted_in_locals(v->source);
+    case VKind::Tuple:
+      if (v->source) return rooted_in_locals(v->source);
+      break;
+    case VKind::Method:
+      return reads_locals(v->self, seen);
+    case VKind::Instance:
+      if (reads_locals(v->self, seen)) return true;
+      break;
+    case VKind::List:
+    case VKind::Dict:
+    case VKind::Iter:
+      break;
+    case VKind::Const:
+    case VKind::Null:
+    case VKind::Set:
+    case VKind::Cell:
+      return false;
+  }
+  for (const auto& i : v->items)
+    if (reads_locals(i, seen)) return true;
+  return false;
+}
+}  // namespace
+
+bool reads_frame_locals(const ValuePtr& v) {
+  std::unordered_set<const interp::Value*> seen;
+  return reads_locals(v, seen);
+}
+
 std::vector<ValuePtr> effect_values(const interp::Tracer& t) {
   std::vector<ValuePtr> out;
   for (const auto& c : t.mutated) out.push_back(interp::Value::tuple(c->items));

@@ -58,6 +58,10 @@ class Rebuilder {
 // reachable through tuples/lists, deduplicated in first-seen order.
 std::vector<graph::Node*> collect_outputs(const std::vector<interp::ValuePtr>& values);
 
+// True if pushing `v` reads a Source rooted in the frame's fast locals (directly, or through items, a
+// receiver or a class): such a value must be read before the rewritten frame stores any local.
+bool reads_frame_locals(const interp::ValuePtr& v);
+
 // The values the trace's side effects store: attribute/global store values, and for each container from
 // the frame that changed, a tuple of its new contents.
 std::vector<interp::ValuePtr> effect_values(const interp::Tracer& t);
