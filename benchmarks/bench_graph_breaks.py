@@ -1,5 +1,6 @@
-# Graph breaks: first-call time of all graphs and continuations (seeds' bar, a break-heavy chain) and the
-# steady-state overhead of a function with one break: torch._dynamo vs cdynamo.
+# Graph breaks: first-call time of all graphs and continuations (seeds' bar, a break-heavy chain), how that
+# time grows with the number of breaks, and the steady-state overhead of a function with one break:
+# torch._dynamo vs cdynamo.
 
 import torch
 
@@ -11,6 +12,9 @@ except ImportError:  # run as a script
 SPEEDUP_TARGET = 10.0   # dynamo first-call time / cdynamo first-call time >= 10x
 RATIO_TARGET = 1 / 3    # cdynamo per-call overhead / dynamo per-call overhead <= 1/3
 N_BREAKS = 8            # conditional breaks in the break-heavy chain
+SCALING_NS = (50, 200, 800)   # .item() breaks in the scaling chain (issue 10 item 6)
+SCALING_TARGET = 6.0    # time(800 breaks) / time(200 breaks) <= 6 (4x the breaks; linear = 4)
+DYNAMO_SCALING_MAX = 50  # torch._dynamo is measured only up to this many breaks (206 s at 200)
 
 
 def bar(a, b):
@@ -29,6 +33,52 @@ def make_break_chain(n):
     ns = {"torch": torch}
     exec(compile("\n".join(lines) + "\n", f"<break_chain_{n}>", "exec"), ns)
     return ns[f"break_chain_{n}"]
+
+
+def make_item_chain(n):
+    """n statements `t = t + t.sum().item() * 0`: each .item() is a graph break (issue 10 item 6)."""
+    lines = [f"def item_chain_{n}(t):"] + ["    t = t + t.sum().item() * 0"] * n + ["    return t"]
+    ns = {}
+    exec(compile("\n".join(lines) + "\n", f"<item_chain_{n}>", "exec"), ns)
+    return ns[f"item_chain_{n}"]
+
+
+def scaling(dyn, cdyn, quick):
+    """First-call time (every graph and continuation compiled, one call) against the number of breaks."""
+    ns = SCALING_NS[:2] if quick else SCALING_NS
+    t = C.Table("Graph breaks, compile time against the number of breaks (first call, eager backend)", "ms")
+    x = torch.randn(8)
+    cd_ms = {}
+    for n in ns:
+        fn = make_item_chain(n)
+        ref = fn(x)
+        vals, notes = {}, []
+        for fe in (dyn, cdyn):
+            if fe is dyn and n > DYNAMO_SCALING_MAX:
+                vals[fe.name] = "-"
+                continue
+            try:
+                ms, outs, be = first_calls_ms(fe, fn, [(x,)], 1)
+                vals[fe.name] = ms
+                notes.append(f"{fe.name} graphs={be.graphs}")
+                if not torch.equal(outs[0], ref):
+                    notes.append(f"{fe.name}: output differs from eager")
+            except Exception as e:  # noqa: BLE001
+                vals[fe.name] = "ERR"
+                notes.append(f"{fe.name} ERROR: {C.short_error(e)}")
+        cd = vals[cdyn.name]
+        cd_ms[n] = cd
+        growth, st, target = None, "-", "-"
+        half = [m for m in ns if m < n]
+        if half and isinstance(cd, float) and isinstance(cd_ms.get(half[-1]), float):
+            growth = cd / cd_ms[half[-1]]
+            if n == 800 and half[-1] == 200:
+                target, st = f"<={SCALING_TARGET:g}x of 200", C.status(growth <= SCALING_TARGET)
+            notes.append(f"cdynamo time x{growth:.2f} for x{n // half[-1]} breaks; {cd / n:.2f} ms per break")
+        t.add(f"{n} .item() breaks", None, vals[dyn.name], cd, C.ratio(vals[dyn.name], cd), target, st,
+              "; ".join(notes))
+    t.note(f"torch._dynamo measured up to {DYNAMO_SCALING_MAX} breaks only (206 s at 200 in issue 10)")
+    return t, {str(n): v for n, v in cd_ms.items()}
 
 
 def first_calls_ms(frontend, fn, arg_sets, repeat):
@@ -105,7 +155,8 @@ def run(quick=False):
                C.status(None if r is None else r <= RATIO_TARGET),
                "; ".join(notes + ([f"cdynamo/dynamo overhead = {r:.3f}"] if r is not None else [])))
     t1.note("first calls = fresh code object, reset, then one call per branch direction; median of repeats")
-    return [t1, t2], dict(first_calls=results, overhead=over)
+    t3, grow = scaling(dyn, cdyn, quick)
+    return [t1, t2, t3], dict(first_calls=results, overhead=over, scaling_ms=grow)
 
 
 if __name__ == "__main__":

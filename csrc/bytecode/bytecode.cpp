@@ -23,15 +23,23 @@ Instruction* Bytecode::insert(size_t at, int opcode, int arg, Instruction* targe
     inst->pos = insts.back()->pos;
   }
   Instruction* raw = inst.get();
+  if (at < insts.size()) {  // later indices shift: the index is rebuilt on the next lookup
+    index_.clear();
+    indexed_ = 0;
+  }
   insts.insert(insts.begin() + static_cast<std::ptrdiff_t>(at), std::move(inst));
   return raw;
 }
 
 int Bytecode::index_of(const Instruction* inst) const {
-  for (size_t i = 0; i < insts.size(); ++i) {
-    if (insts[i].get() == inst) return static_cast<int>(i);
+  if (indexed_ > insts.size()) {  // insts was changed directly (shrunk): start over
+    index_.clear();
+    indexed_ = 0;
   }
-  return -1;
+  for (; indexed_ < insts.size(); ++indexed_) index_[insts[indexed_].get()] = static_cast<int>(indexed_);
+  auto it = index_.find(inst);
+  if (it == index_.end()) return -1;
+  return insts[static_cast<size_t>(it->second)].get() == inst ? it->second : -1;
 }
 
 Instruction* Bytecode::at_offset(int offset) const {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace cdynamo::bytecode {
@@ -44,10 +45,15 @@ struct Bytecode {
   Instruction* append(int opcode, int arg = 0, Instruction* target = nullptr);
   // Inserts before index `at` and returns it.
   Instruction* insert(size_t at, int opcode, int arg = 0, Instruction* target = nullptr);
-  // Index of `inst` in insts, or -1.
+  // Index of `inst` in insts, or -1. Amortized O(1): an index of insts is kept, extended as instructions
+  // are appended and rebuilt after an insert() before the end.
   int index_of(const Instruction* inst) const;
   // Instruction whose original offset is `offset`, or nullptr.
   Instruction* at_offset(int offset) const;
+
+ private:
+  mutable std::unordered_map<const Instruction*, int> index_;  // covers insts[0, indexed_)
+  mutable size_t indexed_ = 0;
 };
 
 // Opcode facts of the running Python, generated at build time (opcodes_gen.h) plus dis.stack_effect.

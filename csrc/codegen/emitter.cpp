@@ -111,6 +111,14 @@ void Emitter::load_source(const guards::Source& src) {
       load_source(*src.base);
       emit("LOAD_ATTR", name_index(src.name));
       return;
+    case K::GenericAttr:  // object.__getattribute__(base, name)
+      emit("PUSH_NULL");
+      load_const(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyBaseObject_Type)).attr("__getattribute__"));
+      load_source(*src.base);
+      load_const(py::str(src.name));
+      emit("PRECALL", 2);
+      emit("CALL", 2);
+      return;
     case K::ModuleGlobal:
     case K::ModuleBuiltin:
       load_const(src.kind == K::ModuleGlobal ? src.owner : src.builtins);

@@ -1,11 +1,12 @@
 // graph_break.cpp — owns codegen at a graph break: the rewritten frame (graph call, rebuilt state, the
 // breaking instruction run as Python) and the __resume_at continuations that re-enter the original bytecode.
+#include <algorithm>
 #include <unordered_map>
 
 #include "codegen/codegen.h"
 #include "codegen/emitter.h"
-#include "codegen/liveness.h"
 #include "codegen/rebuild.h"
+#include "codegen/resume_info.h"
 #include "compat/compat.h"
 
 namespace cdynamo::codegen {
@@ -54,42 +55,110 @@ LocalState local_state(const Tracer& t, int slot) {
   return LocalState::Store;
 }
 
-// Locals bound in the rewritten frame at the continuation call and live at `target`.
-std::vector<int> passed_locals(const Tracer& t, const std::vector<char>& live) {
+// The user's code a continuation is made from: the frame's own code, or the one a __resume_at_* frame
+// continues (so continuations of continuations do not grow, and decoding/liveness are done once per code).
+struct Origin {
+  PyCodeObject* code;                // borrowed
+  const OriginInfo* info;            // borrowed, lives with `code`
+  const ResumeInfo* resume;          // the traced frame's own record, or nullptr when it is user code
+  // Index in the origin's bytecode of the traced frame's instruction `i`.
+  size_t index(size_t i) const {
+    if (!resume) return i;
+    int o = i < resume->origin_index.size() ? resume->origin_index[i] : -1;
+    if (o < 0) throw interp::Unsupported("graph break in a continuation's prologue");
+    return static_cast<size_t>(o);
+  }
+  // The traced frame's slot holding the origin's local `slot`.
+  int slot(int s) const { return resume ? resume->slot_in_resume[static_cast<size_t>(s)] : s; }
+};
+
+Origin origin_of(const Tracer& t) {
+  Origin o{t.code, nullptr, resume_info(t.code)};
+  if (o.resume) {
+    o.code = reinterpret_cast<PyCodeObject*>(o.resume->origin.ptr());
+    // The traced frame's instructions must be the continuation's prologue followed by the origin's body.
+    o.info = &origin_info(o.code);
+    const auto& map = o.resume->origin_index;
+    bool same = t.bc.insts.size() == map.size();
+    for (size_t i = 0; same && i < map.size(); ++i)
+      same = map[i] < 0 || t.bc.insts[i]->opcode == o.info->bc.insts[static_cast<size_t>(map[i])]->opcode;
+    if (!same) throw interp::Unsupported("continuation bytecode does not match its record");
+    return o;
+  }
+  o.info = &origin_info(o.code);
+  return o;
+}
+
+// Locals of the origin live at its instruction `target` and bound in the rewritten frame at the continuation
+// call, as origin slots.
+std::vector<int> passed_locals(const Tracer& t, const Origin& o, size_t target) {
   int nargs = compat::code_total_args(t.code);
+  const std::vector<char>& live = o.info->live[target];
   std::vector<int> out;
-  for (int slot = 0; slot < static_cast<int>(live.size()); ++slot) {
-    if (!live[slot]) continue;
+  for (int s = 0; s < static_cast<int>(live.size()); ++s) {
+    if (!live[static_cast<size_t>(s)]) continue;
+    int slot = o.slot(s);
     LocalState st = local_state(t, slot);
     bool bound = st == LocalState::Store || st == LocalState::Unchanged || (st == LocalState::Untouched && slot < nargs);
-    if (bound) out.push_back(slot);
+    if (bound) out.push_back(s);
   }
   return out;
 }
 
-bytecode::Bytecode clone(const bytecode::Bytecode& src) {
+// A copy of the instructions of `src` reachable from `entry` (program order kept); `kept` gets the index in
+// `src` of each copied instruction. Code before a continuation's entry that no path reaches again is
+// dropped, so a function with N breaks does not make N copies of its whole body.
+bytecode::Bytecode clone_reachable(const OriginInfo& src, size_t entry, std::vector<int>& kept) {
+  const size_t n = src.bc.insts.size();
+  std::vector<char> reach(n, 0);
+  std::vector<size_t> work{entry};
+  reach[entry] = 1;
+  while (!work.empty()) {
+    size_t i = work.back();
+    work.pop_back();
+    for (size_t s : src.succ[i])
+      if (!reach[s]) {
+        reach[s] = 1;
+        work.push_back(s);
+      }
+  }
   bytecode::Bytecode out;
-  std::unordered_map<const bytecode::Instruction*, bytecode::Instruction*> map;
-  for (const auto& i : src.insts) {
+  std::vector<bytecode::Instruction*> map(n, nullptr);
+  for (size_t k = 0; k < n; ++k) {
+    if (!reach[k]) continue;
+    const auto& i = src.bc.insts[k];
     bytecode::Instruction* c = out.append(i->opcode, i->arg);
     c->offset = i->offset;
     c->pos = i->pos;
-    map[i.get()] = c;
+    map[k] = c;
+    kept.push_back(static_cast<int>(k));
   }
-  for (size_t k = 0; k < src.insts.size(); ++k)
-    if (src.insts[k]->target) out.insts[k]->target = map.at(src.insts[k]->target);
-  for (const auto& e : src.exception_table)
-    out.exception_table.push_back({map.at(e.start), map.at(e.end), map.at(e.target), e.depth, e.lasti});
+  for (size_t k = 0; k < n; ++k)
+    if (map[k] && src.bc.insts[k]->target) map[k]->target = map[static_cast<size_t>(src.bc.index_of(src.bc.insts[k]->target))];
+  // An exception entry keeps the reachable part of its range (contiguous in the copy: the range's
+  // instructions are consecutive in `src` and the copy keeps their order).
+  for (const auto& e : src.bc.exception_table) {
+    int s = src.bc.index_of(e.start), t = src.bc.index_of(e.end);
+    bytecode::Instruction *first = nullptr, *last = nullptr;
+    for (int k = s; k <= t; ++k)
+      if (map[static_cast<size_t>(k)]) {
+        if (!first) first = map[static_cast<size_t>(k)];
+        last = map[static_cast<size_t>(k)];
+      }
+    if (first) out.exception_table.push_back({first, last, map[static_cast<size_t>(src.bc.index_of(e.target))], e.depth, e.lasti});
+  }
   return out;
 }
 
-// Builds `__resume_at_<offset>_<n>(stack..., locals...)`: a prologue that rebuilds the stack (NULLs where
-// the original stack had them) and jumps into a copy of the original bytecode at `target`.
-Resume make_resume(const Tracer& t, size_t target, const std::vector<char>& null_at, const std::vector<int>& passed,
+// Builds `__resume_at_<offset>_<n>(stack..., locals...)` from the origin code: a prologue that rebuilds the
+// stack (NULLs where the original stack had them) and jumps into a copy of the origin's bytecode at
+// `target`; `passed` are origin slots. Records where its parts came from (resume_info).
+Resume make_resume(const Origin& o, size_t target, const std::vector<char>& null_at, const std::vector<int>& passed,
                    int& counter) {
+  const bytecode::Bytecode& src = o.info->bc;
   Resume r;
-  r.name = "__resume_at_" + std::to_string(t.bc.insts[target]->offset) + "_" + std::to_string(++counter);
-  py::tuple old_names = py::handle(reinterpret_cast<PyObject*>(t.code)).attr("co_varnames");
+  r.name = "__resume_at_" + std::to_string(src.insts[target]->offset) + "_" + std::to_string(++counter);
+  py::tuple old_names = py::handle(reinterpret_cast<PyObject*>(o.code)).attr("co_varnames");
   int nlocals = static_cast<int>(old_names.size());
   py::list names;
   std::vector<int> remap(nlocals, -1);
@@ -106,13 +175,15 @@ Resume make_resume(const Tracer& t, size_t target, const std::vector<char>& null
     remap[slot] = static_cast<int>(names.size());
     names.append(old_names[slot]);
   }
-  bytecode::Bytecode body = clone(t.bc);
+  std::vector<int> kept;
+  bytecode::Bytecode body = clone_reachable(*o.info, target, kept);
   const int load_fast = bytecode::opcode_by_name("LOAD_FAST");
   const int store_fast = bytecode::opcode_by_name("STORE_FAST");
   const int delete_fast = bytecode::opcode_by_name("DELETE_FAST");
   for (auto& i : body.insts)
     if (i->opcode == load_fast || i->opcode == store_fast || i->opcode == delete_fast) i->arg = remap.at(i->arg);
-  bytecode::Instruction* entry = body.insts[target].get();
+  size_t entry_at = static_cast<size_t>(std::find(kept.begin(), kept.end(), static_cast<int>(target)) - kept.begin());
+  bytecode::Instruction* entry = body.insts[entry_at].get();
   size_t at = 0;
   auto pro = [&](const char* op, int arg) {
     bytecode::Instruction* i = body.insert(at++, bytecode::opcode_by_name(op), arg);
@@ -127,10 +198,17 @@ Resume make_resume(const Tracer& t, size_t target, const std::vector<char>& null
   }
   pro("JUMP_FORWARD", 0)->target = entry;
 
-  Emitter e(t.code);
+  auto* info = new ResumeInfo();
+  info->origin = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(o.code));
+  info->origin_index.assign(at, -1);
+  info->origin_index.insert(info->origin_index.end(), kept.begin(), kept.end());
+  info->slot_in_resume = remap;
+
+  Emitter e(o.code);
   e.bc = std::move(body);
   e.set_varnames(names, argcount);
   r.code = e.finish(true, r.name);
+  set_resume_info(reinterpret_cast<PyCodeObject*>(r.code.ptr()), info);
   return r;
 }
 
@@ -159,7 +237,7 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
   size_t pc = t.pc;
   const bytecode::Instruction& inst = *t.bc.insts[pc];
   int nlocals = nlocals_of(t);
-  auto live = live_locals(t.bc, nlocals);
+  const Origin origin = origin_of(t);
   bool cond = is_conditional(t);
   int consumed = cond ? 1 : consumed_by(inst);
   if (consumed < 0 || static_cast<size_t>(consumed) > t.stack.size())
@@ -209,8 +287,8 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
   for (size_t i = 0; i < ndeep; ++i) deep_null[i] = t.stack[i]->kind == VKind::Null;
 
   auto call_resume = [&](int extra_on_stack, const std::vector<int>& passed) {
-    // Stack now: [NULL, fn, deep..., extra...]; add the locals and call.
-    for (int slot : passed) e.emit("LOAD_FAST", slot);
+    // Stack now: [NULL, fn, deep..., extra...]; add the locals (origin slots, held in the frame's) and call.
+    for (int slot : passed) e.emit("LOAD_FAST", origin.slot(slot));
     int nargs = 0;
     for (char n : deep_null) nargs += n ? 0 : 1;
     nargs += extra_on_stack + static_cast<int>(passed.size());
@@ -227,9 +305,9 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
     bytecode::Instruction* j = e.emit(jump.c_str(), 0);
     size_t targets[2] = {pc + 1, static_cast<size_t>(t.bc.index_of(inst.target))};
     for (int b = 0; b < 2; ++b) {
-      size_t tgt = targets[b];
-      std::vector<int> passed = passed_locals(t, live[tgt]);
-      Resume r = make_resume(t, tgt, deep_null, passed, counter);
+      size_t tgt = origin.index(targets[b]);
+      std::vector<int> passed = passed_locals(t, origin, tgt);
+      Resume r = make_resume(origin, tgt, deep_null, passed, counter);
       size_t first = e.bc.insts.size();
       e.emit("LOAD_GLOBAL", (e.name_index(r.name) << 1) | 1);
       if (b == 1) j->target = e.bc.insts[first].get();
@@ -244,7 +322,8 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
     // dis.stack_effect splits a call over PRECALL (-oparg) and CALL (-1); the rewritten code runs both.
     if (std::string(bytecode::opname(inst.opcode)) == "CALL") effect -= inst.arg;
     int pushed = consumed + effect;
-    std::vector<int> passed = passed_locals(t, live[pc + 1]);
+    size_t next = origin.index(pc + 1);
+    std::vector<int> passed = passed_locals(t, origin, next);
     std::vector<char> null_at = deep_null;
     // LOAD_METHOD may push a NULL, which cannot be passed to the continuation: the rewritten frame runs
     // LOAD_ATTR instead (the bound attribute) and the continuation's prologue puts the NULL below it,
@@ -257,13 +336,16 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
     } else {
       null_at.insert(null_at.end(), static_cast<size_t>(pushed), 0);
     }
-    Resume r = make_resume(t, pc + 1, null_at, passed, counter);
+    Resume r = make_resume(origin, next, null_at, passed, counter);
     e.emit("LOAD_GLOBAL", (e.name_index(r.name) << 1) | 1);
     emit_deep_stack(rb, t, ndeep);
     // The breaking instruction's own operands, then the instruction itself, run as Python.
+    // [NULL, method] before a CALL is rebuilt as LOAD_METHOD ([function, self]), which CALL takes the same
+    // way; before CALL_FUNCTION_EX the NULL must stay a NULL below the bound method.
+    const bool before_call = std::string(bytecode::opname(inst.opcode)) == "CALL";
     for (size_t i = ndeep; i < t.stack.size(); ++i) {
       const ValuePtr& v = t.stack[i];
-      if (v->kind == VKind::Null && i + 1 < t.stack.size() && t.stack[i + 1]->kind == VKind::Method) {
+      if (before_call && v->kind == VKind::Null && i + 1 < t.stack.size() && t.stack[i + 1]->kind == VKind::Method) {
         rb.push(t.stack[i + 1]->self);
         e.emit("LOAD_METHOD", e.name_index(t.stack[i + 1]->name));
         ++i;

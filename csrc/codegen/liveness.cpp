@@ -5,13 +5,8 @@
 
 namespace cdynamo::codegen {
 
-std::vector<std::vector<char>> live_locals(const bytecode::Bytecode& bc, int nlocals) {
+std::vector<std::vector<size_t>> successors(const bytecode::Bytecode& bc) {
   size_t n = bc.insts.size();
-  std::vector<std::vector<char>> live(n + 1, std::vector<char>(nlocals, 0));
-  const int load_fast = bytecode::opcode_by_name("LOAD_FAST");
-  const int store_fast = bytecode::opcode_by_name("STORE_FAST");
-  const int delete_fast = bytecode::opcode_by_name("DELETE_FAST");
-  // Successor lists (indices).
   std::vector<std::vector<size_t>> succ(n);
   for (size_t i = 0; i < n; ++i) {
     const auto* inst = bc.insts[i].get();
@@ -25,8 +20,22 @@ std::vector<std::vector<char>> live_locals(const bytecode::Bytecode& bc, int nlo
   for (const auto& e : bc.exception_table) {
     int s = bc.index_of(e.start), end = bc.index_of(e.end), h = bc.index_of(e.target);
     if (s < 0 || end < 0 || h < 0) continue;
-    for (int i = s; i <= end; ++i) succ[i].push_back(static_cast<size_t>(h));
+    for (int i = s; i <= end; ++i) succ[static_cast<size_t>(i)].push_back(static_cast<size_t>(h));
   }
+  return succ;
+}
+
+std::vector<std::vector<char>> live_locals(const bytecode::Bytecode& bc, int nlocals) {
+  return live_locals(bc, nlocals, successors(bc));
+}
+
+std::vector<std::vector<char>> live_locals(const bytecode::Bytecode& bc, int nlocals,
+                                          const std::vector<std::vector<size_t>>& succ) {
+  size_t n = bc.insts.size();
+  std::vector<std::vector<char>> live(n + 1, std::vector<char>(nlocals, 0));
+  const int load_fast = bytecode::opcode_by_name("LOAD_FAST");
+  const int store_fast = bytecode::opcode_by_name("STORE_FAST");
+  const int delete_fast = bytecode::opcode_by_name("DELETE_FAST");
   bool changed = true;
   while (changed) {
     changed = false;

@@ -7,8 +7,13 @@
 
 namespace cdynamo::codegen {
 
+// Successors of each instruction (indices): fall-through, jump target, exception handlers covering it.
+std::vector<std::vector<size_t>> successors(const bytecode::Bytecode& bc);
+
 // live[i][slot] != 0 iff local `slot` (< nlocals) may be read before being written on some path starting
 // at instruction i (successors: fall-through, jump targets, exception handlers covering i).
 std::vector<std::vector<char>> live_locals(const bytecode::Bytecode& bc, int nlocals);
+std::vector<std::vector<char>> live_locals(const bytecode::Bytecode& bc, int nlocals,
+                                          const std::vector<std::vector<size_t>>& succ);
 
 }  // namespace cdynamo::codegen

@@ -321,8 +321,8 @@ void Rebuilder::push(const ValuePtr& v, int above) {
         e_.load_source(*v->source);  // the caller's own tuple
         return;
       }
-      if (v->kind == VKind::Tuple && v->obj) {  // a namedtuple: cls._make((items...))
-        call_on_tuple(v->obj.attr("_make"), v->items, above);
+      if (v->kind == VKind::Tuple && v->obj) {  // a namedtuple (cls._make) or struct sequence (cls)
+        call_on_tuple(interp::tuple_maker(v->obj), v->items, above);
         return;
       }
       int k = 0;

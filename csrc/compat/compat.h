@@ -35,6 +35,12 @@ int code_localsplus_kind(PyCodeObject* code, int i);
 extern const int kFastLocal;
 extern const int kFastCell;
 extern const int kFastFree;
+// A per-code-object data slot (co_extra): reserve an index (with the function that frees a value when its
+// code object dies; -1 on failure), read it (nullptr when unset; no error left set) and write it (false on
+// failure, no error left set).
+int code_extra_index(void (*free_fn)(void*));
+void* code_get_extra(PyCodeObject* code, int index);
+bool code_set_extra(PyCodeObject* code, int index, void* value);
 // Total number of argument slots (positional, keyword-only, *args, **kwargs).
 int code_total_args(PyCodeObject* code);
 

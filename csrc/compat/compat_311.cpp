@@ -48,6 +48,25 @@ PyObject* code_localsplus_name(PyCodeObject* code, int i) {
 int code_localsplus_kind(PyCodeObject* code, int i) {
   return static_cast<unsigned char>(PyBytes_AS_STRING(code->co_localspluskinds)[i]);
 }
+int code_extra_index(void (*free_fn)(void*)) { return static_cast<int>(_PyEval_RequestCodeExtraIndex(free_fn)); }
+
+void* code_get_extra(PyCodeObject* code, int index) {
+  void* p = nullptr;
+  if (_PyCode_GetExtra(reinterpret_cast<PyObject*>(code), index, &p) < 0) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  return p;
+}
+
+bool code_set_extra(PyCodeObject* code, int index, void* value) {
+  if (_PyCode_SetExtra(reinterpret_cast<PyObject*>(code), index, value) < 0) {
+    PyErr_Clear();
+    return false;
+  }
+  return true;
+}
+
 int code_total_args(PyCodeObject* code) {
   int n = code->co_argcount + code->co_kwonlyargcount;
   if (code->co_flags & CO_VARARGS) n++;

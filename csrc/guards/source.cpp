@@ -32,6 +32,9 @@ SourcePtr Source::builtin(const std::string& n) { return make(Kind::Builtin, 0, 
 SourcePtr Source::closure(int slot, const std::string& n) { return make(Kind::Closure, slot, n, nullptr); }
 SourcePtr Source::attr(SourcePtr b, const std::string& n) { return make(Kind::Attr, 0, n, std::move(b)); }
 SourcePtr Source::item(SourcePtr b, int i) { return make(Kind::Item, i, "", std::move(b)); }
+SourcePtr Source::generic_attr(SourcePtr b, const std::string& n) {
+  return make(Kind::GenericAttr, 0, n, std::move(b));
+}
 SourcePtr Source::dict_item(SourcePtr b, const std::string& k) { return make(Kind::DictItem, 0, k, std::move(b)); }
 SourcePtr Source::dict_item_key(SourcePtr b, PyObject* key) {
   auto s = make(Kind::DictItem, 0, "", std::move(b));
@@ -114,6 +117,14 @@ PyObject* Source::fetch(const FrameView& fv) const {
       if (!v) PyErr_Clear();
       return v;
     }
+    case Kind::GenericAttr: {
+      PyObject* b = base->fetch_base(fv);  // new
+      if (!b) return nullptr;
+      PyObject* v = PyObject_GenericGetAttr(b, name_obj);  // new
+      Py_DECREF(b);
+      if (!v) PyErr_Clear();
+      return v;
+    }
     case Kind::DictItem: {
       PyObject* b = base->fetch_base(fv);  // new
       if (!b) return nullptr;
@@ -178,6 +189,7 @@ std::string Source::describe() const {
     case Kind::Builtin: return "builtin '" + name + "'";
     case Kind::Closure: return "closure '" + name + "'";
     case Kind::Attr: return base->describe() + "." + name;
+    case Kind::GenericAttr: return "object.__getattribute__(" + base->describe() + ", '" + name + "')";
     case Kind::Item: return base->describe() + "[" + std::to_string(index) + "]";
     case Kind::DictItem: {
       if (!owner) return base->describe() + "['" + name + "']";

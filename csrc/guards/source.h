@@ -41,7 +41,9 @@ using SourcePtr = std::shared_ptr<const Source>;
 struct Source {
   // ModuleGlobal / ModuleBuiltin: a global (or builtin, when the module does not shadow it) of another
   // module than the frame's, read from that module's globals dict `owner` (an inlined callee's globals).
-  enum class Kind { Local, Global, Builtin, Closure, Attr, Item, DictItem, ModuleGlobal, ModuleBuiltin };
+  // GenericAttr: object.__getattribute__(base, name), past a __getattribute__ override of base's class
+  // (what super().__getattribute__(name) reads in a config class that remaps attribute names).
+  enum class Kind { Local, Global, Builtin, Closure, Attr, Item, DictItem, ModuleGlobal, ModuleBuiltin, GenericAttr };
   Kind kind = Kind::Local;
   int index = 0;          // Local: localsplus slot; Closure: localsplus slot of the free var; Item: index
   std::string name;       // Local/Global/Builtin/Closure/Attr name
@@ -58,6 +60,7 @@ struct Source {
   static SourcePtr closure(int slot, const std::string& name);
   static SourcePtr attr(SourcePtr base, const std::string& name);
   static SourcePtr item(SourcePtr base, int index);
+  static SourcePtr generic_attr(SourcePtr base, const std::string& name);
   // base[name] on an exact dict (nn.Module's _modules / _parameters / _buffers): a C-level lookup.
   static SourcePtr dict_item(SourcePtr base, const std::string& key);
   // base[key] on a dict (or dict subclass, looked up at C level) with any hashable constant key (kept

@@ -57,10 +57,15 @@ void reset_all() {
   while (!g_registry->empty()) {
     CodeExtra* e = *g_registry->begin();
     // Replacing the extra with NULL makes CPython call free_extra on the old value (which erases it).
-    if (_PyCode_SetExtra(reinterpret_cast<PyObject*>(e->code), g_extra_index, nullptr) < 0) {
+    // That can drop the last reference to the code object itself (a continuation's record holds its
+    // user code), so hold one (new reference, released after the call) while CPython writes into it.
+    PyObject* code = reinterpret_cast<PyObject*>(e->code);
+    Py_INCREF(code);
+    if (_PyCode_SetExtra(code, g_extra_index, nullptr) < 0) {
       PyErr_Clear();
       g_registry->erase(e);  // leaked rather than left dangling in the code object
     }
+    Py_DECREF(code);
   }
 }
 

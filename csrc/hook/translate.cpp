@@ -50,6 +50,12 @@ bool nopython(PyObject* cb) {
   return r == 1;
 }
 
+// False for a BaseException that is not an Exception (KeyboardInterrupt, SystemExit, GeneratorExit): those
+// propagate to the user as under torch.compile, never turned into a fallback.
+bool is_exception(const py::error_already_set& err) {
+  return PyErr_GivenExceptionMatches(err.type().ptr(), PyExc_Exception) != 0;
+}
+
 // Raises cdynamo.exc.Unsupported(message) as the current Python error.
 void raise_unsupported(const std::string& message) {
   try {
@@ -232,7 +238,7 @@ CacheEntry* translate(compat::Frame* frame, PyObject* cb, CodeExtra* extra) {
       try {
         compiled = py::handle(cb).attr("compile_graph")(gm, example_inputs, ginfo);
       } catch (py::error_already_set& err) {
-        if (strict) {
+        if (strict || !is_exception(err)) {  // KeyboardInterrupt, SystemExit: always the user's
           err.restore();
           return nullptr;
         }
@@ -303,7 +309,7 @@ CacheEntry* translate(compat::Frame* frame, PyObject* cb, CodeExtra* extra) {
     report(cb, "on_compiled", info);
     return e;
   } catch (py::error_already_set& err) {
-    if (strict) {
+    if (strict || !is_exception(err)) {
       err.restore();
       return nullptr;
     }

@@ -96,10 +96,10 @@ ValuePtr Tracer::make_namedtuple(py::handle cls, const std::vector<ValuePtr>& ar
 }
 
 ValuePtr Tracer::namedtuple_attr(const ValuePtr& nt, const std::string& name) {
-  py::tuple fields = nt->obj.attr("_fields");
+  py::tuple fields = tuple_field_names(nt->obj);
   for (size_t i = 0; i < fields.size(); ++i)
     if (py::str(fields[i]).cast<std::string>() == name) return nt->items[i];
-  if (name == "_fields") return Value::constant(fields);
+  if (name == "_fields" && !is_structseq_class(nt->obj)) return Value::constant(fields);
   if (name == "_replace" || name == "_asdict" || name == "count" || name == "index") return Value::method(nt, name);
   unsupported("attribute '" + name + "' of namedtuple " + callable_name(nt->obj));
 }
@@ -245,6 +245,10 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
     if (PyObject* type = known_type(args[0])) return Value::object(py::reinterpret_borrow<py::object>(type));
     if (args[0]->is_tensor() && args[0]->node && args[0]->node->op != graph::OpKind::Placeholder)
       return Value::object(refs.tensor_type);  // made by a torch op: exactly torch.Tensor
+    if (args[0]->kind == VKind::Object && args[0]->source)  // guarded by identity through obj.__class__
+      return wrap(reinterpret_cast<PyObject*>(Py_TYPE(args[0]->obj.ptr())),
+                  guards::Source::attr(args[0]->source, "__class__"));
+    if (args[0]->kind == VKind::Instance && args[0]->self) return args[0]->self;  // made in the trace: its class
     for (const auto& in : inputs)
       if (args[0]->is_tensor() && in.node == args[0]->node)  // TENSOR_MATCH guards the exact type
         return Value::object(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(in.value.ptr()))));
@@ -313,7 +317,17 @@ ValuePtr Tracer::super_attr(const ValuePtr& sup, const std::string& name) {
       noop->name = "<noop>";
       return noop;
     }
-    if (!PyFunction_Check(d)) unsupported("super()." + name + " is not a plain method");
+    if (!PyFunction_Check(d)) {
+      // object.__getattribute__ past a class's own override (PretrainedConfig remaps names in its override).
+      if (name == "__getattribute__" && mro[k].ptr() == reinterpret_cast<PyObject*>(&PyBaseObject_Type)) {
+        ValuePtr m = Value::object(py::reinterpret_borrow<py::object>(d));
+        m->self = self;
+        m->name = "<super_getattribute>";
+        m->made_in_trace = true;  // never passed back to Python (it would lose its receiver)
+        return m;
+      }
+      unsupported("super()." + name + " is not a plain method");
+    }
     // Guarded as type(self).__mro__[k].<name>: the same function object while the classes stay as they are.
     SourcePtr fsrc = guards::Source::attr(guards::Source::item(mro_src, static_cast<int>(k)), name);
     ValuePtr f = wrap(d, fsrc);
@@ -323,6 +337,33 @@ ValuePtr Tracer::super_attr(const ValuePtr& sup, const std::string& name) {
     return m;
   }
   unsupported("super() has no attribute '" + name + "'");
+}
+
+ValuePtr Tracer::generic_getattr(const ValuePtr& self, const std::vector<ValuePtr>& args,
+                                 const std::vector<std::pair<std::string, ValuePtr>>& kwargs) {
+  if (args.size() != 1 || !kwargs.empty() || !args[0]->is_const() || !PyUnicode_Check(args[0]->obj.ptr()))
+    unsupported("super().__getattribute__ with a non-constant name");
+  std::string name = args[0]->obj.cast<std::string>();
+  if (self->kind == VKind::Instance) return instance_attr(self, name);
+  if (self->kind != VKind::Object || !self->source) unsupported("super().__getattribute__ of " + self->describe());
+  py::str key(name);
+  PyObject* descr = _PyType_Lookup(Py_TYPE(self->obj.ptr()), key.ptr());  // borrowed, may be NULL
+  PyObject* inst_dict = nullptr;                                           // borrowed
+  if (PyObject** dp = _PyObject_GetDictPtr(self->obj.ptr())) inst_dict = *dp;
+  bool in_instance = inst_dict && PyDict_GetItemWithError(inst_dict, key.ptr());
+  if (PyErr_Occurred()) throw py::error_already_set();
+  // Methods and properties are found on the class, where the override plays no part.
+  if (descr && !in_instance && (PyFunction_Check(descr) || PyObject_TypeCheck(descr, &PyProperty_Type)))
+    return object_attr(self, name);
+  PyObject* v = PyObject_GenericGetAttr(self->obj.ptr(), key.ptr());  // new reference
+  if (!v) {
+    PyErr_Clear();
+    unsupported("super().__getattribute__('" + name + "') could not be read");
+  }
+  py::object value = py::reinterpret_steal<py::object>(v);
+  if (PyMethod_Check(v) || PyCFunction_Check(v))
+    unsupported("super().__getattribute__('" + name + "') is a bound method of another kind");
+  return wrap(value, guards::Source::generic_attr(self->source, name));
 }
 
 ValuePtr Tracer::call_partial(const ValuePtr& p, std::vector<ValuePtr> args, Kwargs kwargs) {

@@ -149,6 +149,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
   if (fn->kind == VKind::Method && fn->self->kind == VKind::Tuple && fn->self->obj &&
       (fn->name == "_replace" || fn->name == "_asdict")) {
     const ValuePtr& nt = fn->self;
+    if (is_structseq_class(nt->obj)) unsupported("struct sequence ." + fn->name + "()");
     py::tuple fields = nt->obj.attr("_fields");
     if (fn->name == "_asdict" && args.empty() && kwargs.empty()) {
       std::vector<py::object> keys;
@@ -176,6 +177,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
   if (fn->kind == VKind::Method) return call_tensor_method(fn->self, fn->name, std::move(args), std::move(kwargs));
   if (fn->kind == VKind::Object && fn->name == "<partial>") return call_partial(fn, std::move(args), std::move(kwargs));
   if (fn->name == "<noop>" && args.empty() && kwargs.empty()) return Value::constant(py::none());
+  if (fn->kind == VKind::Object && fn->name == "<super_getattribute>") return generic_getattr(fn->self, args, kwargs);
   if (fn->grad_exit >= 0) {  // leaving `with torch.no_grad()/enable_grad()` normally: __exit__(None, None, None)
     set_grad_mode(fn->grad_exit == 1);
     return Value::constant(py::none());
@@ -324,8 +326,9 @@ ValuePtr Tracer::call_torch(py::handle fn, std::vector<ValuePtr> args,
   }
   if (!device) {
     if (!factory) {
-      for (auto& kv : kwargs)
-        if (!device && kv.second->is_tensor()) device = kv.second->device;
+      std::vector<ValuePtr> kwvals;  // torch.cat(tensors=[a, b]): a tensor in a keyword argument's list too
+      for (auto& kv : kwargs) kwvals.push_back(kv.second);
+      if (const ValuePtr* ft = first_tensor(kwvals)) device = (*ft)->device;
     }
     if (!device) {
       // A tensor created from nothing lands on torch's default device.

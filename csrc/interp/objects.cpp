@@ -94,6 +94,14 @@ ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
   return wrap(value, guards::Source::attr(obj->source, name));
 }
 
+ValuePtr Tracer::call_user_dunder(const ValuePtr& obj, const char* dunder, std::vector<ValuePtr> args) {
+  if (obj->kind != VKind::Object || !obj->source || is_nn_module(obj->obj)) return nullptr;
+  py::str key(dunder);
+  PyObject* descr = _PyType_Lookup(Py_TYPE(obj->obj.ptr()), key.ptr());  // borrowed, may be NULL
+  if (!descr || !PyFunction_Check(descr)) return nullptr;
+  return call(bound_method(*this, obj, descr, dunder), std::move(args), {});
+}
+
 namespace {
 
 struct ModuleNode {

@@ -74,6 +74,10 @@ void binary_subscr(Tracer& t, const Instruction&) {
     }
     t.unsupported("subscript of a sequence with " + key->describe());
   }
+  if (ValuePtr r = t.call_user_dunder(container, "__getitem__", {key})) {
+    t.push(r);
+    return;
+  }
   t.push(t.apply_operator(op_fn("getitem"), {container, key}));
 }
 
@@ -141,6 +145,14 @@ void contains_op(Tracer& t, const Instruction& i) {
       }
     }
     t.push(Value::constant(py::bool_(i.arg ? !in : in)));
+    return;
+  }
+  if (ValuePtr r = t.call_user_dunder(container, "__contains__", {item})) {
+    // `in` takes the truth of what __contains__ returns.
+    if (!r->is_const()) t.unsupported("`in` whose __contains__ returned " + r->describe());
+    int b = PyObject_IsTrue(r->obj.ptr());
+    if (b < 0) throw py::error_already_set();
+    t.push(Value::constant(py::bool_(i.arg ? b == 0 : b == 1)));
     return;
   }
   if (!container->is_constant_like() || !item->is_constant_like())

@@ -52,6 +52,12 @@ void call_function_ex(Tracer& t, const Instruction& i) {
       kwargs.emplace_back(py::str(kw->keys[k]).cast<std::string>(), kw->items[k]);
     }
   }
+  if (args->kind == VKind::Const && PyTuple_Check(args->obj.ptr())) {  // *torch.Size, *(1, 2): constants
+    std::vector<ValuePtr> items;
+    for (auto item : py::reinterpret_borrow<py::tuple>(args->obj)) items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
+    t.push(t.call(fn, std::move(items), std::move(kwargs)));
+    return;
+  }
   if (args->kind != VKind::Tuple && args->kind != VKind::List) t.unsupported("call with *args of " + args->describe());
   t.push(t.call(fn, args->items, std::move(kwargs)));
 }

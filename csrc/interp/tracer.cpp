@@ -43,6 +43,7 @@ const HandlerTable& handler_table() {
   static HandlerTable table = [] {
     HandlerTable t{};
     register_load_store(t);
+    register_import(t);
     register_arith(t);
     register_call(t);
     register_build(t);
@@ -273,7 +274,8 @@ namespace {
 std::string placeholder_name(const guards::Source& s) {
   using K = guards::Source::Kind;
   switch (s.kind) {
-    case K::Attr: return placeholder_name(*s.base) + "_" + s.name;
+    case K::Attr:
+    case K::GenericAttr: return placeholder_name(*s.base) + "_" + s.name;
     case K::Item: return placeholder_name(*s.base) + "_" + std::to_string(s.index);
     case K::DictItem: {  // self._modules['lin'] -> self_lin: the container's own name adds nothing
       const guards::Source& b = *s.base;
@@ -319,7 +321,8 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
       return c;
     }
   }
-  if (PyTuple_CheckExact(v) || (PyTuple_Check(v) && is_namedtuple_class(reinterpret_cast<PyObject*>(Py_TYPE(v))))) {
+  PyObject* vtype = reinterpret_cast<PyObject*>(Py_TYPE(v));
+  if (PyTuple_CheckExact(v) || (PyTuple_Check(v) && (is_namedtuple_class(vtype) || is_structseq_class(vtype)))) {
     guards.add(guards::length_match(src, v));  // also the exact type: tuple or the namedtuple class
     std::vector<ValuePtr> items;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(v);
@@ -529,7 +532,11 @@ ValuePtr Tracer::wrap_result(graph::Node* node, py::handle result, py::object de
                                            item);
       items.push_back(wrap_result(n, item, device));
     }
-    return PyList_Check(result.ptr()) ? Value::list(std::move(items)) : Value::tuple(std::move(items));
+    if (PyList_Check(result.ptr())) return Value::list(std::move(items));
+    ValuePtr out = Value::tuple(std::move(items));
+    py::handle type = reinterpret_cast<PyObject*>(Py_TYPE(result.ptr()));
+    if (is_structseq_class(type)) out->obj = py::reinterpret_borrow<py::object>(type);  // torch.return_types
+    return out;
   }
   unsupported("operation returned " + std::string(Py_TYPE(result.ptr())->tp_name) + ", not a tensor");
 }

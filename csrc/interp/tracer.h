@@ -45,6 +45,7 @@ using HandlerTable = std::array<Handler, 256>;
 
 // Handler families (ops_*.cpp) register themselves into the table.
 void register_load_store(HandlerTable& t);
+void register_import(HandlerTable& t);
 void register_arith(HandlerTable& t);
 void register_call(HandlerTable& t);
 void register_build(HandlerTable& t);
@@ -177,6 +178,9 @@ class Tracer {
   // known values, super() and functools.partial (builtins.cpp); nullptr when not handled there.
   ValuePtr call_builtin(const std::string& name, py::handle f, std::vector<ValuePtr>& args,
                         std::vector<std::pair<std::string, ValuePtr>>& kwargs);
+  // super().__getattribute__(name): object's generic lookup on `self`, past its class's override.
+  ValuePtr generic_getattr(const ValuePtr& self, const std::vector<ValuePtr>& args,
+                           const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
   ValuePtr super_attr(const ValuePtr& sup, const std::string& name);
   ValuePtr call_partial(const ValuePtr& p, std::vector<ValuePtr> args,
                         std::vector<std::pair<std::string, ValuePtr>> kwargs);
@@ -208,6 +212,10 @@ class Tracer {
   ValuePtr container_operator(const std::string& op, const ValuePtr& a, const ValuePtr& b);
   // Attribute of a user object or nn.Module (objects.cpp); calls of bound methods and modules.
   ValuePtr object_attr(const ValuePtr& obj, const std::string& name);
+  // `obj.<dunder>(*args)` for an object of the frame whose class defines `dunder` in Python (a user
+  // Mapping's __contains__ / __getitem__): the method inlined, guarded through type(obj). nullptr when
+  // `obj` is not such an object.
+  ValuePtr call_user_dunder(const ValuePtr& obj, const char* dunder, std::vector<ValuePtr> args);
   ValuePtr call_object(const ValuePtr& fn, std::vector<ValuePtr> args,
                        std::vector<std::pair<std::string, ValuePtr>> kwargs);
   // Calls pure `f` on constant-like values at trace time and wraps the constant result; `what` names it

@@ -100,7 +100,7 @@ py::object Value::as_python() const {
     case VKind::Tuple: {
       py::tuple t(items.size());
       for (size_t i = 0; i < items.size(); ++i) t[i] = items[i]->as_python();
-      if (obj) return obj.attr("_make")(t);  // a namedtuple
+      if (obj) return tuple_maker(obj)(t);  // a namedtuple or struct sequence
       return t;
     }
     case VKind::List: {
@@ -143,11 +143,35 @@ std::string Value::describe() const {
   return "?";
 }
 
+bool is_structseq_class(py::handle cls) {
+  if (!PyType_Check(cls.ptr())) return false;
+  auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
+  if (type->tp_base != &PyTuple_Type || !py::hasattr(cls, "n_sequence_fields") || !py::hasattr(cls, "__match_args__"))
+    return false;
+  py::object n = cls.attr("n_fields"), seq = cls.attr("n_sequence_fields");
+  return py::int_(n).cast<long>() == py::int_(seq).cast<long>() &&
+         static_cast<long>(py::len(cls.attr("__match_args__"))) == py::int_(seq).cast<long>();
+}
+
+py::tuple tuple_field_names(py::handle cls) {
+  if (is_structseq_class(cls)) return cls.attr("__match_args__");
+  return cls.attr("_fields");
+}
+
+py::object tuple_maker(py::handle cls) {
+  if (is_structseq_class(cls)) return py::reinterpret_borrow<py::object>(cls);
+  return cls.attr("_make");
+}
+
 bool is_constant_object(py::handle o) {
   if (o.is_none() || PyBool_Check(o.ptr()) || PyLong_CheckExact(o.ptr()) || PyFloat_CheckExact(o.ptr()) ||
-      PyUnicode_CheckExact(o.ptr()) || PyComplex_CheckExact(o.ptr()) || PySlice_Check(o.ptr()) ||
+      PyUnicode_CheckExact(o.ptr()) || PyComplex_CheckExact(o.ptr()) ||
       o.ptr() == Py_Ellipsis || PyBytes_CheckExact(o.ptr()) || PyRange_Check(o.ptr()))
     return true;
+  if (PySlice_Check(o.ptr())) {  // constant when its parts are (slice(tensor(2), None) is not)
+    auto* sl = reinterpret_cast<PySliceObject*>(o.ptr());
+    return is_constant_object(sl->start) && is_constant_object(sl->stop) && is_constant_object(sl->step);
+  }
   if (PyFrozenSet_CheckExact(o.ptr())) {  // immutable; constant when its elements are
     for (auto e : py::reinterpret_borrow<py::frozenset>(o))
       if (!is_constant_object(e)) return false;

@@ -84,4 +84,12 @@ struct Value {
 // True for Python objects treated as immutable constants.
 bool is_constant_object(py::handle o);
 
+// A struct sequence class whose fields are all sequence items (torch.return_types.max, ...): a Tuple value
+// with this class in `obj` is rebuilt as cls((items...)).
+bool is_structseq_class(py::handle cls);
+// Field names of a Tuple value's class (a namedtuple's _fields, a struct sequence's __match_args__).
+py::tuple tuple_field_names(py::handle cls);
+// The callable that makes an instance of a Tuple value's class from one tuple: cls._make or cls itself.
+py::object tuple_maker(py::handle cls);
+
 }  // namespace cdynamo::interp

@@ -219,3 +219,25 @@ def test_first_break_raises_located_unsupported(mode):
     assert f"graph_break_corpus.py:{line}" in text, text
     assert "tensor" in text and "Hint" in text
     assert isinstance(err.value, cdynamo.exc.CdynamoError)
+
+
+def test_reset_after_the_user_function_is_gone():
+    # A continuation's record holds its user code; reset() freeing the cache of a code object whose last
+    # owner was that record must not write into the freed code object (it segfaulted).
+    import gc
+
+    x = torch.randn(3)
+    for _ in range(3):
+        src = "def f(x):\n    y = x + 1\n    print('break')\n    return y * 2\n"
+        ns = {}
+        exec(compile(src, "<reset_gone>", "exec"), ns)
+        opt = cdynamo.optimize("eager")(ns.pop("f"))
+        with contextlib.redirect_stdout(io.StringIO()):
+            torch.testing.assert_close(opt(x), (x + 1) * 2)
+            torch.testing.assert_close(opt(x), (x + 1) * 2)
+        del opt
+        gc.collect()
+        # ns (alive) still holds the __resume_at_* function, whose record is the last owner of f's code.
+        assert any(k.startswith("__resume_at") for k in ns)
+        cdynamo.reset()
+        assert not any(k.startswith("__") and k != "__builtins__" for k in ns)

@@ -26,8 +26,6 @@ NOT_TRACED = {
     "LOAD_NAME": "module and class bodies are never captured",
     "STORE_NAME": "module and class bodies are never captured",
     "DELETE_NAME": "module and class bodies are never captured",
-    "IMPORT_NAME": "imports break the graph (they run as Python)",
-    "IMPORT_FROM": "imports break the graph (they run as Python)",
     "IMPORT_STAR": "module bodies are never captured",
     # exception handling: a traced path never raises; handlers run only as Python
     "PUSH_EXC_INFO": "exception handlers run as Python",

@@ -1,0 +1,37 @@
+// resume_info.h — owns what cdynamo remembers per code object for continuations: the decoded bytecode and
+// liveness of a user's code (computed once), and for each __resume_at_* code, the user's code it continues.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <vector>
+
+#include "bytecode/bytecode.h"
+
+namespace cdynamo::codegen {
+
+namespace py = pybind11;
+
+// A code object a continuation can be made from (the user's own code), decoded once for its lifetime.
+struct OriginInfo {
+  bytecode::Bytecode bc;
+  std::vector<std::vector<size_t>> succ;  // successors(bc)
+  std::vector<std::vector<char>> live;    // live_locals(bc, co_nlocals)
+};
+
+// A __resume_at_* code object: the user's code it continues, and where each of its parts came from.
+struct ResumeInfo {
+  py::object origin;                // the user's code object (strong reference)
+  std::vector<int> origin_index;    // per instruction of the continuation: its index in origin's bc (-1: prologue)
+  std::vector<int> slot_in_resume;  // per local slot of origin (< co_nlocals): its slot in the continuation
+};
+
+// Both live in the code object's co_extra (an index of codegen's own) and die with it.
+// The decoded bytecode and liveness of `code` (borrowed; valid while `code` lives). Throws on failure.
+const OriginInfo& origin_info(PyCodeObject* code);
+// The continuation record of `code`, or nullptr for a code object cdynamo did not make (borrowed).
+const ResumeInfo* resume_info(PyCodeObject* code);
+// Attaches `info` to `code` (takes ownership). Throws on failure.
+void set_resume_info(PyCodeObject* code, ResumeInfo* info);
+
+}  // namespace cdynamo::codegen

@@ -1,0 +1,565 @@
+# run.py — owns the differential fuzz runner: per seed, exec the generated program, run eager vs cdynamo, compare; batches in subprocesses.
+"""Differential fuzz runner for cdynamo.
+
+Per seed: generate the program (gen.py), build inputs deterministically, run it eagerly (twice, to drop
+programs that are not deterministic by themselves) and compiled (a fresh ``exec`` so code objects are
+new, ``cdynamo.reset()`` first) with each backend, three calls each: the same inputs, new values of the
+same shapes, new shapes (and sometimes float64 / other Python argument values). After every call it
+compares the return value (tensors: dtype, shape, values; nested containers; scalars; ``is`` identity
+with the arguments), the arguments (tensors, lists, dicts, the ``obj`` attributes), the program's
+globals ``G`` / ``GL``, the printed output and the exception (type; message reported).
+
+Seeds run in worker subprocesses (chunks), so a crash or a hang of the interpreter is reported as a
+failure of the seed that was running (rerun alone to tell a batch-only crash).
+
+  python -m tests.fuzz.run --start 0 --count 500 [--backends eager,aot_eager] [--aot-every 4]
+                           [--time-budget S] [--chunk 100] [-v] [--show SEED]
+
+Backends: ``eager``, ``aot_eager`` (cdynamo) and ``dynamo`` (torch.compile(backend="eager"), for triage).
+"""
+import argparse
+import builtins
+import contextlib
+import copy
+import io
+import json
+import linecache
+import math
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(_HERE))
+
+CATEGORIES = ["crash", "hang", "wrong exception", "internal error", "wrong result", "identity",
+              "wrong mutation", "wrong global", "wrong print", "runner error"]
+
+
+# ---------------------------------------------------------------------------------------------- inputs
+class Box:
+    """The ``obj`` argument: attribute writes on it are compared."""
+
+    def __init__(self, w, count):
+        self.w = w
+        self.count = count
+        self.hist = []
+
+    def __repr__(self):
+        return f"Box({vars(self)})"
+
+
+def shapes_for(seed):
+    r = random.Random(seed * 1000003 + 17)
+    def pair():
+        a = r.randint(2, 5)
+        b = r.choice([v for v in range(2, 7) if v != a])
+        return a, b
+    s1 = pair()
+    s2 = pair()
+    while s2 == s1:
+        s2 = pair()
+    dtype3 = r.choice(["float32", "float32", "float64"])
+    return s1, s2, dtype3
+
+
+def make_inputs(prog, call):
+    """Inputs of call ``call`` (0: base, 1: new values same shapes, 2: new shapes / dtype / Python values)."""
+    import torch
+    s1, s2, dt3 = shapes_for(prog.seed)
+    shape = s1 if call < 2 else s2
+    dtype = torch.float32 if call < 2 else getattr(torch, dt3)
+    g = torch.Generator().manual_seed(prog.seed * 31 + call)
+    T = lambda: (torch.randn(shape, generator=g) * 1.5).to(dtype)
+    vals = {
+        "x": T(), "y": T(), "n": 2 if call < 2 else 3, "flag": call < 2,
+        "lst": [T(), T()], "d": {"a": T(), "b": T()}, "obj": Box(T(), 1 if call < 2 else 2),
+    }
+    args = [vals[a] for a in prog.args]
+    rest = [T()] if prog.star in ("args", "both") else []
+    kw = {"scale": 2.0 if call < 2 else 0.5} if prog.star in ("kwargs", "both") else {}
+    return args, rest, kw
+
+
+# ---------------------------------------------------------------------------------------------- comparison
+_NUM = re.compile(r"(-?(?:\d+\.\d*|\.\d+|\d+)(?:e[+-]?\d+)?|nan|-?inf)")
+
+
+def compare_text(a, b, rtol=1e-3, atol=2e-4):
+    """Printed output: equal text, numbers equal up to a small tolerance (4-digit tensor printing)."""
+    if a == b:
+        return None
+    pa, pb = _NUM.split(a), _NUM.split(b)
+    if len(pa) != len(pb):
+        return _text_diff(a, b)
+    for i, (x, y) in enumerate(zip(pa, pb)):
+        if i % 2 == 0:
+            if x != y:
+                return _text_diff(a, b)
+        elif x != y:
+            try:
+                fx, fy = float(x), float(y)
+            except ValueError:
+                return _text_diff(a, b)
+            if not (fx == fy or (math.isnan(fx) and math.isnan(fy)) or abs(fx - fy) <= atol + rtol * abs(fy)):
+                return _text_diff(a, b)
+    return None
+
+
+def _text_diff(a, b):
+    la, lb = a.splitlines(), b.splitlines()
+    for i in range(max(len(la), len(lb))):
+        x = la[i] if i < len(la) else "<missing>"
+        y = lb[i] if i < len(lb) else "<missing>"
+        if x != y:
+            return f"line {i}: eager {x[:80]!r} vs compiled {y[:80]!r}"
+    return "differs"
+
+
+def compare(ref, res, path="out"):
+    """None if equal, else a short description of the first difference."""
+    import numpy as np
+    import torch
+    if isinstance(ref, torch.Tensor):
+        if not isinstance(res, torch.Tensor):
+            return f"{path}: tensor vs {type(res).__name__}"
+        if ref.dtype != res.dtype:
+            return f"{path}: dtype {ref.dtype} vs {res.dtype}"
+        if ref.shape != res.shape:
+            return f"{path}: shape {tuple(ref.shape)} vs {tuple(res.shape)}"
+        if ref.requires_grad != res.requires_grad:
+            return f"{path}: requires_grad {ref.requires_grad} vs {res.requires_grad}"
+        try:
+            torch.testing.assert_close(res.detach(), ref.detach(), equal_nan=True, rtol=1e-4, atol=1e-4)
+        except AssertionError as e:
+            msg = str(e).splitlines()
+            return f"{path}: values differ ({' '.join(l.strip() for l in msg[:3])[:160]})"
+        return None
+    if isinstance(ref, np.ndarray):
+        if not isinstance(res, np.ndarray):
+            return f"{path}: ndarray vs {type(res).__name__}"
+        return compare(torch.from_numpy(ref.copy()), torch.from_numpy(res.copy()), path)
+    if type(ref) is not type(res):
+        # namedtuples (torch.return_types) / tuple subclasses must keep their type
+        return f"{path}: type {type(ref).__name__} vs {type(res).__name__}"
+    if isinstance(ref, (list, tuple)):
+        if len(ref) != len(res):
+            return f"{path}: len {len(ref)} vs {len(res)}"
+        for i, (a, b) in enumerate(zip(ref, res)):
+            m = compare(a, b, f"{path}[{i}]")
+            if m:
+                return m
+        return None
+    if isinstance(ref, dict):
+        if list(ref.keys()) != list(res.keys()):
+            return f"{path}: keys {list(ref.keys())} vs {list(res.keys())}"
+        for k in ref:
+            m = compare(ref[k], res[k], f"{path}[{k!r}]")
+            if m:
+                return m
+        return None
+    if isinstance(ref, (set, frozenset)):
+        return None if ref == res else f"{path}: {ref} vs {res}"
+    if isinstance(ref, float):
+        if ref == res or (math.isnan(ref) and math.isnan(res)) or abs(ref - res) <= 1e-4 + 1e-4 * abs(ref):
+            return None
+        return f"{path}: {ref!r} vs {res!r}"
+    if isinstance(ref, Box):
+        return compare(vars(ref), vars(res), path + ".__dict__")
+    if isinstance(ref, (int, bool, str, type(None), torch.Size, torch.dtype)):
+        return None if ref == res else f"{path}: {ref!r} vs {res!r}"
+    return None if ref == res else f"{path}: {type(ref).__name__} {ref!r:.60} vs {res!r:.60}"
+
+
+def identity_map(out, args):
+    """Where the result (or its top-level items) *is* one of the arguments: {position: arg index}."""
+    m = {}
+    items = [("out", out)]
+    if isinstance(out, (tuple, list)):
+        items += [(f"out[{i}]", o) for i, o in enumerate(out)]
+    for pos, o in items:
+        for j, a in enumerate(args):
+            if o is a:
+                m[pos] = j
+                break
+    return m
+
+
+# ---------------------------------------------------------------------------------------------- execution
+def load(prog, tag):
+    """A fresh module namespace holding the program (new code objects on every call)."""
+    fname = f"<fuzz-{prog.seed}-{tag}>"
+    lines = prog.source.splitlines(True)
+    linecache.cache[fname] = (len(prog.source), None, lines, fname)
+    ns = {"__name__": f"fuzzprog_{prog.seed}_{tag}", "__builtins__": builtins}
+    exec(compile(prog.source, fname, "exec"), ns)
+    return ns
+
+
+def call_once(fn, args, rest, kw):
+    buf = io.StringIO()
+    out = exc = None
+    with contextlib.redirect_stdout(buf):
+        try:
+            out = fn(*args, *rest, **kw)
+        except Exception as e:  # noqa: BLE001 - the program's own exceptions are part of the behaviour
+            exc = e
+    return out, exc, buf.getvalue()
+
+
+def snapshot_globals(ns):
+    return {"G": ns.get("G"), "GL": ns.get("GL")}
+
+
+def run_program(prog, fn_factory, ns):
+    """Runs the three calls; returns a list of per-call records (all deep-copied so later calls cannot change them)."""
+    fn = fn_factory(ns["f"])
+    recs = []
+    for call in range(3):
+        args, rest, kw = make_inputs(prog, call)
+        all_args = args + rest
+        out, exc, printed = call_once(fn, args, rest, kw)
+        ident = identity_map(out, all_args) if exc is None else {}
+        rec = {"out": out, "exc": exc, "printed": printed, "args": all_args, "kw": kw,
+               "globals": snapshot_globals(ns), "ident": ident}
+        try:
+            rec = copy.deepcopy(rec)
+        except Exception:  # noqa: BLE001 - e.g. an undeep-copyable exception: keep what we can
+            rec["globals"] = copy.deepcopy(rec["globals"])
+        rec["ident"] = ident
+        rec["exc"] = exc
+        recs.append(rec)
+        if exc is not None and call == 0 and False:
+            break
+    return recs
+
+
+def compare_runs(ref, res, is_cdynamo=True):
+    """(category, reason) of the first difference between two lists of call records, or None."""
+    import torch
+    for call, (a, b) in enumerate(zip(ref, res)):
+        where = f"call {call}"
+        ea, eb = a["exc"], b["exc"]
+        if eb is not None and is_cdynamo and _is_internal(eb) and (ea is None or type(ea) is not type(eb)):
+            return "internal error", f"{where}: {type(eb).__name__}: {str(eb)[:200]}"
+        if (ea is None) != (eb is None):
+            if ea is None:
+                return "wrong exception", f"{where}: eager returned, compiled raised {type(eb).__name__}: {str(eb)[:160]}"
+            return "wrong exception", f"{where}: eager raised {type(ea).__name__}: {str(ea)[:120]}, compiled did not"
+        if ea is not None and not isinstance(eb, type(ea)):
+            return "wrong exception", f"{where}: {type(ea).__name__}({str(ea)[:80]}) vs {type(eb).__name__}({str(eb)[:80]})"
+        if ea is None:
+            m = compare(a["out"], b["out"])
+            if m:
+                return "wrong result", f"{where}: {m}"
+            if a["ident"] != b["ident"]:
+                return "identity", f"{where}: result is-argument map {a['ident']} vs {b['ident']}"
+        m = compare(a["args"], b["args"], "args")
+        if m:
+            return "wrong mutation", f"{where}: {m}"
+        m = compare(a["globals"], b["globals"], "globals")
+        if m:
+            return "wrong global", f"{where}: {m}"
+        m = compare_text(a["printed"], b["printed"])
+        if m:
+            return "wrong print", f"{where}: {m}"
+    return None
+
+
+def _is_internal(e):
+    mod = type(e).__module__ or ""
+    return mod.startswith("cdynamo") or mod.startswith("torch._dynamo")
+
+
+_cdynamo = None
+
+
+def _get_cdynamo():
+    global _cdynamo
+    if _cdynamo is None:
+        import cdynamo
+        _cdynamo = cdynamo
+    return _cdynamo
+
+
+def backend_factory(name):
+    if name == "dynamo":
+        import torch
+        def fac(f):
+            torch._dynamo.reset()
+            return torch.compile(f, backend="eager")
+        return fac
+    cdynamo = _get_cdynamo()
+    from cdynamo.testing import CompileCounterWithBackend
+    def fac(f):
+        cdynamo.reset()
+        fac.counter = CompileCounterWithBackend(name)  # counts graphs, then compiles with the named backend
+        return cdynamo.optimize(fac.counter)(f)
+    return fac
+
+
+def check_seed(seed, backends, verbose=False):
+    """Runs one seed; returns a dict: seed, status ('ok', 'fail', 'skip'), and per failing backend the category/reason."""
+    from .gen import generate
+    prog = generate(seed)
+    ident = lambda f: f
+    res = {"seed": seed, "status": "ok", "fails": [], "fallbacks": 0, "graphs": 0, "ops": 0}
+    try:
+        ref = run_program(prog, ident, load(prog, "eagerA"))
+        ref2 = run_program(prog, ident, load(prog, "eagerB"))
+    except Exception as e:  # noqa: BLE001
+        res.update(status="fail", fails=[["runner", "runner error", f"eager: {type(e).__name__}: {e}"[:300]]])
+        return res
+    if compare_runs(ref, ref2, is_cdynamo=False) is not None:
+        res["status"] = "skip"  # the program is not deterministic by itself
+        res["why"] = str(compare_runs(ref, ref2, is_cdynamo=False))[:200]
+        return res
+    for be in backends:
+        with warnings.catch_warnings(record=True) as ws:
+            warnings.simplefilter("always")
+            fac = backend_factory(be)
+            try:
+                got = run_program(prog, fac, load(prog, be))
+                diff = compare_runs(ref, got, is_cdynamo=(be != "dynamo"))
+            except Exception as e:  # noqa: BLE001
+                diff = ("runner error", f"{type(e).__name__}: {e}"[:300])
+            finally:
+                if be != "dynamo":
+                    _get_cdynamo().reset()
+                else:
+                    import torch
+                    torch._dynamo.reset()
+        if getattr(fac, "counter", None) is not None:
+            res["graphs"] += fac.counter.frame_count
+            res["ops"] += fac.counter.op_count
+        res["fallbacks"] += sum(1 for w in ws if "cdynamo" in type(w.message).__name__.lower()
+                                or "Cdynamo" in str(w.category))
+        if diff is not None:
+            res["status"] = "fail"
+            res["fails"].append([be, diff[0], diff[1]])
+    return res
+
+
+def backends_for(seed, backends, aot_every):
+    return [b for b in backends if b != "aot_eager" or seed % max(aot_every, 1) == 0]
+
+
+# ---------------------------------------------------------------------------------------------- worker
+def worker_main(start, count, backends, aot_every, out_path, deadline):
+    with open(out_path, "a") as out:
+        def put(d):
+            out.write(json.dumps(d) + "\n")
+            out.flush()
+        for seed in range(start, start + count):
+            if deadline and time.time() > deadline:
+                put({"event": "deadline", "seed": seed})
+                break
+            put({"event": "start", "seed": seed})
+            t0 = time.time()
+            try:
+                r = check_seed(seed, backends_for(seed, backends, aot_every))
+            except BaseException as e:  # noqa: BLE001
+                r = {"seed": seed, "status": "fail", "fails": [["runner", "runner error",
+                                                                 f"{type(e).__name__}: {e}"[:300]]]}
+            r["event"] = "done"
+            r["time"] = round(time.time() - t0, 3)
+            put(r)
+
+
+def _spawn(start, count, backends, aot_every, deadline, log):
+    fd, path = tempfile.mkstemp(prefix="cdynamo-fuzz-", suffix=".jsonl")
+    os.close(fd)
+    cmd = [sys.executable, "-m", "tests.fuzz.run", "--worker", "--start", str(start), "--count", str(count),
+           "--backends", ",".join(backends), "--aot-every", str(aot_every), "--out", path,
+           "--deadline", str(deadline or 0)]
+    env = dict(os.environ)
+    env.setdefault("PYTHONHASHSEED", "0")
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+    return proc, path
+
+
+def _read(path):
+    recs = []
+    try:
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line:
+                    try:
+                        recs.append(json.loads(line))
+                    except ValueError:
+                        pass
+    except OSError:
+        pass
+    return recs
+
+
+def run_chunk(start, count, backends, aot_every, deadline, seed_timeout):
+    """Runs seeds [start, start+count) in one worker; returns (results, next_seed). Crash/hang: the running seed fails."""
+    log = tempfile.TemporaryFile(mode="w+")
+    proc, path = _spawn(start, count, backends, aot_every, deadline, log)
+    last_n, last_t = 0, time.time()
+    killed = False
+    while proc.poll() is None:
+        time.sleep(0.2)
+        recs = _read(path)
+        if len(recs) != last_n:
+            last_n, last_t = len(recs), time.time()
+        elif time.time() - last_t > seed_timeout:
+            proc.kill()
+            proc.wait()
+            killed = True
+            break
+    recs = _read(path)
+    os.unlink(path)
+    log.seek(0)
+    tail = log.read()[-1500:]
+    log.close()
+    results = [r for r in recs if r.get("event") == "done"]
+    done = {r["seed"] for r in results}
+    started = [r["seed"] for r in recs if r.get("event") == "start" and r["seed"] not in done]
+    stopped = [r["seed"] for r in recs if r.get("event") == "deadline"]
+    if started:
+        bad = started[-1]
+        cat = "hang" if killed else "crash"
+        reason = f"worker {'killed after %ss without progress' % seed_timeout if killed else 'exited with %s' % proc.returncode}"
+        if not killed:
+            lines = [l for l in tail.splitlines() if l.strip()]
+            reason += ": " + " | ".join(lines[-4:])[:400]
+        results.append({"seed": bad, "status": "fail", "fails": [["?", cat, reason]], "event": "done"})
+        return results, bad + 1, True
+    if stopped:
+        return results, stopped[0], False
+    if proc.returncode != 0 and len(results) < count:
+        nxt = start + len(results)
+        results.append({"seed": nxt, "status": "fail", "event": "done",
+                        "fails": [["?", "crash", f"worker exited with {proc.returncode}: {tail[-400:]}"]]})
+        return results, nxt + 1, True
+    return results, start + count, False
+
+
+class Summary:
+    def __init__(self):
+        self.results = {}
+        self.elapsed = 0.0
+        self.backend_runs = {}
+
+    @property
+    def ran(self):
+        return len(self.results)
+
+    def failures(self):
+        return {s: r for s, r in sorted(self.results.items()) if r["status"] == "fail"}
+
+    def skipped(self):
+        return sorted(s for s, r in self.results.items() if r["status"] == "skip")
+
+    def by_category(self):
+        cats = {}
+        for s, r in self.failures().items():
+            for be, cat, _ in r["fails"]:
+                cats.setdefault(cat, []).append(s)
+        return cats
+
+    def reason(self, seed):
+        r = self.results[seed]
+        return "; ".join(f"[{be}] {cat}: {why}" for be, cat, why in r["fails"])
+
+    def report(self, verbose=False):
+        lines = [f"fuzz: {self.ran} programs in {self.elapsed:.1f}s; backend runs: "
+                 + ", ".join(f"{k}={v}" for k, v in sorted(self.backend_runs.items()))
+                 + f"; skipped (nondeterministic eager): {len(self.skipped())}"
+                 + f"; failing seeds: {len(self.failures())}"]
+        lines.append(f"  graphs compiled: {sum(r.get('graphs', 0) for r in self.results.values())}, "
+                     f"graph ops: {sum(r.get('ops', 0) for r in self.results.values())}, "
+                     f"programs with no graph: {sum(1 for r in self.results.values() if r.get('graphs', 1) == 0)}")
+        fb = sum(r.get("fallbacks", 0) for r in self.results.values())
+        if fb:
+            lines.append(f"  cdynamo warnings (fallbacks to Python): {fb}")
+        for cat, seeds in sorted(self.by_category().items()):
+            lines.append(f"  {cat}: {len(seeds)}  seeds {seeds[:20]}{' ...' if len(seeds) > 20 else ''}")
+        for s in self.failures():
+            lines.append(f"  seed {s}: {self.reason(s)}"[:400])
+        if verbose:
+            for s in self.skipped():
+                lines.append(f"  skipped seed {s}: {self.results[s].get('why')}")
+        return "\n".join(lines)
+
+
+def run_seeds(start, count, backends=("eager",), aot_every=1, time_budget=None, chunk=100, seed_timeout=60,
+              confirm_crashes=True, progress=None):
+    """Runs seeds in worker subprocesses; stops launching work when time_budget (seconds) is used up."""
+    t0 = time.time()
+    deadline = t0 + time_budget if time_budget else 0
+    summ = Summary()
+    seed, end = start, start + count
+    while seed < end:
+        if deadline and time.time() > deadline:
+            break
+        n = min(chunk, end - seed)
+        results, nxt, crashed = run_chunk(seed, n, backends, aot_every, deadline, seed_timeout)
+        for r in results:
+            s = r["seed"]
+            if crashed and r is results[-1] and confirm_crashes:
+                # rerun the culprit alone: a crash that needs the batch's history is still reported
+                alone, _, again = run_chunk(s, 1, backends, aot_every, 0, seed_timeout)
+                if not again:
+                    r["fails"][0][2] += " (passes when run alone: depends on earlier seeds in the worker)"
+            summ.results[s] = r
+            if r["status"] != "fail" or r["fails"][0][0] != "?":
+                for be in backends_for(s, backends, aot_every):
+                    summ.backend_runs[be] = summ.backend_runs.get(be, 0) + 1
+            if progress:
+                progress(r)
+        seed = nxt
+    summ.elapsed = time.time() - t0
+    return summ
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m tests.fuzz.run", description=__doc__.split("\n\n")[0])
+    p.add_argument("--start", type=int, default=0)
+    p.add_argument("--count", type=int, default=100)
+    p.add_argument("--backends", default="eager")
+    p.add_argument("--aot-every", type=int, default=1, help="aot_eager only on seeds divisible by this")
+    p.add_argument("--time-budget", type=float, default=None)
+    p.add_argument("--chunk", type=int, default=100)
+    p.add_argument("--seed-timeout", type=float, default=60)
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("--show", type=int, default=None, help="print the program of a seed and run it in-process")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--out", help=argparse.SUPPRESS)
+    p.add_argument("--deadline", type=float, default=0, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    backends = [b for b in a.backends.split(",") if b]
+    if a.worker:
+        worker_main(a.start, a.count, backends, a.aot_every, a.out, a.deadline)
+        return 0
+    if a.show is not None:
+        from .gen import generate
+        prog = generate(a.show)
+        print(prog.source)
+        print(f"args={prog.args} star={prog.star} shapes={shapes_for(a.show)}")
+        print(json.dumps(check_seed(a.show, backends), indent=1))
+        return 0
+    prog_cb = None
+    if a.verbose:
+        def prog_cb(r):
+            if r["status"] == "fail":
+                print(f"FAIL seed {r['seed']}: " + "; ".join(f"[{b}] {c}: {w}" for b, c, w in r["fails"])[:300],
+                      flush=True)
+    summ = run_seeds(a.start, a.count, backends, a.aot_every, a.time_budget, a.chunk, a.seed_timeout,
+                     progress=prog_cb)
+    print(summ.report(verbose=a.verbose))
+    return 1 if summ.failures() else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

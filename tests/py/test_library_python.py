@@ -1,0 +1,125 @@
+# test_library_python.py — owns tests of the Python constructs library model code uses (issue 11 item 2):
+# each is traced into one graph (counted against torch._dynamo where it captures) with eager's results.
+import importlib
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import cdynamo
+from cdynamo.testing import CompileCounter
+
+pytestmark = pytest.mark.usefixtures("cdynamo_reset")
+
+
+def compiled(fn, backend=None):
+    cnt = backend or CompileCounter()
+    return cdynamo.optimize(cnt)(fn), cnt
+
+
+def dynamo_graphs(fn, *args):
+    import torch._dynamo
+    from torch._dynamo.testing import CompileCounter as DC
+    torch._dynamo.reset()
+    c = DC()
+    torch.compile(fn, backend=c)(*args)
+    torch._dynamo.reset()
+    return c.frame_count
+
+
+# ---- IMPORT_NAME / IMPORT_FROM of modules already imported -------------------------------------------
+
+def import_plain(x):
+    import math
+    return x * math.pi
+
+
+def import_dotted(x):
+    import torch.nn.functional
+    return torch.nn.functional.relu(x) + 1
+
+
+def import_from(x):
+    from torch.nn import functional as F
+    from math import sqrt
+    return F.gelu(x) * sqrt(2.0)
+
+
+def import_as_dotted(x):
+    import torch.nn.functional as F
+    return F.silu(x) - 1
+
+
+@pytest.mark.parametrize("fn", [import_plain, import_dotted, import_from, import_as_dotted])
+def test_import_of_imported_module_is_one_graph(fn):
+    x = torch.randn(6)
+    opt, cnt = compiled(fn)
+    torch.testing.assert_close(opt(x), fn(x))
+    assert cnt.frame_count == 1 == dynamo_graphs(fn, x)
+    assert cnt.op_count >= 1
+    opt(torch.randn(6))
+    assert cnt.frame_count == 1  # no recompile
+
+
+def test_first_import_is_a_break_and_runs(tmp_path, monkeypatch):
+    (tmp_path / "cd_fresh_mod.py").write_text("VALUE = 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("cd_fresh_mod", None)
+
+    def fn(x):
+        y = x + 1
+        import cd_fresh_mod
+        return y * cd_fresh_mod.VALUE
+
+    x = torch.randn(4)
+    opt, cnt = compiled(fn)
+    torch.testing.assert_close(opt(x), (x + 1) * 3)
+    assert "cd_fresh_mod" in sys.modules          # the import ran, once, in the continuation
+    assert cnt.frame_count == 2
+    sys.modules.pop("cd_fresh_mod", None)
+
+
+def test_relative_import_in_a_package(tmp_path, monkeypatch):
+    pkg = tmp_path / "cd_pkg_rel"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "consts.py").write_text("SCALE = 5\n")
+    (pkg / "mod.py").write_text(textwrap.dedent("""
+        import torch
+        from . import consts
+
+        def fn(x):
+            from .consts import SCALE
+            from . import consts as c
+            return x * SCALE + c.SCALE
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module("cd_pkg_rel.mod")
+    x = torch.randn(3)
+    opt, cnt = compiled(mod.fn)
+    torch.testing.assert_close(opt(x), x * 5 + 5)
+    assert cnt.frame_count == 1
+    for m in [m for m in sys.modules if m.startswith("cd_pkg_rel")]:
+        del sys.modules[m]
+
+
+def test_import_guard_sees_a_replaced_module(tmp_path, monkeypatch):
+    (tmp_path / "cd_swap_mod.py").write_text("K = 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("cd_swap_mod", None)
+    import cd_swap_mod  # noqa: F401
+
+    def fn(x):
+        import cd_swap_mod
+        return x * cd_swap_mod.K
+
+    x = torch.ones(2)
+    opt, cnt = compiled(fn)
+    torch.testing.assert_close(opt(x), x * 2)
+    sys.modules.pop("cd_swap_mod")
+    (tmp_path / "cd_swap_mod.py").write_text("K = 7  # replaced, a different size\n")
+    importlib.invalidate_caches()
+    import cd_swap_mod  # noqa: F401,F811 - a new module object
+    torch.testing.assert_close(opt(x), x * 7)
+    sys.modules.pop("cd_swap_mod", None)

@@ -1,0 +1,239 @@
+# test_soundness_repros.py — owns the regression tests for the repros of issue 10 (wrong results, crashes,
+# exceptions eager does not raise): each compares a compiled call with eager (and torch._dynamo where it
+# matters) on the same torch.
+import contextlib
+import copy
+import io
+
+import pytest
+import torch
+
+import cdynamo
+from cdynamo.testing import CompileCounter
+
+pytestmark = pytest.mark.usefixtures("cdynamo_reset")
+
+
+def quiet(fn, *args):
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        r = fn(*args)
+    return r, out.getvalue()
+
+
+def same_as_eager(fn, *args, backend="eager"):
+    """Runs fn eagerly and compiled on deep copies; results, argument mutations and prints must match."""
+    ea, ca = copy.deepcopy(args), copy.deepcopy(args)
+    ref, ref_out = quiet(fn, *ea)
+    got, got_out = quiet(cdynamo.optimize(backend)(fn), *ca)
+    assert type(got) is type(ref)
+    torch.testing.assert_close(got, ref)
+    for a, b in zip(ea, ca):
+        if isinstance(a, torch.Tensor):
+            torch.testing.assert_close(b, a)
+    assert got_out == ref_out
+    return got
+
+
+# ---- 1. aliases of rebound values across graph breaks ----------------------------------------------------
+
+def alias_residual(x):
+    residual = x
+    x = torch.relu(x)
+    print("graph break")
+    return x + residual
+
+
+def alias_chain(x):
+    t = x * 2
+    print()
+    r = t
+    t = t * 3
+    print()
+    return r
+
+
+def alias_in_dict(x):
+    c = {"k": x}
+    x = x * 2 + 1
+    print()
+    return c["k"] - x
+
+
+def alias_tuple_assign(x):
+    r, r2 = x, x
+    x = x + 1
+    print()
+    return r + r2 + x
+
+
+def alias_data_dependent_if(x):
+    residual = x
+    x = torch.sigmoid(x)
+    if x.sum() > 0:
+        x = x * 2
+    return x + residual
+
+
+@pytest.mark.parametrize("fn", [alias_residual, alias_chain, alias_in_dict, alias_tuple_assign,
+                                alias_data_dependent_if])
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_alias_of_rebound_value_after_break(fn, backend):
+    same_as_eager(fn, torch.arange(6.0) - 2.5, backend=backend)
+
+
+def test_inplace_through_stale_alias_mutates_the_argument():
+    def fn(x):
+        r = x
+        x = x * 2
+        print()
+        r.add_(1)
+        return x
+
+    a = torch.zeros(3)
+    with contextlib.redirect_stdout(io.StringIO()):
+        out = cdynamo.optimize("eager")(fn)(a)
+    assert torch.equal(a, torch.ones(3)) and torch.equal(out, torch.zeros(3))
+
+
+def test_returned_argument_keeps_its_identity_across_a_break():
+    def fn(x):
+        print()
+        return x
+
+    a = torch.randn(3)
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert cdynamo.optimize("eager")(fn)(a) is a
+
+
+# ---- 2. legacy tensor types ------------------------------------------------------------------------------
+
+def test_legacy_tensor_types_in_isinstance():
+    def fn(x, y):
+        return (isinstance(x, torch.FloatTensor), isinstance(x, torch.LongTensor), isinstance(y, torch.LongTensor),
+                x + 1)
+
+    x, y = torch.empty(4), torch.ones(2, dtype=torch.long)
+    ref = fn(x, y)
+    got = cdynamo.optimize("eager")(fn)(x, y)
+    assert got[:3] == ref[:3] == (True, False, True)
+
+
+# ---- 3. inputs that share storage ------------------------------------------------------------------------
+
+def mul_then_read(x, y):
+    x.mul_(2)
+    return y + 1
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("first_aliased", [True, False])
+def test_change_of_input_aliasing_recompiles_or_is_correct(backend, first_aliased):
+    opt = cdynamo.optimize(backend)(mul_then_read)
+    calls = [True, False] if first_aliased else [False, True]
+    for aliased in calls:
+        a = torch.arange(4.0)
+        y = a[0] if aliased else torch.arange(4.0)
+        ea, ey = a.clone(), (None if aliased else y.clone())
+        ref = mul_then_read(ea, ea[0] if aliased else ey)
+        got = opt(a, y)
+        torch.testing.assert_close(got, ref)
+        torch.testing.assert_close(a, ea)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_inputs_sharing_storage_without_being_views(backend):
+    def fn(a, b):
+        v = a[0]
+        v.add_(1)
+        print()
+        return a.sum() + b.sum()
+
+    base = torch.arange(8.0)
+    args = copy.deepcopy((base, base.view(2, 4)))
+    ref_args = copy.deepcopy((base, base.view(2, 4)))
+    ref, _ = quiet(fn, *ref_args)
+    got, _ = quiet(cdynamo.optimize(backend)(fn), *args)
+    torch.testing.assert_close(got, ref)
+    torch.testing.assert_close(args[0], ref_args[0])
+    torch.testing.assert_close(args[1], ref_args[1])
+
+
+# ---- 7-10. return types, Size star-unpacking, tensor slices, keyword tensor lists -------------------------
+
+def test_return_types_keep_their_type_and_fields():
+    def fn(x):
+        m = x.min(dim=0)
+        s = torch.sort(x, dim=1)
+        return m.values, m.indices, s.values, torch.topk(x, 2).indices, x.max(dim=0)
+
+    x = torch.randn(4, 3)
+    cnt = CompileCounter()
+    got = cdynamo.optimize(cnt)(fn)(x)
+    ref = fn(x)
+    assert type(got[4]) is type(ref[4]) is torch.return_types.max
+    for g, r in zip(got[:4], ref[:4]):
+        torch.testing.assert_close(g, r)
+    torch.testing.assert_close(tuple(got[4]), tuple(ref[4]))
+    assert cnt.frame_count == 1
+
+
+def test_return_type_passed_through_a_break():
+    def fn(x):
+        r = x.max(dim=1)
+        print()
+        return r.values + 1, r
+
+    x = torch.randn(3, 4)
+    got = same_as_eager(fn, x)
+    assert type(got[1]) is torch.return_types.max
+
+
+def test_star_unpacking_a_size_built_by_slicing():
+    def transpose_for_scores(x):
+        new_shape = x.size()[:-1] + (2, 2)
+        return x.view(*new_shape).permute(0, 2, 1)
+
+    cnt = CompileCounter()
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(cdynamo.optimize(cnt)(transpose_for_scores)(x), transpose_for_scores(x))
+    assert cnt.frame_count == 1
+
+
+def test_star_call_of_a_tensor_method_through_a_break():
+    def fn(x, shape):
+        return x.view(*shape)
+
+    # `shape` is a list the frame reads: the call may break; the bound method must stay above its NULL.
+    same_as_eager(fn, torch.randn(3, 4), [2, 6])
+
+
+def test_slice_by_a_zero_dim_tensor():
+    def fn(x, y):
+        return x[y[0]:]
+
+    same_as_eager(fn, torch.randn(5), torch.tensor([2]))
+    same_as_eager(fn, torch.randn(5), torch.tensor([3]))
+
+
+def test_cat_with_keyword_tensor_list_is_one_graph():
+    def fn(a, b):
+        return torch.cat(tensors=[a, b], dim=0)
+
+    cnt = CompileCounter()
+    a, b = torch.randn(2), torch.randn(3)
+    torch.testing.assert_close(cdynamo.optimize(cnt)(fn)(a, b), fn(a, b))
+    assert cnt.frame_count == 1 and cnt.op_count == 1
+
+
+# ---- 12. BaseExceptions from a backend propagate ----------------------------------------------------------
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, SystemExit])
+def test_backend_base_exception_propagates(exc):
+    def backend(gm, example_inputs):
+        raise exc()
+
+    def fn(x):
+        return x + 1
+
+    with pytest.raises(exc):
+        cdynamo.optimize(backend)(fn)(torch.randn(2))
