@@ -109,7 +109,7 @@ class FetchMemo {
   friend struct Source;
   std::unordered_map<const Source*, PyObject*> values_;  // new references (nullptr: missing)
   FetchMemo* outer_;
-  static inline FetchMemo* active_ = nullptr;
+  static inline thread_local FetchMemo* active_ = nullptr;  // per thread: a guard that runs Python can let another thread check its own guards
 };
 
 }  // namespace cdynamo::guards

@@ -11,20 +11,68 @@ namespace {
 Py_ssize_t g_extra_index = -1;
 std::unordered_set<CodeExtra*>* g_registry = new std::unordered_set<CodeExtra*>();  // process lifetime
 
+// While reset_all replaces an extra, CPython calls free_extra *before* it clears the slot: a destructor
+// that ran Python then could find the half-freed extra through the code object. Such frees are deferred
+// until the slot is clear.
+bool g_defer_free = false;
+std::vector<CodeExtra*>* g_deferred = new std::vector<CodeExtra*>();  // process lifetime
+
 void free_extra(void* p) {
   // Called by CPython (GIL held) when the code object dies or its extra is replaced.
-  delete static_cast<CodeExtra*>(p);
+  // CPython calls it with NULL for a code object whose slot is empty.
+  auto* e = static_cast<CodeExtra*>(p);
+  if (!e) return;
+  g_registry->erase(e);
+  if (e->pins > 0) {  // in use by a running eval_frame: freed by its last unpin
+    e->detached = true;
+    return;
+  }
+  if (g_defer_free) {
+    g_deferred->push_back(e);
+    return;
+  }
+  delete e;
+}
+
+int g_running = 0;  // compiled calls in progress, all threads (GIL held)
+// Injected global names whose removal waits for g_running to reach 0: (globals dict, name), owned.
+std::vector<std::pair<py::object, std::string>>* g_pending = new std::vector<std::pair<py::object, std::string>>();
+
+void remove_injected(PyObject* globals, const std::string& name) {
+  if (PyDict_DelItemString(globals, name.c_str()) < 0) PyErr_Clear();
+}
+
+void flush_pending() {
+  while (!g_pending->empty() && g_running == 0) {
+    auto item = std::move(g_pending->back());
+    g_pending->pop_back();
+    remove_injected(item.first.ptr(), item.second);  // may run Python (a dict's values die): re-check
+  }
 }
 
 }  // namespace
 
+RunningCompiled::RunningCompiled() { ++g_running; }
+RunningCompiled::~RunningCompiled() {
+  if (--g_running == 0 && !g_pending->empty()) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);  // the compiled call's own error, if any, survives the cleanup
+    flush_pending();
+    PyErr_Restore(type, value, tb);
+  }
+}
+
+ExtraPin::~ExtraPin() {
+  if (--e_->pins == 0 && e_->detached) delete e_;
+}
+
 CodeExtra::~CodeExtra() {
   g_registry->erase(this);
   for (auto& e : entries) {
+    if (!e->globals || !PyDict_Check(e->globals.ptr())) continue;
     for (const auto& name : e->injected) {
-      if (e->globals && PyDict_Check(e->globals.ptr())) {
-        if (PyDict_DelItemString(e->globals.ptr(), name.c_str()) < 0) PyErr_Clear();
-      }
+      if (g_running > 0) g_pending->emplace_back(e->globals, name);
+      else remove_injected(e->globals.ptr(), name);
     }
   }
 }
@@ -61,10 +109,16 @@ void reset_all() {
     // user code), so hold one (new reference, released after the call) while CPython writes into it.
     PyObject* code = reinterpret_cast<PyObject*>(e->code);
     Py_INCREF(code);
-    if (_PyCode_SetExtra(code, g_extra_index, nullptr) < 0) {
+    g_defer_free = true;  // no Python runs until it is reset below
+    int rc = _PyCode_SetExtra(code, g_extra_index, nullptr);
+    g_defer_free = false;
+    if (rc < 0) {
       PyErr_Clear();
       g_registry->erase(e);  // leaked rather than left dangling in the code object
     }
+    std::vector<CodeExtra*> dead;
+    dead.swap(*g_deferred);
+    for (CodeExtra* d : dead) delete d;  // may run Python: the slot is clear now
     Py_DECREF(code);
   }
 }

@@ -24,9 +24,15 @@ struct CacheEntry {
   std::string description;     // for logs: what the entry does
 };
 
+// Lifetimes: CPython owns a CodeExtra through the code object's extra slot; an eval_frame call using it
+// pins it (ExtraPin), and reset() or the code's death while it is pinned only detaches it (then the last
+// unpin frees it). Entries are shared: a caller checking or running one holds it, so a reset() (or another
+// thread) changing `entries` under a guard or a backend that runs Python never frees what is in use.
 struct CodeExtra {
-  PyCodeObject* code = nullptr;  // borrowed: the extra lives exactly as long as the code
-  std::vector<std::unique_ptr<CacheEntry>> entries;
+  PyCodeObject* code = nullptr;  // borrowed: the code outlives the extra (or a pinned, detached extra)
+  std::vector<std::shared_ptr<CacheEntry>> entries;
+  int pins = 0;            // eval_frame calls using this extra now (GIL held)
+  bool detached = false;   // taken off its code object while pinned: freed by the last unpin
   bool skip = false;       // never capture frames of this code
   bool generated = false;  // produced by cdynamo: run as is
   bool warned = false;     // the recompile-limit warning was given
@@ -35,11 +41,29 @@ struct CodeExtra {
   ~CodeExtra();
 };
 
+// Keeps an extra alive for a scope (GIL held throughout).
+class ExtraPin {
+ public:
+  explicit ExtraPin(CodeExtra* e) : e_(e) { ++e_->pins; }
+  ~ExtraPin();
+  ExtraPin(const ExtraPin&) = delete;
+  ExtraPin& operator=(const ExtraPin&) = delete;
+
+ private:
+  CodeExtra* e_;
+};
+
 // The extra of `code`, or nullptr. Never fails.
 CodeExtra* get_extra(PyCodeObject* code);
 // The extra of `code`, created on first use. Throws std::runtime_error on failure.
 CodeExtra* ensure_extra(PyCodeObject* code);
-// Frees every cache entry of every code object (reset()).
+// Frees every cache entry of every code object (reset()). Names injected into user globals are removed
+// once no thread runs compiled code (a running rewritten frame still loads its continuations by name).
+// Runs compiled code: while any is running, removals of injected globals wait (RunningCompiled).
+struct RunningCompiled {
+  RunningCompiled();
+  ~RunningCompiled();
+};
 void reset_all();
 // Number of code objects holding cdynamo cache data.
 size_t extra_count();

@@ -4,6 +4,8 @@
 
 #include <pybind11/pybind11.h>
 
+#include <optional>
+
 #include "hook/state.h"
 
 namespace cdynamo::hook {
@@ -28,6 +30,7 @@ namespace {
 // Runs the entry's code with the frame's argument slots. Returns a new reference or NULL.
 PyObject* run_entry(PyThreadState* tstate, compat::Frame* frame, CacheEntry* e) {
   if (!e->code) return compat::eval_default(tstate, frame, 0);
+  RunningCompiled running;
   PyObject* orig = compat::frame_function(frame);  // borrowed
   PyObject* closure = orig ? PyFunction_GET_CLOSURE(orig) : nullptr;
   if (!e->func || e->func_closure != closure) {
@@ -42,6 +45,34 @@ PyObject* run_entry(PyThreadState* tstate, compat::Frame* frame, CacheEntry* e) 
   }
   return PyObject_Vectorcall(e->func.ptr(), compat::frame_localsplus(frame), static_cast<size_t>(e->nargs), nullptr);
 }
+
+// One compile at a time in the process, as torch.compile does: tracing and backends (aot_eager, inductor)
+// keep global state. A Python RLock, so a thread waiting for it lets the others run (the GIL is released)
+// and a backend that compiles through cdynamo again does not deadlock on itself.
+class CompileLock {
+ public:
+  CompileLock() {
+    static PyObject* lock = nullptr;  // owned for the process lifetime
+    if (!lock) lock = py::module_::import("threading").attr("RLock")().release().ptr();
+    lock_ = lock;
+    PyObject* r = PyObject_CallMethod(lock_, "acquire", nullptr);  // new reference
+    if (!r) throw py::error_already_set();
+    Py_DECREF(r);
+  }
+  ~CompileLock() {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);  // the compile's own error survives the release
+    PyObject* r = PyObject_CallMethod(lock_, "release", nullptr);  // new reference
+    if (!r) PyErr_Clear();
+    Py_XDECREF(r);
+    PyErr_Restore(type, value, tb);
+  }
+  CompileLock(const CompileLock&) = delete;
+  CompileLock& operator=(const CompileLock&) = delete;
+
+ private:
+  PyObject* lock_;  // borrowed (process lifetime)
+};
 
 bool plain_function_code(PyCodeObject* code) {
   int flags = code->co_flags;
@@ -67,8 +98,10 @@ PyObject* eval_frame(PyThreadState* tstate, compat::Frame* frame, int throwflag)
     return compat::eval_default(tstate, frame, throwflag);
   }
   if (extra && !extra->entries.empty()) {
+    ExtraPin pin(extra);  // a guard may run Python, and that Python may reset() or compile this code
     guards::FrameView fv = frame_view(frame);
-    for (auto& e : extra->entries) {
+    for (size_t i = 0; i < extra->entries.size(); ++i) {
+      std::shared_ptr<CacheEntry> e = extra->entries[i];  // held while checked and run
       if (e->globals.ptr() == fv.globals && e->guards.check(fv)) return run_entry(tstate, frame, e.get());
     }
   }
@@ -80,17 +113,41 @@ PyObject* eval_frame(PyThreadState* tstate, compat::Frame* frame, int throwflag)
       return compat::eval_default(tstate, frame, throwflag);
     }
   }
-  // Frames run while compiling (shape propagation, fx, the backend) are not captured.
-  PyObject* mine = exchange_callback(nullptr);  // new reference: our callback
-  CacheEntry* e = translate(frame, mine, extra);
-  PyObject* none = exchange_callback(mine);
-  Py_XDECREF(none);
-  Py_XDECREF(mine);
+  ExtraPin pin(extra);
+  std::shared_ptr<CacheEntry> e;
+  {
+    std::optional<CompileLock> lock;
+    try {
+      lock.emplace();
+    } catch (py::error_already_set& err) {
+      err.restore();
+      return nullptr;  // the wait was interrupted (KeyboardInterrupt): the user's error
+    }
+    // Another thread may have compiled this code while we waited: its entry may fit.
+    if (!extra->entries.empty()) {
+      guards::FrameView fv = frame_view(frame);
+      for (size_t i = 0; i < extra->entries.size(); ++i) {
+        std::shared_ptr<CacheEntry> hit = extra->entries[i];
+        if (hit->globals.ptr() == fv.globals && hit->guards.check(fv)) {
+          e = hit;
+          break;
+        }
+      }
+    }
+    if (!e) {
+      // Frames run while compiling (shape propagation, fx, the backend) are not captured.
+      PyObject* mine = exchange_callback(nullptr);  // new reference: our callback
+      e = translate(frame, mine, extra);
+      PyObject* none = exchange_callback(mine);
+      Py_XDECREF(none);
+      Py_XDECREF(mine);
+    }
+  }
   if (!e) {
     if (PyErr_Occurred()) return nullptr;
     return compat::eval_default(tstate, frame, throwflag);
   }
-  return run_entry(tstate, frame, e);
+  return run_entry(tstate, frame, e.get());
 }
 
 }  // namespace cdynamo::hook

@@ -17,7 +17,7 @@ PyObject* eval_frame(PyThreadState* tstate, compat::Frame* frame, int throwflag)
 // Translates `frame` under callback `cb` (borrowed) into a new cache entry appended to `extra`.
 // Returns the entry, or nullptr with a Python error set when the error must reach the user
 // (nopython/fullgraph). Other failures produce a run-as-Python entry or mark the code skipped.
-CacheEntry* translate(compat::Frame* frame, PyObject* cb, CodeExtra* extra);
+std::shared_ptr<CacheEntry> translate(compat::Frame* frame, PyObject* cb, CodeExtra* extra);
 
 // Builds the FrameView of `frame` (borrowed pieces).
 guards::FrameView frame_view(compat::Frame* frame);

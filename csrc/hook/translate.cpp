@@ -91,13 +91,13 @@ void report_fallback(PyObject* cb, PyCodeObject* code, const char* kind, const s
   report(cb, "on_fallback", info);
 }
 
-CacheEntry* add_entry(CodeExtra* extra, compat::Frame* frame, guards::GuardSet guards) {
-  auto e = std::make_unique<CacheEntry>();
+std::shared_ptr<CacheEntry> add_entry(CodeExtra* extra, compat::Frame* frame, guards::GuardSet guards) {
+  auto e = std::make_shared<CacheEntry>();
   e->guards = std::move(guards);
   e->globals = py::reinterpret_borrow<py::object>(compat::frame_globals(frame));
   e->nargs = compat::code_total_args(compat::frame_code(frame));
-  extra->entries.push_back(std::move(e));
-  return extra->entries.back().get();
+  extra->entries.push_back(e);
+  return e;
 }
 
 void add_state_guards(interp::Tracer& t) {
@@ -113,6 +113,16 @@ void add_state_guards(interp::Tracer& t) {
     t.guards.add(guards::no_aliasing(std::move(containers)));
   }
 }
+
+// Names put into a frame's globals (borrowed dict) for a new entry; removed again if the entry is not made.
+struct Injected {
+  PyObject* globals;
+  std::vector<std::string> names;
+  ~Injected() {
+    for (const auto& n : names)
+      if (PyDict_DelItemString(globals, n.c_str()) < 0) PyErr_Clear();
+  }
+};
 
 // One break reason as the Python side reads it: reason, filename, lineno, line.
 py::dict break_info(const interp::StopInfo& s) {
@@ -134,7 +144,7 @@ py::list guard_strings(const guards::GuardSet& g) {
 
 bool skip_by_file(PyCodeObject* code) { return interp::is_library_file(code); }
 
-CacheEntry* translate(compat::Frame* frame, PyObject* cb, CodeExtra* extra) {
+std::shared_ptr<CacheEntry> translate(compat::Frame* frame, PyObject* cb, CodeExtra* extra) {
   PyCodeObject* code = compat::frame_code(frame);
   auto t0 = std::chrono::steady_clock::now();
   bool strict = nopython(cb);
@@ -192,7 +202,7 @@ CacheEntry* translate(compat::Frame* frame, PyObject* cb, CodeExtra* extra) {
       info["break_reasons"] = breaks;
       report(cb, "on_fallback", info);
       add_state_guards(t);
-      CacheEntry* e = add_entry(extra, frame, std::move(t.guards));
+      std::shared_ptr<CacheEntry> e = add_entry(extra, frame, std::move(t.guards));
       e->description = "unsupported: " + stop.reason;
       return e;
     }
@@ -243,7 +253,7 @@ CacheEntry* translate(compat::Frame* frame, PyObject* cb, CodeExtra* extra) {
           return nullptr;
         }
         report_fallback(cb, code, "backend", std::string("backend failed: ") + err.what());
-        CacheEntry* e = add_entry(extra, frame, std::move(t.guards));
+        std::shared_ptr<CacheEntry> e = add_entry(extra, frame, std::move(t.guards));
         e->description = "backend failed";
         return e;
       }
@@ -264,16 +274,16 @@ CacheEntry* translate(compat::Frame* frame, PyObject* cb, CodeExtra* extra) {
     } catch (const interp::Unsupported& u) {
       // The state at the break cannot be rebuilt as Python: the whole frame runs as Python.
       report_fallback(cb, code, "unsupported", std::string(u.what()) + " (at a graph break: " + located(stop) + ")");
-      CacheEntry* e = add_entry(extra, frame, std::move(t.guards));
+      std::shared_ptr<CacheEntry> e = add_entry(extra, frame, std::move(t.guards));
       e->description = "unsupported";
       return e;
     }
     ensure_extra(reinterpret_cast<PyCodeObject*>(new_code.ptr()))->generated = true;
     PyObject* globals = compat::frame_globals(frame);
-    std::vector<std::string> injected;
+    Injected injected{globals};
     if (has_graph) {
       if (PyDict_SetItemString(globals, name.c_str(), disabled_obj.ptr()) < 0) throw py::error_already_set();
-      injected.push_back(name);
+      injected.names.push_back(name);
     }
     py::list resume_listing;
     for (const auto& r : resumes) {
@@ -282,15 +292,16 @@ CacheEntry* translate(compat::Frame* frame, PyObject* cb, CodeExtra* extra) {
       int rc = PyDict_SetItemString(globals, r.name.c_str(), fn);
       Py_DECREF(fn);
       if (rc < 0) throw py::error_already_set();
-      injected.push_back(r.name);
+      injected.names.push_back(r.name);
       resume_listing.append(py::make_tuple(r.name, bytecode::format(reinterpret_cast<PyCodeObject*>(r.code.ptr()))));
     }
 
     if (has_graph) extra->had_graph = true;
     py::list guard_list = guard_strings(t.guards);
-    CacheEntry* e = add_entry(extra, frame, std::move(t.guards));
+    std::shared_ptr<CacheEntry> e = add_entry(extra, frame, std::move(t.guards));
     e->code = new_code;
-    e->injected = std::move(injected);
+    e->injected = std::move(injected.names);
+    injected.names.clear();  // owned by the entry now
     e->description = is_break ? "graph break" : "graph " + name;
 
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

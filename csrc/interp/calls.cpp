@@ -276,6 +276,17 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
         if (name == "isinstance" && args.size() == 2 && args[0]->is_tensor() && args[1]->is_constant_like() == false &&
             args[1]->kind == VKind::Object) {
           py::object cls = args[1]->obj;
+          py::handle meta = reinterpret_cast<PyObject*>(Py_TYPE(cls.ptr()));
+          if (py::str(meta.attr("__module__")).cast<std::string>() == "torch" &&
+              py::str(meta.attr("__name__")).cast<std::string>() == "tensortype") {
+            // torch.FloatTensor and the other legacy types: an instance check on dtype, device type and
+            // layout (all guarded by the tensor's TENSOR_MATCH), answered from the example and its device.
+            const ValuePtr& v = args[0];
+            bool r = v->example.attr("dtype").equal(cls.attr("dtype")) &&
+                     v->device.attr("type").cast<std::string>() == (cls.attr("is_cuda").cast<bool>() ? "cuda" : "cpu") &&
+                     v->example.attr("is_sparse").cast<bool>() == cls.attr("is_sparse").cast<bool>();
+            return Value::constant(py::bool_(r));
+          }
           PyObject* real_cls = args[0]->node && args[0]->node->op == graph::OpKind::Placeholder
                                    ? nullptr
                                    : PyRefs::get().tensor_type.ptr();

@@ -289,6 +289,16 @@ std::string placeholder_name(const guards::Source& s) {
 
 ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
   PyObject* v = value.ptr();
+  // A container that holds itself (x = []; x.append(x)) or a huge nest of them is not modelled: bounded
+  // depth and size instead of a walk that never ends.
+  constexpr int kMaxDepth = 32;
+  constexpr size_t kMaxWrapped = 20000;
+  struct Depth {
+    int& d;
+    ~Depth() { --d; }
+  } depth{++wrap_depth_};
+  if (wrap_depth_ > kMaxDepth) unsupported("an object nested more than 32 levels deep (or a container that holds itself)");
+  if (++wrapped_ > kMaxWrapped) unsupported("more than 20000 objects read from the frame's containers");
   if (guards::is_tensor(v)) {
     // The same tensor object seen through two sources shares one placeholder (aliasing preserved).
     for (const auto& in : inputs) {

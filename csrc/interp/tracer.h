@@ -244,6 +244,8 @@ class Tracer {
   // Runs the handler of bc.insts[pc] and advances pc unless the handler jumped.
   void execute_one();
   int inline_depth_ = 0;
+  int wrap_depth_ = 0;   // nesting of wrap() calls (containers inside containers)
+  size_t wrapped_ = 0;   // values wrap() made in this trace
   bool trusted_globals_ = false;
   PyObject* frame_globals_ = nullptr;  // the traced frame's own globals (borrowed from the frame)
   struct Undo {  // a container's contents (or a cell's) before the running instruction first changed it
