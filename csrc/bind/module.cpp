@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include "interp/meta_cache.h"
+#include "interp/torch_rules.h"
 #include "interp/skip_files.h"
 
 #include "hook/cache.h"
@@ -42,6 +43,7 @@ PYBIND11_MODULE(_C, m) {
       [] {
         hook::reset_all();
         interp::meta_cache_clear();
+        interp::clear_classification_cache();
       },
       "Frees every cache entry and the globals they injected, and forgets memoized shape propagation.");
   m.def(

@@ -13,14 +13,27 @@ Guard::Guard(Guard&& o) noexcept
       source(std::move(o.source)),
       tensor(std::move(o.tensor)),
       expected(o.expected),
+      weak(o.weak),
       length(o.length),
       state(o.state),
       sources(std::move(o.sources)),
       label(std::move(o.label)) {
   o.expected = nullptr;
+  o.weak = nullptr;
 }
 
-Guard::~Guard() { Py_XDECREF(expected); }
+Guard::~Guard() {
+  if (weak) Py_DECREF(weak);  // `expected` is borrowed then
+  else Py_XDECREF(expected);
+}
+
+bool Guard::dead() const { return weak && PyWeakref_GET_OBJECT(weak) == Py_None; }
+
+bool GuardSet::dead() const {
+  for (const auto& g : guards_)
+    if (g.dead()) return true;
+  return false;
+}
 
 std::string Guard::describe() const {
   if (kind == GuardKind::GradMode) return "global state GRAD_MODE (" + std::string(state ? "enabled" : "disabled") + ")";
@@ -111,6 +124,10 @@ bool Guard::check(const FrameView& fv, std::string* why) const {
       if (!ok) reason = std::string("type changed to ") + Py_TYPE(v)->tp_name;
       break;
     case GuardKind::IdMatch:
+      if (dead()) {  // another object may sit at the dead one's address
+        Py_DECREF(v);
+        return fail(why, *this, "the object it was compiled for has died");
+      }
       ok = v == expected;
       if (!ok) reason = "object identity changed";
       break;
@@ -324,7 +341,14 @@ Guard id_match(SourcePtr src, PyObject* value) {
   bool fn_like = PyModule_Check(value) || PyFunction_Check(value) || PyCFunction_Check(value) || PyType_Check(value);
   Guard g = base(GuardKind::IdMatch, std::move(src), fn_like ? "FUNCTION_MATCH" : "ID_MATCH");
   g.expected = value;
-  Py_INCREF(g.expected);  // owned: pins the identity we compare against
+  // Weakly held where possible (user objects, modules made per call must not be kept alive by a cache
+  // entry); otherwise owned, which pins the identity compared against.
+  if (!PyModule_Check(value)) {
+    g.weak = PyWeakref_NewRef(value, nullptr);  // new reference, or NULL
+    if (g.weak) return g;
+    PyErr_Clear();
+  }
+  Py_INCREF(g.expected);
   return g;
 }
 

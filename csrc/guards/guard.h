@@ -33,7 +33,9 @@ struct Guard {
   GuardKind kind;
   SourcePtr source;                       // null for global-state guards
   std::unique_ptr<TensorMatch> tensor;    // TensorMatch
-  PyObject* expected = nullptr;           // owned: type, object or constant
+  PyObject* expected = nullptr;           // owned: type, object or constant (borrowed when `weak` is set)
+  PyObject* weak = nullptr;               // IdMatch: owned weakref to `expected`; the guard does not keep
+                                          // the object alive and fails once it has died
   Py_ssize_t length = 0;                  // LengthMatch
   int state = 0;                          // GradMode / DefaultDtype expected value
   std::vector<SourcePtr> sources;         // NoAliasing
@@ -45,6 +47,8 @@ struct Guard {
   Guard(Guard&&) noexcept;
   ~Guard();
 
+  // True for an IdMatch whose object has died: the guard can never pass again.
+  bool dead() const;
   // True if the guard holds; on failure fills *why (if given) with "<describe>: <reason>".
   bool check(const FrameView& fv, std::string* why) const;
   std::string describe() const;  // "local 'x' TENSOR_MATCH"
@@ -57,6 +61,8 @@ class GuardSet {
   bool check(const FrameView& fv, std::string* why = nullptr) const;
   std::vector<std::string> describe() const;
   size_t size() const { return guards_.size(); }
+  // True if some guard holds an object that has died (the entry can never match again).
+  bool dead() const;
   // True if an equivalent guard (same kind and source text) is already present.
   bool has(GuardKind kind, const Source& src) const;
 

@@ -66,14 +66,34 @@ ExtraPin::~ExtraPin() {
   if (--e_->pins == 0 && e_->detached) delete e_;
 }
 
+namespace {
+
+void drop_injected(CacheEntry& e) {
+  if (!e.globals || !PyDict_Check(e.globals.ptr())) return;
+  for (const auto& name : e.injected) {
+    if (g_running > 0) g_pending->emplace_back(e.globals, name);
+    else remove_injected(e.globals.ptr(), name);
+  }
+  e.injected.clear();
+}
+
+}  // namespace
+
 CodeExtra::~CodeExtra() {
   g_registry->erase(this);
-  for (auto& e : entries) {
-    if (!e->globals || !PyDict_Check(e->globals.ptr())) continue;
-    for (const auto& name : e->injected) {
-      if (g_running > 0) g_pending->emplace_back(e->globals, name);
-      else remove_injected(e->globals.ptr(), name);
+  for (auto& e : entries) drop_injected(*e);
+}
+
+void drop_dead_entries(CodeExtra* extra) {
+  auto& v = extra->entries;
+  for (size_t i = 0; i < v.size();) {
+    if (!v[i]->guards.dead()) {
+      ++i;
+      continue;
     }
+    std::shared_ptr<CacheEntry> e = std::move(v[i]);
+    v.erase(v.begin() + static_cast<std::ptrdiff_t>(i));
+    drop_injected(*e);  // e itself dies here (or when a caller running it lets go)
   }
 }
 

@@ -65,6 +65,8 @@ struct RunningCompiled {
   ~RunningCompiled();
 };
 void reset_all();
+// Removes the entries whose guards hold an object that has died (they can never match again).
+void drop_dead_entries(CodeExtra* extra);
 // Number of code objects holding cdynamo cache data.
 size_t extra_count();
 // Reserves the code-extra index; call once at module init.

@@ -149,6 +149,7 @@ std::shared_ptr<CacheEntry> translate(compat::Frame* frame, PyObject* cb, CodeEx
   auto t0 = std::chrono::steady_clock::now();
   bool strict = nopython(cb);
   try {
+    drop_dead_entries(extra);  // objects they were compiled for died: they free a recompile slot
     if (!extra->entries.empty()) {
       int limit = recompile_limit();
       if (static_cast<int>(extra->entries.size()) >= limit) {

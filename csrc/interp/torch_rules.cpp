@@ -93,10 +93,59 @@ bool is_trusted_module(py::handle mod) {
          name == "_operator";
 }
 
+namespace {
+
+// The classification memo, by identity. An entry must not keep the callable alive (a module or function
+// made per call would never die) nor outlive it (its id could be reused): it holds a weak reference whose
+// callback drops the entry, or a strong one only for objects that live as long as their module (builtin
+// functions of modules and classes, which cannot be weakly referenced). Other callables are not memoized.
+struct ClassifyEntry {
+  py::object ref;  // a weakref to the callable, or the callable itself
+  CallKind kind;
+};
+std::unordered_map<PyObject*, ClassifyEntry>* g_classified = new std::unordered_map<PyObject*, ClassifyEntry>();
+std::unordered_map<PyObject*, PyObject*>* g_weak_keys = new std::unordered_map<PyObject*, PyObject*>();  // weakref -> key
+
+PyObject* forget_classified(PyObject*, PyObject* weakref) {  // weakref callback: its callable died
+  auto it = g_weak_keys->find(weakref);
+  if (it != g_weak_keys->end()) {
+    g_classified->erase(it->second);
+    g_weak_keys->erase(it);
+  }
+  Py_RETURN_NONE;
+}
+PyMethodDef forget_def = {"_cdynamo_forget_classified", forget_classified, METH_O, "Drops a dead callable's memo."};
+
+void remember_kind(py::handle fn, CallKind kind) {
+  static PyObject* callback = PyCFunction_New(&forget_def, nullptr);  // process lifetime
+  if (!callback) {
+    PyErr_Clear();
+    return;
+  }
+  PyObject* wr = PyWeakref_NewRef(fn.ptr(), callback);  // new reference, or NULL when not weakly referencable
+  if (wr) {
+    (*g_weak_keys)[wr] = fn.ptr();
+    (*g_classified)[fn.ptr()] = {py::reinterpret_steal<py::object>(wr), kind};
+    return;
+  }
+  PyErr_Clear();
+  if (PyCFunction_Check(fn.ptr())) {
+    PyObject* self = PyCFunction_GET_SELF(fn.ptr());  // borrowed
+    if (!self || PyModule_Check(self) || PyType_Check(self))
+      (*g_classified)[fn.ptr()] = {py::reinterpret_borrow<py::object>(fn), kind};
+  }
+}
+
+}  // namespace
+
+void clear_classification_cache() {
+  g_weak_keys->clear();
+  auto old = std::move(*g_classified);  // weakrefs die after the maps are consistent (their callbacks are gone)
+  g_classified->clear();
+}
+
 CallKind classify_callable(py::handle fn) {
-  // Cache by identity; the cache keeps a strong reference so ids cannot be reused.
-  static std::unordered_map<PyObject*, std::pair<py::object, CallKind>>* cache =
-      new std::unordered_map<PyObject*, std::pair<py::object, CallKind>>();
+  auto* cache = g_classified;
   // allow_in_graph / disallow_in_graph registrations can change: check them before the cache.
   try {
     py::module_ allowed = py::module_::import("cdynamo._allowed");
@@ -108,7 +157,7 @@ CallKind classify_callable(py::handle fn) {
   } catch (py::error_already_set&) {
   }
   auto it = cache->find(fn.ptr());
-  if (it != cache->end()) return it->second.second;
+  if (it != cache->end()) return it->second.kind;
 
   CallKind kind = CallKind::Unknown;
   std::string mod = str_attr(fn, "__module__");
@@ -150,7 +199,7 @@ CallKind classify_callable(py::handle fn) {
     py::object real = py::module_::import("builtins").attr(name.c_str());
     if (real.ptr() == fn.ptr()) kind = CallKind::PureBuiltin;
   }
-  (*cache)[fn.ptr()] = {py::reinterpret_borrow<py::object>(fn), kind};
+  remember_kind(fn, kind);
   return kind;
 }
 

@@ -27,6 +27,8 @@ enum class CallKind {
 };
 
 CallKind classify_callable(py::handle fn);
+// Forgets every memoized classification (reset()).
+void clear_classification_cache();
 // Modules whose attributes are program constants (torch and its submodules, math, operator).
 bool is_trusted_module(py::handle mod);
 // Tensor attribute read (shape, dtype, device, T, ...): constant or graph node; throws Unsupported.

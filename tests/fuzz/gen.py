@@ -12,7 +12,7 @@ every variable has a kind, and expressions are generated per kind:
   S  0-d tensor                      V  1-d tensor of data-dependent length
   I  Python int                      F  Python float
   L  list of T                       D  dict str -> T that always holds key "a"
-  Z  set of ints
+  Z  set of ints                     P  the leaf input ``p`` (requires_grad), only read
 
 Deliberately failing operations (shape mismatches, bad indexes, raise) are emitted on purpose, mostly
 inside try blocks, sometimes under a condition at top level (the exception must propagate identically).
@@ -20,7 +20,7 @@ inside try blocks, sometimes under a condition at top level (the exception must 
 import random
 
 # The arguments f may take, with their kinds (the runner builds them by name).
-ARG_KINDS = {"x": "T", "y": "T", "n": "I", "flag": "B", "lst": "L", "d": "D", "obj": "O"}
+ARG_KINDS = {"x": "T", "y": "T", "n": "I", "flag": "B", "lst": "L", "d": "D", "obj": "O", "p": "P"}
 
 HELPERS = {
     "h_add": '''
@@ -107,6 +107,53 @@ def h_pair(a, b):
 def h_tuple_ret(t):
     return t.max(dim=0)
 ''',
+    "h_default": '''
+def h_default(t, acc=[]):
+    acc.append(len(acc))
+    return t * len(acc)
+''',
+    "C": '''
+class C:
+    k = 0
+
+    def __init__(self, t):
+        self.t = t
+        self.log = []
+
+    @property
+    def double(self):
+        return self.t * 2
+
+    def step(self, u):
+        C.k += 1
+        self.log.append(C.k)
+        self.t = self.t + u
+        return self.t.sum()
+''',
+    "D": '''
+class D:
+    def __init__(self, t):
+        self.t = t
+        self.log = []
+
+    def step(self, u):
+        self.log.append(len(self.log))
+        self.t = self.t + u
+        return self.t.sum()
+''',
+    "h_nested_brk": '''
+def h_nested_brk(t, lst):
+    lst.append(t.sum())
+    u = h_inner_brk(t)
+    lst.append(u.mean())
+    return u * 2
+''',
+    "h_inner_brk": '''
+def h_inner_brk(t):
+    t = t + 1
+    print("inner", t.shape[0])
+    return t.sin()
+''',
     "h_alias": '''
 def h_alias(a, lst):
     lst.append(a)
@@ -136,7 +183,7 @@ class _Gen:
         self.counter = 0
         self.helpers = set()
         self.uses_global = False
-        self.env = {k: [] for k in "TSVIFLDZ"}
+        self.env = {k: [] for k in "TSVIFLDZP"}
         self.depth = 0          # nesting of blocks
         self.in_loop = 0
         self.has_obj = False
@@ -211,8 +258,8 @@ class _Gen:
             (2, lambda: f"{a()}.softmax(dim=-1)"), (2, lambda: f"{a()}.cumsum(0)"),
             (2, lambda: f"({v} - {v}.max(dim=1, keepdim=True).values)"),
             (2, lambda: f"torch.sort({a()}, dim=1).values"), (2, lambda: f"{a()}.sort(dim=0)[0]"),
-            (2, lambda: f"{v}.topk(1, dim=1).values.expand_as({v})"),
-            (2, lambda: f"{v}.max(dim=0).indices.to({v}.dtype).expand_as({v})"),
+            (2, lambda: f"{v}.topk(1, dim=1).values.expand_as({v}).contiguous()"),
+            (2, lambda: f"{v}.max(dim=0).indices.to({v}.dtype).expand_as({v}).contiguous()"),
             (1, lambda: f"torch.sort({v}, dim=1, descending=True)[1].to({v}.dtype)"),
             (1, lambda: f"({v}.min(dim=1, keepdim=True)[0] * {v})"),
             (1, lambda: f"({v}.argmax(dim=1, keepdim=True).to({v}.dtype) + {v})"),
@@ -232,7 +279,15 @@ class _Gen:
             (1, lambda: f"torch.as_tensor({v}.numpy().copy())"),
             # helpers
             (2, lambda: self.helper_T(d)),
+            # Python-side shape arithmetic, new tensors
+            (1, lambda: f"({a()} + torch.ones({v}.shape[0], {v}.size(1), dtype={v}.dtype))"),
+            (1, lambda: f"({a()} * {v}.new_full({v}.shape, {self.fl()}))"),
+            (1, lambda: f"({a()} + {v}.numel() / ({v}.shape[0] * {v}.shape[1]))"),
+            (1, lambda: f"({a()} * len({v}.stride()))"),
         ]
+        if self.env["P"]:
+            choices += [(4, lambda: f"({a()} * p)"), (2, lambda: f"(p.sin() + {a()})"),
+                        (1, lambda: f"({a()} + p.detach())")]
         return self.weighted(choices)()
 
     def weighted(self, choices):
@@ -328,7 +383,9 @@ class _Gen:
         choices = [(3, lambda: f"{self.I()} > {self.r.randint(0, 4)}"), (2, lambda: f"{v}.shape[0] > 3"),
                    (1, lambda: f"{v}.dtype == torch.float32"), (1, lambda: f"{v}.dim() == 2"),
                    (1, lambda: f"isinstance({v}, torch.Tensor)"), (2, lambda: f"{v} is {self.tvar()}"),
-                   (1, lambda: f"{self.I()} == {self.I()}")]
+                   (1, lambda: f"{self.I()} == {self.I()}"), (1, lambda: f"{v}.is_contiguous()"),
+                   (1, lambda: f"{v}.t().is_contiguous()"), (1, lambda: f"(k_w := {self.I()}) > 2"),
+                   (1, lambda: f"{v}.requires_grad")]
         if self.has_flag:
             choices.append((3, lambda: "flag"))
             choices.append((1, lambda: "not flag"))
@@ -378,6 +435,11 @@ class _Gen:
         ]
         if self.has_obj:
             simple.append((2, self.s_obj))
+        simple += [(2, self.s_misc), (1, self.s_class), (1, self.s_unbind), (1, self.s_nested_containers),
+                   (2, self.s_side_effects), (1, self.s_del), (2, self.s_aug_container), (2, self.s_pylist),
+                   (1, self.s_pyarith), (1, self.s_format)]
+        if self.env["P"]:
+            simple.append((1, self.s_backward))
         compound = [
             (6, self.s_if), (4, self.s_for), (2, self.s_while), (2, self.s_try), (2, self.s_nograd),
             (2, self.s_closure), (2, self.s_comprehension), (2, self.s_alias_break),
@@ -386,10 +448,187 @@ class _Gen:
             simple.append((3, self.s_break_continue))
         if self.depth >= 1:
             simple.append((1, self.s_early_return))
-        if self.depth < 2 and self.budget > 0:
+        if self.depth < 3 and self.budget > 0:
             self.weighted(simple + compound)()
         else:
             self.weighted(simple)()
+
+    def s_side_effects(self):
+        """Several side effects, then (usually) a graph break, then reads of what was changed."""
+        r = self.r
+        for _ in range(r.randint(1, 3)):
+            c = r.random()
+            if c < 0.25 and self.env["L"]:
+                self.emit(f"{self.pick('L')}.append({self.T(1)})")
+            elif c < 0.45:
+                self.uses_global = True
+                self.emit(r.choice([f"G = G + {self.I(0)}", f"GL.append({self.tvar()})"]))
+            elif c < 0.6 and self.has_obj:
+                self.emit(r.choice(["obj.count += 1", f"obj.w = {self.T(1)}", "obj.hist.append(len(obj.hist))"]))
+            elif c < 0.75 and self.env["D"]:
+                self.emit(f"{self.pick('D')}['s{self.counter}'] = {self.tvar()}")
+            else:
+                self.emit(f"{self.tvar()}.add_({self.fl()})")
+        if r.random() < 0.7:
+            self.emit(r.choice(["print('se', G, len(GL))", f"_ = {self.tvar()}.sum().item()",
+                                f"print('se', {self.tvar()}.sum())", "print('se')"]))
+            self.uses_global = True
+        if r.random() < 0.3:
+            self.emit(self.failing() if r.random() < 0.5 else f"if {self.cond()}:\n{'    ' * (self.ind + 1)}{self.failing()}")
+        self.new_T(r.choice([f"{self.tvar()} + G", f"{self.tvar()} * len(GL)", f"{self.tvar()} + 1"]))
+        self.uses_global = True
+
+    def s_misc(self):
+        r = self.r
+        v, u = self.tvar(), self.tvar()
+        opts = [
+            lambda: (self.helpers.add("h_default"), self.new_T(f"h_default({v})")),
+            lambda: (self.helpers.update(["h_nested_brk", "h_inner_brk"]),
+                     self.new_T(f"h_nested_brk({v}, {self.pick('L') or '[]'})")),
+            lambda: (self.emit(f"sa{self.counter}, sb{self.counter} = {v}.shape"),
+                     self.new_T(f"{u} * sa{self.counter} - sb{self.counter}")),
+            lambda: self.new_T(f"{v} * ({v}.shape == {u}.shape) + ({v}.size() == torch.Size([2, 3]))"),
+            lambda: self.new_T(f"{v}.mT.mT + {v}.T.T"),
+            lambda: self.new_T(f"torch.max({v}, {u}) + torch.max({v}, 1, True)[0]"),
+            lambda: self.new_T(f"{v} + abs({v}.sum()) * 0.01"),
+            lambda: self.new_T(f"{v} * int({v}[0, 0] > 0) + float({v}.mean())"),
+            lambda: self.new_T(f"torch.einsum('ij,kj->ik', {v}, {u}) @ {v} * 0.1"),
+            lambda: self.new_T(f"{v} + len(torch.where({v} > 0)[0])"),
+            lambda: self.new_T(f"{v} + torch.unique({v}.round()).numel()"),
+            lambda: self.new_T(f"{v} + {v}.nonzero().shape[0]"),
+            lambda: self.new_T(f"{v} * (0 < {self.I()} < 3)"),
+            lambda: self.new_T(f"{v} + sum(range(int({v}.abs().sum().item()) % 4))"),
+            lambda: self.new_T(f"{v} + dict(zip('ab', [{v}, {u}]))['b']"),
+            lambda: self.new_T(f"{v} * list(enumerate([{u}], start=1))[0][0]"),
+            lambda: (self.emit(f"print('pr', *[{v}.shape[0], {u}.dim()], sep='|', end='!\\n')")),
+            lambda: (self.emit(f"print('pr', str({v}.shape), repr({v}.dtype))")),
+            lambda: (self.emit(f"ix{self.counter} = torch.tensor([0, 0, 1])"),
+                     self.emit(f"{v}[ix{self.counter}] += 1")),
+            lambda: self.new_T(f"{v}.index_add(0, torch.tensor([0, 0]), {v}[:2] * 2)"),
+            lambda: self.new_T(f"{v}.scatter(1, {v}.argsort(1), {u})"),
+            lambda: self.new_T(f"torch.gather({v}, 1, {v}.argsort(1))"),
+        ]
+        r.choice(opts)()
+
+    def s_class(self):
+        r = self.r
+        cls = "C" if r.random() < 0.4 else "D"
+        self.helpers.add(cls)
+        v = self.tvar()
+        c = self.fresh("c")
+        self.emit(f"{c} = {cls}({v})")
+        for _ in range(r.randint(1, 2)):
+            self.emit(f"{self.fresh('q')} = {c}.step({self.T(1)})")
+        if cls == "C":
+            self.new_T(r.choice([f"{c}.double", f"{c}.t + len({c}.log)", f"{c}.t * C.k"]))
+        else:
+            self.new_T(r.choice([f"{c}.t * 1", f"{c}.t + len({c}.log)"]))
+        if self.has_obj and r.random() < 0.3:
+            self.emit(f"obj.c = {c}")
+
+    def s_unbind(self):
+        r = self.r
+        v = self.tvar()
+        name = self.fresh("l")
+        self.emit(f"{name} = list({v}.{r.choice(['unbind(0)', 'split(1)', 'chunk(2, dim=1)', 'split(1, dim=1)'])})")
+        if r.random() < 0.5:
+            self.emit(f"{name}[0].{r.choice(['add_(1)', 'mul_(2)', 'zero_()'])}")
+        self.new_T(f"{v} + {name}[0].sum() * len({name})")
+
+    def s_nested_containers(self):
+        r = self.r
+        v = self.tvar()
+        if self.env["L"] and r.random() < 0.5:
+            lv = self.pick("L")
+            al = self.fresh("al")
+            self.emit(f"{al} = {lv}")
+            self.emit(f"{al}.append({v})")
+            self.new_T(f"{v} * len({lv})")
+            return
+        if self.env["D"] and r.random() < 0.5:
+            dv = self.pick("D")
+            nd = self.fresh("nest")
+            self.emit(f"{nd} = [{dv}, [{v}, {v}]]")
+            self.emit(f"{nd}[0]['n'] = {nd}[1][0]")
+            self.emit(f"{nd}[1][1].add_(1)")
+            self.new_T(f"{dv}['n'] + {nd}[1][0]")
+            return
+        pl = self.fresh("pl")
+        self.emit(f"{pl} = [{v}, {v}]")
+        self.emit(f"{pl}[0].mul_(2)")
+        self.new_T(f"{pl}[1] + {pl}[0]")
+
+    def s_del(self):
+        ts = [t for t in self.env["T"] if t not in ("x", "y")]
+        if len(ts) < 2:
+            return self.s_assign()
+        v = self.r.choice(ts)
+        self.emit(f"del {v}")
+        self.env["T"].remove(v)
+
+    def s_aug_container(self):
+        r = self.r
+        opts = []
+        if self.env["L"]:
+            lv = self.pick("L")
+            opts.append(lambda: self.emit(f"if {lv}: {lv}[0] += {self.T(1)}"))
+            opts.append(lambda: self.emit(f"if {lv}: {lv}[-1] *= {self.fl()}"))
+        if self.env["D"]:
+            dv = self.pick("D")
+            opts.append(lambda: self.emit(f"{dv}['a'] += {self.T(1)}"))
+            opts.append(lambda: self.emit(f"{dv}['a'] = {dv}['a'] * 2"))
+        if self.has_obj:
+            opts.append(lambda: self.emit(f"obj.w += {self.T(1)}"))
+            opts.append(lambda: self.emit(f"obj.w -= 1"))
+        if not opts:
+            return self.s_inplace()
+        r.choice(opts)()
+
+    def s_pylist(self):
+        r = self.r
+        lv = self.pick("L")
+        if lv is None:
+            return self.s_list()
+        opts = [
+            lambda: self.new_T(f"sorted({lv} + [{self.tvar()}], key=lambda q: q.sum().item())[0]"),
+            lambda: self.new_T(f"max([{self.tvar()}] + {lv}, key=lambda q: float(q.mean()))"),
+            lambda: self.new_T(f"({lv}[1:] or [{self.tvar()}])[0]"),
+            lambda: self.new_T(f"sum(({lv} * 2)[:3], {self.tvar()})"),
+            lambda: (self.emit(f"head{self.counter}, *tail{self.counter} = {lv} + [{self.tvar()}]"),
+                     self.new_T(f"head{self.counter} + len(tail{self.counter})")),
+            lambda: self.new_T(f"{self.tvar()} * ({self.tvar()} in {lv})"),
+            lambda: self.new_T(f"{self.tvar()} + sum(1 for q in {lv} if q is {self.tvar()})"),
+            lambda: self.new_T(f"list(reversed({lv} + [{self.tvar()}]))[0]"),
+            lambda: self.new_T(f"[a + b for a, b in zip({lv}, {lv}[1:] + [{self.tvar()}])][-1] if {lv} else {self.tvar()}"),
+            lambda: self.new_T(f"{self.tvar()} + any(q.sum() > 0 for q in {lv})"),
+            lambda: self.new_T(f"{self.tvar()} * len(list(map(lambda q: q * 2, {lv})))"),
+            lambda: self.emit(f"{lv}.sort(key=lambda q: q.sum().item())"),
+        ]
+        r.choice(opts)()
+
+    def s_pyarith(self):
+        r = self.r
+        name = self.fresh("k")
+        i1, i2 = self.I(), self.I()
+        self.emit(f"{name} = " + r.choice([f"{i1} // 2 + {i2}", f"divmod({i1} + 7, 3)[1]", f"abs(-{i1}) % 4",
+                                            f"min({i1}, 3) + max({i2}, 1)", f"int({i1} / 2)", f"-{i1} + 5",
+                                            f"(k_w := {i1}) + k_w"]))
+        self.env["I"].append(name)
+
+    def s_format(self):
+        r = self.r
+        v = self.tvar()
+        self.emit(r.choice([f"print(f'fmt {{{self.S()}:.3f}}')", f"print('stride', {v}.stride(), {v}.is_contiguous())",
+                            f"print('size', {v}.size(), {v}.shape[-1])", f"print('dt', {v}.dtype, {v}.requires_grad)",
+                            f"print('{{}} {{}}'.format({self.I()}, {v}.dim()))"]))
+
+    def s_backward(self):
+        t = self.tvar()
+        self.emit(f"if {t}.requires_grad:")
+        self.ind += 1
+        self.emit(f"{t}.sum().backward(retain_graph=True)")
+        self.emit(r"print('grad', p.grad is not None)")
+        self.ind -= 1
 
     def s_assign(self):
         self.new_T(self.T(self.r.randint(1, 3)))
@@ -403,14 +642,20 @@ class _Gen:
         r = self.r
         ops = [
             lambda: f"{v}.add_({self.T(1)})", lambda: f"{v}.mul_({self.fl()})", lambda: f"{v}.clamp_(-1.5, 1.5)",
-            lambda: f"{v}.sub_({self.S()})", lambda: f"{v}[0] = {self.fl()}", lambda: f"{v}[:, 0] += 1",
+            lambda: f"{v}.sub_({self.S()} * 1)", lambda: f"{v}[0] = {self.fl()}", lambda: f"{v}[:, 0] += 1",
             lambda: f"{v}[{v} > 1] = 0.0", lambda: f"{v}.copy_({self.T(1)})", lambda: f"{v}.sigmoid_()",
             lambda: f"{v}.t().mul_(2)", lambda: f"{v} += {self.T(1)}", lambda: f"{v} *= {self.fl()}",
             lambda: f"{v}[1:].add_(1)", lambda: f"{v}.masked_fill_({v} < 0, 0.0)",
+            lambda: f"{v}.detach().mul_(2)", lambda: f"{v}.view(-1).add_(1)",
         ]
-        if r.random() < 0.2:
+        if r.random() < 0.3:
             w = self.fresh("w")
-            self.emit(f"{w} = {v}[{r.choice(['1:', ':, 1:', '0', ':, 0', '::2'])}]")
+            if r.random() < 0.6:
+                self.emit(f"{w} = {v}[{r.choice(['1:', ':, 1:', '0', ':, 0', '::2', '...', '-1'])}]")
+            else:
+                self.emit(f"{w} = {v}.{r.choice(['detach()', 'view_as(' + v + ')', 'T', 'unsqueeze(0)', 'reshape(-1)', 'view(-1)', 'narrow(1, 0, 1)', 'diagonal()', 'squeeze()'])}")
+            if r.random() < 0.3:
+                self.emit(self.r.choice(["print('view')", f"_ = {w}.sum().item()"]))
             self.emit(f"{w}.{r.choice(['add_(1)', 'mul_(-1)', 'zero_()', 'fill_(2.0)'])}")
         else:
             self.emit(r.choice(ops)())
@@ -614,18 +859,28 @@ class _Gen:
             self.emit(r.choice([f"print('V', {name}.shape[0])", f"print('V', {name}.sum())"]))
 
     def failing(self):
+        """A statement that raises. Failing tensor ops feed GL (a live output), so a compiled graph cannot
+        drop them as dead code (aot_eager and torch.compile do drop unused failing ops)."""
         v = self.tvar()
-        opts = [
-            lambda: f"_ = torch.cat([{v}, {v}.t()])", lambda: f"_ = {v} @ {v}",
-            lambda: f"_ = {v}.view(-1, 3)", lambda: f"_ = {v}.reshape(3, -1)",
-            lambda: f"_ = {v} + {v}.t()",
-            lambda: "raise ValueError('boom')", lambda: f"_ = [{v}][3]", lambda: f"_ = {{'a': {v}}}['zz']",
-            lambda: f"_ = {v}[10]",
+        self.uses_global = True
+        ops = [
+            lambda: f"torch.cat([{v}, {v}.t()])", lambda: f"{v} @ {v}",
+            lambda: f"{v}.view(-1, 3)", lambda: f"{v}.reshape(3, -1)", lambda: f"{v} + {v}.t()",
+            lambda: f"{v}[10]", lambda: f"{v}[({v}.sum() > -1e9).long() * 10]",
+            lambda: f"torch.ones(3)[{v}.argmax() + 10]", lambda: f"{v}[5:].max()",
+            lambda: f"torch.zeros(2).view(-1, 3)",
         ]
-        if self.r.random() < 0.3:
+        py = [
+            lambda: "raise ValueError('boom')", lambda: f"_ = [{v}][3]", lambda: f"_ = {{'a': {v}}}['zz']",
+            lambda: f"_ = torch.randn(2, 2) in [{v}]", lambda: f"_ = {v}.numpy()[10]",
+        ]
+        c = self.r.random()
+        if c < 0.25:
             self.helpers.add("h_raise")
             return f"_ = h_raise({v}, {self.I()})"
-        return self.r.choice(opts)()
+        if c < 0.6:
+            return f"GL.append({self.r.choice(ops)()})"
+        return self.r.choice(py)()
 
     def s_fail(self):
         # top-level failures are conditional (else the rest of the program would be dead)
@@ -811,6 +1066,10 @@ class _Gen:
                 parts.append(self.pick("F"))
             elif c < 0.85:
                 parts.append(f"{self.tvar()}.max(dim=1)")
+            elif c < 0.88:
+                parts.append(f"({self.tvar()} > 0)")
+            elif c < 0.91:
+                parts.append(f"{self.tvar()}.long()")
             else:
                 parts.append(self.T(1))
         if len(parts) == 1 and r.random() < 0.7:
@@ -824,6 +1083,8 @@ class _Gen:
         for name in ["y", "n", "flag", "lst", "d", "obj"]:
             if r.random() < 0.5:
                 args.append(name)
+        if r.random() < 0.2:
+            args.append("p")
         star = r.choice([None] * 6 + ["args", "kwargs", "both"])
         self.has_obj = "obj" in args
         self.has_flag = "flag" in args
@@ -837,7 +1098,7 @@ class _Gen:
         if star in ("kwargs", "both"):
             self.emit("scale = kw.get('scale', 1.0)")
             self.emit("x = x * scale")
-        self.budget = r.randint(5, 14)
+        self.budget = r.randint(5, 18)
         while self.budget > 0:
             self.stmt()
         if r.random() < 0.1:

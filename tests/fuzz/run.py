@@ -3,8 +3,9 @@
 
 Per seed: generate the program (gen.py), build inputs deterministically, run it eagerly (twice, to drop
 programs that are not deterministic by themselves) and compiled (a fresh ``exec`` so code objects are
-new, ``cdynamo.reset()`` first) with each backend, three calls each: the same inputs, new values of the
-same shapes, new shapes (and sometimes float64 / other Python argument values). After every call it
+new, ``cdynamo.reset()`` first) with each backend, four calls each: the same inputs, new values of the
+same shapes, new shapes (and sometimes float64 / other Python argument values), aliased arguments
+(``y is x``, ``lst[0] is x``, ...). After every call it
 compares the return value (tensors: dtype, shape, values; nested containers; scalars; ``is`` identity
 with the arguments), the arguments (tensors, lists, dicts, the ``obj`` attributes), the program's
 globals ``G`` / ``GL``, the printed output and the exception (type; message reported).
@@ -15,7 +16,8 @@ failure of the seed that was running (rerun alone to tell a batch-only crash).
   python -m tests.fuzz.run --start 0 --count 500 [--backends eager,aot_eager] [--aot-every 4]
                            [--time-budget S] [--chunk 100] [-v] [--show SEED]
 
-Backends: ``eager``, ``aot_eager`` (cdynamo) and ``dynamo`` (torch.compile(backend="eager"), for triage).
+Backends: ``eager``, ``aot_eager`` (cdynamo); ``dynamo`` / ``dynamo_aot`` (torch.compile with backend "eager" /
+"aot_eager", for triage).
 """
 import argparse
 import builtins
@@ -69,25 +71,67 @@ def shapes_for(seed):
     return s1, s2, dtype3
 
 
+NCALLS = 4
+
+
 def make_inputs(prog, call):
-    """Inputs of call ``call`` (0: base, 1: new values same shapes, 2: new shapes / dtype / Python values)."""
+    """Inputs of call ``call``: 0 base; 1 new values, same shapes; 2 new shapes (sometimes float64), other Python
+    values and container lengths; 3 base shapes with aliased arguments (y is x, lst[0] is x, d['a'] is x, ...)."""
     import torch
     s1, s2, dt3 = shapes_for(prog.seed)
-    shape = s1 if call < 2 else s2
-    dtype = torch.float32 if call < 2 else getattr(torch, dt3)
+    shape = s2 if call == 2 else s1
+    dtype = getattr(torch, dt3) if call == 2 else torch.float32
     g = torch.Generator().manual_seed(prog.seed * 31 + call)
     T = lambda: (torch.randn(shape, generator=g) * 1.5).to(dtype)
     vals = {
-        "x": T(), "y": T(), "n": 2 if call < 2 else 3, "flag": call < 2,
-        "lst": [T(), T()], "d": {"a": T(), "b": T()}, "obj": Box(T(), 1 if call < 2 else 2),
+        "x": T(), "y": T(), "n": 3 if call == 2 else 2, "flag": call != 2,
+        "lst": [T(), T()] + ([T()] if call == 2 else []), "d": {"a": T(), "b": T()},
+        "obj": Box(T(), 2 if call == 2 else 1), "p": T().requires_grad_(),
     }
-    args = [vals[a] for a in prog.args]
+    if call == 2:
+        vals["d"]["c"] = T()
     rest = [T()] if prog.star in ("args", "both") else []
-    kw = {"scale": 2.0 if call < 2 else 0.5} if prog.star in ("kwargs", "both") else {}
+    if call == 3:
+        x = vals["x"]
+        vals["y"] = x
+        vals["lst"][0] = x
+        vals["d"]["a"] = x
+        vals["obj"].w = x
+        rest = [x] if rest else []
+    args = [vals[a] for a in prog.args]
+    kw = {"scale": 0.5 if call == 2 else 2.0} if prog.star in ("kwargs", "both") else {}
     return args, rest, kw
 
 
+def alias_signature(objs):
+    """For every tensor / list / dict reachable from objs (in a fixed walk order): the first path holding the same object."""
+    import torch
+    seen, sig = {}, []
+
+    def walk(o, path, depth=0):
+        if depth > 4:
+            return
+        if isinstance(o, (torch.Tensor, list, dict, Box)):
+            first = seen.setdefault(id(o), path)
+            sig.append((path, first))
+            if first != path:
+                return
+        if isinstance(o, (list, tuple)):
+            for i, v in enumerate(o):
+                walk(v, f"{path}[{i}]", depth + 1)
+        elif isinstance(o, dict):
+            for k, v in o.items():
+                walk(v, f"{path}[{k!r}]", depth + 1)
+        elif isinstance(o, Box):
+            for k, v in vars(o).items():
+                walk(v, f"{path}.{k}", depth + 1)
+
+    walk(list(objs), "args")
+    return [(p, f) for p, f in sig if p != f]
+
+
 # ---------------------------------------------------------------------------------------------- comparison
+_GRAD_FN = re.compile(r"grad_fn=<\w+>")
 _NUM = re.compile(r"(-?(?:\d+\.\d*|\.\d+|\d+)(?:e[+-]?\d+)?|nan|-?inf)")
 
 
@@ -95,6 +139,8 @@ def compare_text(a, b, rtol=1e-3, atol=2e-4):
     """Printed output: equal text, numbers equal up to a small tolerance (4-digit tensor printing)."""
     if a == b:
         return None
+    # autograd node names differ by construction under aot_eager (CompiledFunctionBackward)
+    a, b = _GRAD_FN.sub("grad_fn=<>", a), _GRAD_FN.sub("grad_fn=<>", b)
     pa, pb = _NUM.split(a), _NUM.split(b)
     if len(pa) != len(pb):
         return _text_diff(a, b)
@@ -135,6 +181,12 @@ def compare(ref, res, path="out"):
             return f"{path}: shape {tuple(ref.shape)} vs {tuple(res.shape)}"
         if ref.requires_grad != res.requires_grad:
             return f"{path}: requires_grad {ref.requires_grad} vs {res.requires_grad}"
+        if ref.is_leaf and (ref.grad is None) != (res.grad is None):
+            return f"{path}.grad: {'None' if ref.grad is None else 'set'} vs {'None' if res.grad is None else 'set'}"
+        if ref.is_leaf and ref.grad is not None:
+            m = compare(ref.grad, res.grad, path + ".grad")
+            if m:
+                return m
         try:
             torch.testing.assert_close(res.detach(), ref.detach(), equal_nan=True, rtol=1e-4, atol=1e-4)
         except AssertionError as e:
@@ -145,6 +197,9 @@ def compare(ref, res, path="out"):
         if not isinstance(res, np.ndarray):
             return f"{path}: ndarray vs {type(res).__name__}"
         return compare(torch.from_numpy(ref.copy()), torch.from_numpy(res.copy()), path)
+    if (type(ref) is not type(res) and hasattr(ref, "__dict__") and not isinstance(ref, type)
+            and type(ref).__qualname__ == type(res).__qualname__ and type(ref).__module__.startswith("fuzzprog_")):
+        return compare(vars(ref), vars(res), path + ".__dict__")  # the program's own classes (one per exec)
     if type(ref) is not type(res):
         # namedtuples (torch.return_types) / tuple subclasses must keep their type
         return f"{path}: type {type(ref).__name__} vs {type(res).__name__}"
@@ -217,26 +272,61 @@ def snapshot_globals(ns):
     return {"G": ns.get("G"), "GL": ns.get("GL")}
 
 
+def snap(o, depth=0):
+    """A copy of ``o`` that later calls cannot change: tensors cloned (requires_grad and leaf grads kept),
+    containers and plain objects rebuilt (deepcopy refuses non-leaf tensors)."""
+    import numpy as np
+    import torch
+    if depth > 8:
+        return o
+    if isinstance(o, torch.Tensor):
+        c = o.detach().clone()
+        if o.requires_grad:
+            c.requires_grad_()
+        if o.is_leaf and o.grad is not None:
+            c.grad = o.grad.detach().clone()
+        return c
+    if isinstance(o, np.ndarray):
+        return o.copy()
+    if isinstance(o, list):
+        return [snap(v, depth + 1) for v in o]
+    if isinstance(o, dict):
+        return {k: snap(v, depth + 1) for k, v in o.items()}
+    if isinstance(o, tuple):
+        items = [snap(v, depth + 1) for v in o]
+        if type(o) is tuple:
+            return tuple(items)
+        try:
+            return type(o)(items)  # torch.return_types (structseq)
+        except TypeError:
+            return type(o)(*items)  # namedtuple
+    if isinstance(o, (set, frozenset)):
+        return type(o)(o)
+    if hasattr(o, "__dict__") and not isinstance(o, type) and not callable(o):
+        try:
+            c = copy.copy(o)
+            c.__dict__.update({k: snap(v, depth + 1) for k, v in vars(o).items()})
+            return c
+        except Exception:  # noqa: BLE001
+            return o
+    return o
+
+
 def run_program(prog, fn_factory, ns):
     """Runs the three calls; returns a list of per-call records (all deep-copied so later calls cannot change them)."""
     fn = fn_factory(ns["f"])
     recs = []
-    for call in range(3):
+    for call in range(NCALLS):
         args, rest, kw = make_inputs(prog, call)
         all_args = args + rest
         out, exc, printed = call_once(fn, args, rest, kw)
         ident = identity_map(out, all_args) if exc is None else {}
         rec = {"out": out, "exc": exc, "printed": printed, "args": all_args, "kw": kw,
-               "globals": snapshot_globals(ns), "ident": ident}
-        try:
-            rec = copy.deepcopy(rec)
-        except Exception:  # noqa: BLE001 - e.g. an undeep-copyable exception: keep what we can
-            rec["globals"] = copy.deepcopy(rec["globals"])
-        rec["ident"] = ident
+               "globals": snapshot_globals(ns), "ident": ident,
+               "aliases": alias_signature(all_args + [ns.get("GL"), out])}
+        rec = {k: (v if k in ("exc", "ident", "aliases", "printed") else snap(v)) for k, v in rec.items()}
         rec["exc"] = exc
         recs.append(rec)
-        if exc is not None and call == 0 and False:
-            break
     return recs
 
 
@@ -263,6 +353,8 @@ def compare_runs(ref, res, is_cdynamo=True):
         m = compare(a["args"], b["args"], "args")
         if m:
             return "wrong mutation", f"{where}: {m}"
+        if a["aliases"] != b["aliases"]:
+            return "wrong mutation", f"{where}: aliasing among arguments/result {a['aliases']} vs {b['aliases']}"[:300]
         m = compare(a["globals"], b["globals"], "globals")
         if m:
             return "wrong global", f"{where}: {m}"
@@ -289,11 +381,14 @@ def _get_cdynamo():
 
 
 def backend_factory(name):
-    if name == "dynamo":
+    if name.startswith("dynamo"):
+        import logging
         import torch
+        logging.getLogger("torch._dynamo").setLevel(logging.ERROR)
+        tb = "aot_eager" if name == "dynamo_aot" else "eager"
         def fac(f):
             torch._dynamo.reset()
-            return torch.compile(f, backend="eager")
+            return torch.compile(f, backend=tb)
         return fac
     cdynamo = _get_cdynamo()
     from cdynamo.testing import CompileCounterWithBackend
@@ -307,7 +402,12 @@ def backend_factory(name):
 def check_seed(seed, backends, verbose=False):
     """Runs one seed; returns a dict: seed, status ('ok', 'fail', 'skip'), and per failing backend the category/reason."""
     from .gen import generate
-    prog = generate(seed)
+    return check_program(generate(seed), backends)
+
+
+def check_program(prog, backends):
+    """check_seed for a given Program (reduce.py runs shrunk sources through this)."""
+    seed = prog.seed
     ident = lambda f: f
     res = {"seed": seed, "status": "ok", "fails": [], "fallbacks": 0, "graphs": 0, "ops": 0}
     try:
@@ -326,11 +426,11 @@ def check_seed(seed, backends, verbose=False):
             fac = backend_factory(be)
             try:
                 got = run_program(prog, fac, load(prog, be))
-                diff = compare_runs(ref, got, is_cdynamo=(be != "dynamo"))
+                diff = compare_runs(ref, got, is_cdynamo=not be.startswith("dynamo"))
             except Exception as e:  # noqa: BLE001
                 diff = ("runner error", f"{type(e).__name__}: {e}"[:300])
             finally:
-                if be != "dynamo":
+                if not be.startswith("dynamo"):
                     _get_cdynamo().reset()
                 else:
                     import torch
@@ -437,6 +537,8 @@ def run_chunk(start, count, backends, aot_every, deadline, seed_timeout):
     if stopped:
         return results, stopped[0], False
     if proc.returncode != 0 and len(results) < count:
+        if not recs:  # died before its first seed (e.g. `import cdynamo` failed while it is being reinstalled)
+            return [], start, "startup: " + " | ".join(l for l in tail.splitlines() if l.strip())[-300:]
         nxt = start + len(results)
         results.append({"seed": nxt, "status": "fail", "event": "done",
                         "fails": [["?", "crash", f"worker exited with {proc.returncode}: {tail[-400:]}"]]})
@@ -444,8 +546,21 @@ def run_chunk(start, count, backends, aot_every, deadline, seed_timeout):
     return results, start + count, False
 
 
+def install_stamp():
+    """mtime of the installed cdynamo extension (without importing it): a change means it was reinstalled."""
+    import glob
+    import importlib.util
+    try:
+        spec = importlib.util.find_spec("cdynamo")
+        d = os.path.dirname(spec.origin)
+        return tuple(sorted((f, os.path.getmtime(f)) for f in glob.glob(os.path.join(d, "_C*"))))
+    except Exception:  # noqa: BLE001
+        return None
+
+
 class Summary:
     def __init__(self):
+        self.aborted = None
         self.results = {}
         self.elapsed = 0.0
         self.backend_runs = {}
@@ -472,7 +587,8 @@ class Summary:
         return "; ".join(f"[{be}] {cat}: {why}" for be, cat, why in r["fails"])
 
     def report(self, verbose=False):
-        lines = [f"fuzz: {self.ran} programs in {self.elapsed:.1f}s; backend runs: "
+        lines = [f"ABORTED: {self.aborted}"] if self.aborted else []
+        lines += [f"fuzz: {self.ran} programs in {self.elapsed:.1f}s; backend runs: "
                  + ", ".join(f"{k}={v}" for k, v in sorted(self.backend_runs.items()))
                  + f"; skipped (nondeterministic eager): {len(self.skipped())}"
                  + f"; failing seeds: {len(self.failures())}"]
@@ -493,17 +609,32 @@ class Summary:
 
 
 def run_seeds(start, count, backends=("eager",), aot_every=1, time_budget=None, chunk=100, seed_timeout=60,
-              confirm_crashes=True, progress=None):
-    """Runs seeds in worker subprocesses; stops launching work when time_budget (seconds) is used up."""
+              confirm_crashes=True, progress=None, max_consecutive_crashes=8):
+    """Runs seeds in worker subprocesses; stops launching work when time_budget (seconds) is used up.
+
+    A crash right after cdynamo was reinstalled (its extension's mtime changed) or a worker that cannot start
+    is retried after a pause; many crashes in a row abort the run (``Summary.aborted``: a broken install)."""
     t0 = time.time()
     deadline = t0 + time_budget if time_budget else 0
     summ = Summary()
     seed, end = start, start + count
+    consecutive, env_retries = 0, 0
     while seed < end:
         if deadline and time.time() > deadline:
             break
         n = min(chunk, end - seed)
+        stamp = install_stamp()
         results, nxt, crashed = run_chunk(seed, n, backends, aot_every, deadline, seed_timeout)
+        if isinstance(crashed, str) or (crashed and install_stamp() != stamp):
+            env_retries += 1
+            if env_retries > 10:
+                summ.aborted = f"workers cannot run: {crashed if isinstance(crashed, str) else 'reinstalled'}"
+                break
+            for r in (results[:-1] if crashed is True else results):
+                summ.results[r["seed"]] = r
+            seed = results[-1]["seed"] if crashed is True else nxt
+            time.sleep(20)  # cdynamo is being reinstalled: retry the seed that was running
+            continue
         for r in results:
             s = r["seed"]
             if crashed and r is results[-1] and confirm_crashes:
@@ -517,6 +648,10 @@ def run_seeds(start, count, backends=("eager",), aot_every=1, time_budget=None, 
                     summ.backend_runs[be] = summ.backend_runs.get(be, 0) + 1
             if progress:
                 progress(r)
+        consecutive = consecutive + 1 if crashed else 0
+        if consecutive >= max_consecutive_crashes:
+            summ.aborted = f"{consecutive} crashes in a row (last seed {results[-1]['seed']}): broken install?"
+            break
         seed = nxt
     summ.elapsed = time.time() - t0
     return summ
@@ -558,7 +693,7 @@ def main(argv=None):
     summ = run_seeds(a.start, a.count, backends, a.aot_every, a.time_budget, a.chunk, a.seed_timeout,
                      progress=prog_cb)
     print(summ.report(verbose=a.verbose))
-    return 1 if summ.failures() else 0
+    return 1 if summ.failures() or summ.aborted else 0
 
 
 if __name__ == "__main__":

@@ -57,3 +57,97 @@ def test_recompile_and_reset_cycles_do_not_leak():
     after = rss_kb()
     assert after - before < 16 * 1024, f"RSS grew by {after - before} kB over 200 compile/reset cycles"
     cdynamo.reset()
+
+
+# ---- Lifetimes: the cache must not keep user objects alive (issue 10, items 13-15) ---------------------
+
+class _Small(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.lin(x).relu()
+
+
+def _call_module(m, x):
+    return m(x) + 1
+
+
+def test_module_passed_to_a_compiled_function_dies_with_it():
+    import weakref
+    cdynamo.reset()
+    m = _Small()
+    ref = weakref.ref(m)
+    opt = cdynamo.optimize("eager")(_call_module)
+    x = torch.randn(2)
+    torch.testing.assert_close(opt(m, x), _call_module(m, x))
+    del m, opt
+    gc.collect()
+    assert ref() is None, "the cache (guards or classification memo) keeps the module alive"
+    cdynamo.reset()
+
+
+def test_many_compiled_modules_created_and_dropped_die():
+    import weakref
+    cdynamo.reset()
+    refs = []
+    for _ in range(200):
+        m = _Small()
+        refs.append(weakref.ref(m))
+        om = cdynamo.optimize("eager")(m)
+        om(torch.randn(2))
+        del m, om
+    gc.collect()
+    alive = sum(r() is not None for r in refs)
+    assert alive == 0, f"{alive} of 200 compiled modules are still alive"
+    cdynamo.reset()
+
+
+def test_entries_of_dead_objects_are_dropped_and_free_their_globals():
+    import weakref
+    cdynamo.reset()
+    opt = cdynamo.optimize("eager")(_call_module)
+    for _ in range(20):  # more than the recompile limit: dead entries free their slots
+        m = _Small()
+        x = torch.randn(2)
+        torch.testing.assert_close(opt(m, x), _call_module(m, x))
+        del m
+        gc.collect()
+    assert cdynamo._C.cache_entry_count(_call_module.__code__) <= 1
+    compiled = [k for k in globals() if k.startswith("__compiled_fn_")]
+    assert len(compiled) <= 1, compiled
+    cdynamo.reset()
+
+
+def test_function_freed_after_the_recompile_limit():
+    import weakref
+    cdynamo.reset()
+    with cdynamo.config.patch(recompile_limit=1):
+        ns = {}
+        exec("def h(x):\n    return x * 2\n", ns)
+        h = ns.pop("h")
+        ref = weakref.ref(h)
+        opt = cdynamo.optimize("eager")(h)
+        for n in (1, 2, 3):
+            torch.testing.assert_close(opt(torch.ones(n)), torch.ones(n) * 2)
+        del h, opt, ns
+        gc.collect()
+    assert ref() is None
+    cdynamo.reset()
+
+
+def test_functions_made_per_trace_do_not_accumulate_over_resets():
+    import weakref
+    refs = []
+    for _ in range(5):
+        cdynamo.reset()
+        ns = {}
+        exec("def outer(x):\n    f = lambda y: y + 1\n    return sorted([3, 1])[0] * f(x)\n", ns)
+        fn = ns.pop("outer")
+        refs.append(weakref.ref(fn))
+        cdynamo.optimize("eager")(fn)(torch.randn(2))
+        del fn, ns
+    cdynamo.reset()
+    gc.collect()
+    assert sum(r() is not None for r in refs) == 0

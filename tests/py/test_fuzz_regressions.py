@@ -1,0 +1,224 @@
+# test_fuzz_regressions.py — owns the minimal repros of the bugs the differential fuzzer (tests/fuzz) found, one test per bug.
+"""Each test runs a small program eagerly and through cdynamo and compares return values, argument
+mutations, globals, printed output and exceptions. Tests of bugs that are not fixed yet are
+``xfail(strict=True)``: once the bug is fixed the test XPASSes, fails the suite, and the marker must go.
+``test_torch_compile_agrees`` runs the same repros through torch.compile(backend="eager") to show that
+torch._dynamo (same torch) matches eager on them. Details and seeds: tests/fuzz/FINDINGS.md.
+"""
+import contextlib
+import io
+import logging
+import os
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import cdynamo
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+from tests.fuzz.run import compare, compare_text  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("cdynamo_reset")
+
+
+def _run(src, make_args, ncalls, wrap):
+    ns = {"__name__": "fuzz_regression"}
+    exec(compile(textwrap.dedent(src), "<fuzz-regression>", "exec"), ns)
+    fn = wrap(ns["f"])
+    recs = []
+    for i in range(ncalls):
+        args = make_args(i)
+        buf = io.StringIO()
+        out = exc = None
+        with contextlib.redirect_stdout(buf):
+            try:
+                out = fn(*args)
+            except Exception as e:  # noqa: BLE001 - the program's exception is part of its behaviour
+                exc = e
+        glob = {k: ns[k] for k in ("G", "GL") if k in ns}
+        recs.append({"out": out, "exc": exc, "printed": buf.getvalue(), "args": args, "globals": glob})
+    return recs
+
+
+def _diff(ref, got):
+    for i, (a, b) in enumerate(zip(ref, got)):
+        if type(a["exc"]) is not type(b["exc"]):
+            return f"call {i}: exception {a['exc']!r} vs {b['exc']!r}"
+        for key in ("out", "args", "globals"):
+            m = compare(a[key], b[key], key)
+            if m:
+                return f"call {i}: {m}"
+        m = compare_text(a["printed"], b["printed"])
+        if m:
+            return f"call {i}: printed {m}"
+    return None
+
+
+def check(src, make_args, ncalls=1, backend="eager"):
+    """Asserts cdynamo (``backend``) behaves like eager on ``f`` in ``src``."""
+    ref = _run(src, make_args, ncalls, lambda f: f)
+    cdynamo.reset()
+    got = _run(src, make_args, ncalls, lambda f: cdynamo.optimize(backend)(f))
+    d = _diff(ref, got)
+    assert d is None, d
+
+
+def check_torch_compile(src, make_args, ncalls=1, backend="eager"):
+    """None if torch.compile(backend=...) matches eager on ``f``, else the difference."""
+    logging.getLogger("torch._dynamo").setLevel(logging.CRITICAL)
+    logging.getLogger("torch._subclasses").setLevel(logging.CRITICAL)
+    ref = _run(src, make_args, ncalls, lambda f: f)
+    torch._dynamo.reset()
+    try:
+        got = _run(src, make_args, ncalls, lambda f: torch.compile(f, backend=backend))
+    finally:
+        torch._dynamo.reset()
+    return _diff(ref, got)
+
+
+def ones(*shape):
+    return lambda i: [torch.ones(*shape)]
+
+
+# ------------------------------------------------------------------------------------------------------
+# name -> (source, make_args, ncalls, backend). Every entry has a test below and a case of test_torch_compile_agrees.
+REPROS = {}
+
+# Bug 1: a method of an object made in the frame writes a class attribute (C.k += 1) and self.t: the writes to
+# self (self.t, self.log.append) are lost. Fuzz seeds: every program that calls C(...).step (FINDINGS.md).
+REPROS["method_class_attr_write_loses_self_write"] = ("""
+class C:
+    k = 0
+    def __init__(self, t):
+        self.t = t
+    def step(self, u):
+        C.k += 1
+        self.t = self.t + u
+def f(x):
+    c = C(x)
+    c.step(x)
+    return c.t * 2, C.k
+""", ones(2), 2, "eager")
+
+
+@pytest.mark.xfail(strict=True, reason="bug 1: writes to self in a method that also writes a class attribute are lost")
+def test_method_class_attr_write_loses_self_write():
+    check(*REPROS["method_class_attr_write_loses_self_write"])
+
+
+# Bug 2: `del` of a local that is not bound (deleted twice, here by a loop) does not raise UnboundLocalError:
+# the frame runs on and its side effects happen. Seed 1662.
+REPROS["del_unbound_local_does_not_raise"] = ("""
+def f(x):
+    t = x + 1
+    for i in range(2):
+        del t
+    x.add_(1)
+    return x
+""", ones(2), 1, "eager")
+
+
+@pytest.mark.xfail(strict=True, reason="bug 2: del of an unbound local does not raise UnboundLocalError")
+def test_del_unbound_local_does_not_raise():
+    check(*REPROS["del_unbound_local_does_not_raise"])
+
+
+# Bug 3: an exception raised while a compiled graph runs (here max() of an empty tensor, which tracing lets
+# through) inside a try block skips the frame's except / finally handlers. Seeds 210, 765, 1604, 1692.
+REPROS["graph_exception_skips_except"] = ("""
+import torch
+def f(x):
+    try:
+        y = x[5:].max()
+    except RuntimeError:
+        y = x * 2
+    return y
+""", ones(2, 3), 1, "eager")
+REPROS["graph_exception_skips_finally"] = ("""
+import torch
+GL = []
+def f(x):
+    try:
+        y = x[5:].max()
+    finally:
+        GL.append(1)
+        print("finally")
+    return y
+""", ones(2, 3), 1, "eager")
+
+
+@pytest.mark.xfail(strict=True, reason="bug 3: exception from a compiled graph inside try skips except")
+def test_graph_exception_skips_except():
+    check(*REPROS["graph_exception_skips_except"])
+
+
+@pytest.mark.xfail(strict=True, reason="bug 3: exception from a compiled graph inside try skips finally")
+def test_graph_exception_skips_finally():
+    check(*REPROS["graph_exception_skips_finally"])
+
+
+# Bug 4: a graph break while the arguments of a method call on an object made in the frame are evaluated
+# (x.tolist() inside the call) loses the method's writes to self. Seed 1842.
+REPROS["break_in_method_call_args_loses_self_write"] = ("""
+import torch
+class D:
+    def __init__(self, t):
+        self.t = t
+    def step(self, u):
+        self.t = self.t + u
+def f(x):
+    c = D(x)
+    c.step(torch.tensor(x.tolist()))
+    return c.t * 2
+""", ones(2), 1, "eager")
+
+
+@pytest.mark.xfail(strict=True, reason="bug 4: graph break in a method call's arguments loses the method's self writes")
+def test_break_in_method_call_args_loses_self_write():
+    check(*REPROS["break_in_method_call_args_loses_self_write"])
+
+
+# Bug 5 (aot_eager only; torch.compile(backend="aot_eager") does the same): the continuation compiled for
+# distinct arguments is reused when the same tensor is passed twice (y is x), and an in-place op on a view of y
+# is not seen through x. Seed 1752 (call 3: aliased inputs).
+def _aliased(i):
+    x = torch.tensor([[1.0, -1.0], [-0.5, 2.0]])
+    return [x, x] if i == 1 else [x, x.clone()]
+
+
+REPROS["aot_eager_aliased_args_view_mutation"] = ("""
+def f(x, y):
+    w = y.view_as(y)
+    print("break")
+    w.add_(1)
+    return (x > 0).sum()
+""", _aliased, 2, "aot_eager")
+
+
+@pytest.mark.xfail(strict=True, reason="bug 5: aot_eager, y is x: graph for distinct args reused, y's view mutation not seen via x")
+def test_aot_eager_aliased_args_view_mutation():
+    check(*REPROS["aot_eager_aliased_args_view_mutation"])
+
+
+# What torch.compile (same torch, same backend) does on each repro: None where it matches eager.
+TORCH_COMPILE_DIFFERS = {
+    "del_unbound_local_does_not_raise": "raises InternalTorchDynamoError (KeyError: t), not UnboundLocalError",
+    "graph_exception_skips_except": "same bug: the RuntimeError escapes the except",
+    "graph_exception_skips_finally": "same bug: finally skipped",
+    "aot_eager_aliased_args_view_mutation": "same bug with backend aot_eager",
+}
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="torch.compile: " + TORCH_COMPILE_DIFFERS[n]))
+    if n in TORCH_COMPILE_DIFFERS else n
+    for n in sorted(REPROS)])
+def test_torch_compile_agrees(name):
+    """torch._dynamo (torch.compile with the repro's backend) on the same repro, for reference."""
+    d = check_torch_compile(*REPROS[name])
+    assert d is None, d
