@@ -56,8 +56,9 @@ PYBIND11_MODULE(_C, m) {
         hook::ensure_extra(reinterpret_cast<PyCodeObject*>(code.ptr()))->skip = true;
       },
       py::arg("code"), "Never capture frames of this code object.");
-  m.def("set_skip_dirs", &interp::set_skip_dirs, py::arg("dirs"),
-        "Directories (realpaths) whose code is never captured: torch, the stdlib, cdynamo itself.");
+  m.def("set_skip_dirs", &interp::set_skip_dirs, py::arg("skip"), py::arg("keep") = std::vector<std::string>(),
+        "Directories whose code is never captured (torch, the stdlib, cdynamo, skipped libraries), and the "
+        "directories inside them that are user code again (site-packages); the longest match decides.");
   m.def(
       "cache_entry_count",
       [](py::object code) {

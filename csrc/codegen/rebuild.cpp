@@ -17,13 +17,19 @@ bool has_items(const ValuePtr& v) {
   return v->kind == VKind::Tuple || v->kind == VKind::List || v->kind == VKind::Dict || v->kind == VKind::Instance;
 }
 
+// The receiver a bound method value carries (a tensor method, or a method of an object the trace made):
+// rebuilt with it, so it is part of what the rebuilt state shares.
+bool bound_receiver(const ValuePtr& v) {
+  return (v->kind == VKind::Method || v->kind == VKind::Object) && v->self != nullptr;
+}
+
 void collect(const ValuePtr& v, std::vector<graph::Node*>& out, std::unordered_set<graph::Node*>& seen) {
   if (v->is_tensor()) {
     if (!v->source && seen.insert(v->node).second) out.push_back(v->node);
   } else if (has_items(v)) {
     if (from_frame(v)) return;  // rebuilt from its source
     for (const auto& i : v->items) collect(i, out, seen);
-  } else if (v->kind == VKind::Method) {
+  } else if (bound_receiver(v)) {
     collect(v->self, out, seen);
   }
 }
@@ -170,7 +176,12 @@ Rebuilder::Rebuilder(Emitter& e, const std::vector<graph::Node*>& outputs, int o
 namespace {
 void count_lists(const ValuePtr& v, std::unordered_map<const interp::Value*, int>& n,
                  std::vector<const interp::Value*>& order) {
-  if (!v || !has_items(v) || from_frame(v)) return;
+  if (!v) return;
+  if (bound_receiver(v)) {
+    count_lists(v->self, n, order);
+    return;
+  }
+  if (!has_items(v) || from_frame(v)) return;
   if (v->kind == VKind::List || v->kind == VKind::Dict || v->kind == VKind::Instance) {
     if (n[v.get()]++ == 0) order.push_back(v.get());
     else return;  // its items were counted on first sight
@@ -195,6 +206,8 @@ void Rebuilder::share(const std::vector<ValuePtr>& roots) {
         work.pop_back();
         if (!w) continue;
         if (w.get() == *it) found = w;
+        else if (bound_receiver(w))
+          work.push_back(w->self);
         else if (has_items(w))
           for (const auto& i : w->items) work.push_back(i);
       }

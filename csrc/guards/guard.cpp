@@ -17,6 +17,7 @@ Guard::Guard(Guard&& o) noexcept
       length(o.length),
       state(o.state),
       sources(std::move(o.sources)),
+      groups(std::move(o.groups)),
       label(std::move(o.label)) {
   o.expected = nullptr;
   o.weak = nullptr;
@@ -39,8 +40,9 @@ std::string Guard::describe() const {
   if (kind == GuardKind::GradMode) return "global state GRAD_MODE (" + std::string(state ? "enabled" : "disabled") + ")";
   if (kind == GuardKind::DefaultDtype) return "global state DEFAULT_DTYPE";
   if (kind == GuardKind::Autocast) return "global state AUTOCAST";
-  if (kind == GuardKind::NoAliasing) {
-    std::string s = "NO_TENSOR_ALIASING(";
+  if (kind == GuardKind::GlobalState) return "global state GLOBAL_STATE (inference mode, deterministic, torch function)";
+  if (kind == GuardKind::NoAliasing || kind == GuardKind::StorageOverlap) {
+    std::string s = kind == GuardKind::StorageOverlap ? "STORAGE_OVERLAP(" : state ? "NO_STORAGE_ALIASING(" : "NO_TENSOR_ALIASING(";
     for (size_t i = 0; i < sources.size(); ++i) s += (i ? ", " : "") + sources[i]->describe();
     return s + ")";
   }
@@ -50,6 +52,14 @@ std::string Guard::describe() const {
 }
 
 namespace {
+// What tells tensor inputs apart when their storages must be distinct: the storage, or the object itself
+// for a non-tensor or a tensor without storage.
+const void* identity_key(PyObject* v) {
+  if (!is_tensor(v)) return v;
+  const void* k = storage_key(v);
+  return k ? k : v;
+}
+
 bool fail(std::string* why, const Guard& g, const std::string& reason) {
   if (why) *why = g.describe() + ": " + reason;
   return false;
@@ -79,6 +89,15 @@ bool Guard::check(const FrameView& fv, std::string* why) const {
     case GuardKind::Autocast:
       if (autocast_state() != state) return fail(why, *this, "autocast state changed");
       return true;
+    case GuardKind::GlobalState: {
+      int now = global_state_code();
+      if (now == state) return true;
+      int d = now ^ state;
+      return fail(why, *this, (d & 1)   ? "inference mode changed"
+                              : (d & 2) ? "deterministic algorithms setting changed"
+                              : (d & 12) ? "torch function enabled state changed"
+                                         : "torch function mode stack changed");
+    }
     case GuardKind::NoAliasing: {
       std::vector<PyObject*> objs;
       objs.reserve(sources.size());
@@ -92,12 +111,30 @@ bool Guard::check(const FrameView& fv, std::string* why) const {
         objs.push_back(v);
       }
       if (ok) {
-        std::vector<PyObject*> sorted = objs;
-        std::sort(sorted.begin(), sorted.end());
-        ok = std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
+        std::vector<const void*> keys;
+        for (PyObject* v : objs) keys.push_back(state ? identity_key(v) : v);
+        std::sort(keys.begin(), keys.end());
+        ok = std::adjacent_find(keys.begin(), keys.end()) == keys.end();
       }
       for (PyObject* v : objs) Py_DECREF(v);
-      return ok ? true : fail(why, *this, "tensor inputs alias each other");
+      return ok ? true : fail(why, *this, state ? "tensor inputs share storage" : "tensor inputs alias each other");
+    }
+    case GuardKind::StorageOverlap: {
+      std::vector<PyObject*> objs;
+      bool ok = true;
+      for (const auto& s : sources) {
+        PyObject* v = s->fetch(fv);  // new
+        if (!v) {
+          ok = false;
+          break;
+        }
+        objs.push_back(v);
+        ok = is_tensor(v);
+        if (!ok) break;
+      }
+      if (ok) ok = storage_groups(objs) == groups;
+      for (PyObject* v : objs) Py_DECREF(v);
+      return ok ? true : fail(why, *this, "tensor inputs share storage differently");
     }
     case GuardKind::SameObject: {
       PyObject* a = sources[0]->fetch(fv);  // new
@@ -199,14 +236,16 @@ namespace {
 // NO_TENSOR_ALIASING on fast sources takes the fast path up to this many sources (stack hash table).
 constexpr size_t kMaxFastAliasing = 512;
 
-// True if every ref has a value right now and the values are pairwise distinct objects. Borrowed
+// True if every ref has a value right now and the values are pairwise distinct objects (storages: the
+// tensors' storages are pairwise distinct). Borrowed
 // pointers only; no Python calls, no allocation. False means "ask Guard::check".
-bool fast_all_distinct(const FrameView& fv, const FastRef* refs, size_t n) {
+bool fast_all_distinct(const FrameView& fv, const FastRef* refs, size_t n, bool storages) {
   if (n <= 8) {
-    PyObject* seen[8];  // borrowed
+    const void* seen[8];
     for (size_t i = 0; i < n; ++i) {
-      PyObject* v = refs[i].peek(fv);  // borrowed
-      if (!v) return false;
+      PyObject* obj = refs[i].peek(fv);  // borrowed
+      if (!obj) return false;
+      const void* v = storages ? identity_key(obj) : obj;
       for (size_t j = 0; j < i; ++j)
         if (seen[j] == v) return false;
       seen[i] = v;
@@ -217,11 +256,12 @@ bool fast_all_distinct(const FrameView& fv, const FastRef* refs, size_t n) {
   unsigned bits = 4;
   while ((size_t{1} << bits) < 2 * n) ++bits;
   const size_t mask = (size_t{1} << bits) - 1;
-  PyObject* table[2 * kMaxFastAliasing];  // borrowed pointers; the first mask + 1 slots are used
-  std::memset(table, 0, (mask + 1) * sizeof(PyObject*));
+  const void* table[2 * kMaxFastAliasing];  // the first mask + 1 slots are used
+  std::memset(table, 0, (mask + 1) * sizeof(const void*));
   for (size_t i = 0; i < n; ++i) {
-    PyObject* v = refs[i].peek(fv);  // borrowed
-    if (!v) return false;
+    PyObject* obj = refs[i].peek(fv);  // borrowed
+    if (!obj) return false;
+    const void* v = storages ? identity_key(obj) : obj;
     size_t h = static_cast<size_t>(((reinterpret_cast<uintptr_t>(v) >> 4) * 0x9E3779B97F4A7C15ull) >> (64 - bits));
     while (table[h]) {
       if (table[h] == v) return false;
@@ -291,7 +331,8 @@ bool GuardSet::check(const FrameView& fv, std::string* why) const {
         break;
       }
       case Step::Op::NoAliasing:
-        if (!fast_all_distinct(fv, alias_refs_.data() + s.begin, s.end - s.begin) && !guards_[s.guard].check(fv, why))
+        if (!fast_all_distinct(fv, alias_refs_.data() + s.begin, s.end - s.begin, guards_[s.guard].state != 0) &&
+            !guards_[s.guard].check(fv, why))
           return false;
         break;
     }
@@ -406,6 +447,12 @@ Guard no_module_hooks(SourcePtr module) {
   return g;
 }
 
+Guard global_state_guard() {
+  Guard g = base(GuardKind::GlobalState, nullptr, "GLOBAL_STATE");
+  g.state = global_state_code();
+  return g;
+}
+
 Guard grad_mode_guard() {
   Guard g = base(GuardKind::GradMode, nullptr, "GRAD_MODE");
   g.state = grad_mode_enabled() ? 1 : 0;
@@ -418,9 +465,33 @@ Guard default_dtype_guard() {
   return g;
 }
 
-Guard no_aliasing(std::vector<SourcePtr> srcs) {
+Guard no_aliasing(std::vector<SourcePtr> srcs, bool storages) {
   Guard g = base(GuardKind::NoAliasing, nullptr, "NO_TENSOR_ALIASING");
   g.sources = std::move(srcs);
+  g.state = storages ? 1 : 0;
+  return g;
+}
+
+std::vector<int> storage_groups(const std::vector<PyObject*>& values) {
+  std::vector<int> groups(values.size());
+  std::vector<const void*> keys(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    keys[i] = storage_key(values[i]);
+    groups[i] = static_cast<int>(i);
+    if (!keys[i]) continue;
+    for (size_t j = 0; j < i; ++j)
+      if (keys[j] == keys[i]) {
+        groups[i] = static_cast<int>(j);
+        break;
+      }
+  }
+  return groups;
+}
+
+Guard storage_overlap(std::vector<SourcePtr> srcs, const std::vector<PyObject*>& values) {
+  Guard g = base(GuardKind::StorageOverlap, nullptr, "STORAGE_OVERLAP");
+  g.sources = std::move(srcs);
+  g.groups = storage_groups(values);
   return g;
 }
 

@@ -24,8 +24,10 @@ enum class GuardKind {
   NoModuleHooks, // the nn.Module's forward / backward (pre-)hook dicts are all empty (C-level lookups)
   GradMode,      // torch.is_grad_enabled() == expected
   DefaultDtype,  // torch.get_default_dtype() == expected
-  Autocast,      // the CPU / CUDA autocast switches are as at compile time
-  NoAliasing,    // the listed tensor sources are pairwise distinct objects
+  Autocast,      // the CPU / CUDA autocast switches and dtypes are as at compile time
+  GlobalState,   // inference mode, deterministic algorithms, torch function state and modes as at compile time
+  NoAliasing,    // the listed sources are pairwise distinct objects (state 1: tensors with distinct storages)
+  StorageOverlap,  // the listed tensors share storages exactly as at compile time (`groups`)
   SameObject,    // the two listed sources hold the same object (a duplicated tensor input)
 };
 
@@ -38,7 +40,8 @@ struct Guard {
                                           // the object alive and fails once it has died
   Py_ssize_t length = 0;                  // LengthMatch
   int state = 0;                          // GradMode / DefaultDtype expected value
-  std::vector<SourcePtr> sources;         // NoAliasing
+  std::vector<SourcePtr> sources;         // NoAliasing / SameObject / StorageOverlap
+  std::vector<int> groups;                // StorageOverlap: per source, the first source sharing its storage
   std::string label;                      // printed kind name ("TENSOR_MATCH", "FUNCTION_MATCH", ...)
 
   Guard() = default;
@@ -99,7 +102,14 @@ Guard no_module_hooks(SourcePtr module);
 Guard grad_mode_guard();
 Guard default_dtype_guard();
 Guard autocast_guard();
-Guard no_aliasing(std::vector<SourcePtr> tensor_sources);
+Guard global_state_guard();
+// storages: the sources are tensors whose storages must also be distinct (inputs that overlap in memory
+// change what a backend may assume: aot_eager functionalizes mutations per input).
+Guard no_aliasing(std::vector<SourcePtr> sources, bool storages = false);
+// The tensors at `sources` share storages as `values` (borrowed, parallel) do now.
+Guard storage_overlap(std::vector<SourcePtr> sources, const std::vector<PyObject*>& values);
+// Per value, the index of the first value with the same storage (tensors without one: their own index).
+std::vector<int> storage_groups(const std::vector<PyObject*>& values);
 Guard same_object(SourcePtr a, SourcePtr b);
 
 }  // namespace cdynamo::guards

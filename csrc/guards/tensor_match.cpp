@@ -3,11 +3,14 @@
 #include "guards/tensor_match.h"
 
 #include <ATen/ATen.h>
+#include <ATen/PythonTorchFunctionTLS.h>
 #include <ATen/autocast_mode.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/core/DefaultDtype.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/jit/frontend/tracer.h>
 
 #include <sstream>
 
@@ -145,13 +148,32 @@ PyObject* make_meta(PyObject* tensor) {
   }
 }
 
+const void* storage_key(PyObject* tensor) {
+  const at::Tensor& t = THPVariable_Unpack(tensor);
+  if (!t.defined() || !t.has_storage()) return nullptr;
+  return t.storage().unsafeGetStorageImpl();
+}
+
 bool grad_mode_enabled() { return c10::GradMode::is_enabled(); }
 
 void set_grad_mode_enabled(bool enabled) { c10::GradMode::set_enabled(enabled); }
 
 int autocast_state() {
-  return (at::autocast::is_autocast_enabled(at::kCPU) ? 1 : 0) | (at::autocast::is_autocast_enabled(at::kCUDA) ? 2 : 0);
+  return (at::autocast::is_autocast_enabled(at::kCPU) ? 1 : 0) | (at::autocast::is_autocast_enabled(at::kCUDA) ? 2 : 0) |
+         (static_cast<int>(at::autocast::get_autocast_dtype(at::kCPU)) & 0xff) << 8 |
+         (static_cast<int>(at::autocast::get_autocast_dtype(at::kCUDA)) & 0xff) << 16;
 }
+
+int global_state_code() {
+  int64_t modes = at::impl::PythonTorchFunctionTLS::stack_len();
+  return (c10::InferenceMode::is_enabled() ? 1 : 0) | (at::globalContext().deterministicAlgorithms() ? 2 : 0) |
+         (static_cast<int>(at::impl::PythonTorchFunctionTLS::get_disabled_state()) & 3) << 2 |
+         static_cast<int>(modes > 255 ? 255 : modes) << 4;
+}
+
+bool jit_tracing() { return torch::jit::tracer::isTracing(); }
+
+bool torch_function_mode_active() { return at::impl::PythonTorchFunctionTLS::stack_len() > 0; }
 
 int default_dtype_code() { return static_cast<int>(c10::get_default_dtype_as_scalartype()); }
 

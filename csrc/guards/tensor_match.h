@@ -60,6 +60,8 @@ struct FastTensorCheck {
 size_t first_fast_tensor_failure(const FrameView& fv, const FastTensorCheck* checks, size_t n);
 
 bool is_tensor(PyObject* obj);  // isinstance(obj, torch.Tensor), fast path in C++
+// The storage a tensor (borrowed) views, as an identity; nullptr for a tensor without one.
+const void* storage_key(PyObject* tensor);
 // New reference: a meta tensor with the sizes, strides, dtype and requires_grad of `tensor` (borrowed).
 PyObject* make_meta(PyObject* tensor);
 // True if `obj` is a tensor on the meta device.
@@ -69,7 +71,14 @@ bool grad_mode_enabled();
 void set_grad_mode_enabled(bool enabled);
 // torch's default dtype as an int ScalarType code.
 int default_dtype_code();
-// Autocast enabled on CPU (bit 0) and CUDA (bit 1).
+// Autocast enabled on CPU (bit 0) and CUDA (bit 1), and its dtypes (CPU bits 8-15, CUDA bits 16-23).
 int autocast_state();
+// The rest of the global state a graph depends on: inference mode (bit 0), deterministic algorithms
+// (bit 1), torch function disabled state (bits 2-3), torch function mode stack depth (bits 4-11).
+int global_state_code();
+// True while a TorchFunctionMode is active (torch functions then dispatch to it, which a graph skips).
+bool torch_function_mode_active();
+// True while torch.jit.trace records this thread's ops: its frames are never captured.
+bool jit_tracing();
 
 }  // namespace cdynamo::guards

@@ -86,6 +86,8 @@ bool plain_function_code(PyCodeObject* code) {
 PyObject* eval_frame(PyThreadState* tstate, compat::Frame* frame, int throwflag) {
   PyObject* cb = current_callback();
   if (!cb || throwflag || compat::frame_started(frame)) return compat::eval_default(tstate, frame, throwflag);
+  // Another tracer (torch.jit.trace) records these ops itself: compiled code would change what it sees.
+  if (guards::jit_tracing()) return compat::eval_default(tstate, frame, throwflag);
   PyCodeObject* code = compat::frame_code(frame);
   CodeExtra* extra = get_extra(code);
   if (extra) {

@@ -103,9 +103,23 @@ std::shared_ptr<CacheEntry> add_entry(CodeExtra* extra, compat::Frame* frame, gu
 void add_state_guards(interp::Tracer& t) {
   t.guards.add(guards::grad_mode_guard());
   t.guards.add(guards::default_dtype_guard());
+  t.guards.add(guards::autocast_guard());
+  t.guards.add(guards::global_state_guard());
   std::vector<guards::SourcePtr> tensors;
-  for (const auto& in : t.inputs) tensors.push_back(in.source);
-  if (tensors.size() > 1) t.guards.add(guards::no_aliasing(std::move(tensors)));
+  std::vector<PyObject*> values;  // borrowed: the inputs hold them
+  for (const auto& in : t.inputs) {
+    tensors.push_back(in.source);
+    values.push_back(in.value.ptr());
+  }
+  if (tensors.size() > 1) {
+    // Distinct objects whose storages are distinct too, or, when some inputs view one storage now
+    // (x and x[0]), exactly that overlap: a change of aliasing recompiles.
+    std::vector<int> groups = guards::storage_groups(values);
+    bool distinct = true;
+    for (size_t i = 0; i < groups.size(); ++i) distinct = distinct && groups[i] == static_cast<int>(i);
+    if (!distinct) t.guards.add(guards::storage_overlap(tensors, values));
+    t.guards.add(guards::no_aliasing(std::move(tensors), distinct));
+  }
   // Containers the trace changed were modelled as distinct objects: they must still be distinct.
   if (!t.mutated.empty() && t.frame_containers.size() > 1) {
     std::vector<guards::SourcePtr> containers;
@@ -185,6 +199,16 @@ std::shared_ptr<CacheEntry> translate(compat::Frame* frame, PyObject* cb, CodeEx
     }
 
     guards::FrameView fv = frame_view(frame);
+    if (guards::torch_function_mode_active()) {
+      // Torch functions dispatch to the mode, which a graph would skip: plain Python while a mode is
+      // active (the global-state guard fails once it is gone, and the code compiles then).
+      std::shared_ptr<CacheEntry> e = add_entry(extra, frame, guards::GuardSet());
+      e->guards.add(guards::grad_mode_guard());
+      e->guards.add(guards::global_state_guard());
+      e->description = "a TorchFunctionMode is active";
+      report_fallback(cb, code, "unsupported", "a TorchFunctionMode is active: the frame runs as Python");
+      return e;
+    }
     interp::Tracer t(code, fv);
     auto status = t.run();
     if (status == interp::Tracer::Status::Unsupported) {

@@ -22,6 +22,8 @@ void store_fast(Tracer& t, const Instruction& i) {
 }
 
 void delete_fast(Tracer& t, const Instruction& i) {
+  // `del` of an unbound local raises UnboundLocalError: left to Python.
+  if (!t.local_bound(i.arg)) t.unsupported("del of local variable '" + t.local_name(i.arg) + "' that is not bound");
   t.locals[i.arg] = nullptr;
   t.local_loaded[i.arg] = 1;
 }

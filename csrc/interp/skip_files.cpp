@@ -5,16 +5,22 @@
 namespace cdynamo::interp {
 
 namespace {
-std::vector<std::string>& prefixes() {
-  static auto* v = new std::vector<std::string>();  // process lifetime
+// (directory with a trailing '/', skip?) pairs; the longest directory containing a file decides.
+std::vector<std::pair<std::string, bool>>& prefixes() {
+  static auto* v = new std::vector<std::pair<std::string, bool>>();  // process lifetime
   return *v;
 }
 }  // namespace
 
-void set_skip_dirs(std::vector<std::string> dirs) {
-  for (auto& d : dirs)
-    if (!d.empty() && d.back() != '/') d += '/';
-  prefixes() = std::move(dirs);
+void set_skip_dirs(std::vector<std::string> skip, std::vector<std::string> keep) {
+  std::vector<std::pair<std::string, bool>> all;
+  for (auto* list : {&skip, &keep})
+    for (auto& d : *list) {
+      if (d.empty()) continue;
+      if (d.back() != '/') d += '/';
+      all.emplace_back(d, list == &skip);
+    }
+  prefixes() = std::move(all);
 }
 
 namespace {
@@ -34,9 +40,14 @@ bool is_library_file(PyCodeObject* code) {
   std::string file;
   if (!filename_of(code, &file)) return true;
   if (file.empty() || file[0] == '<') return file.rfind("<frozen", 0) == 0;
-  for (const auto& p : prefixes())
-    if (file.rfind(p, 0) == 0) return true;
-  return false;
+  size_t best = 0;
+  bool skip = false;
+  for (const auto& [dir, is_skip] : prefixes())
+    if (dir.size() > best && file.rfind(dir, 0) == 0) {
+      best = dir.size();
+      skip = is_skip;
+    }
+  return skip;
 }
 
 bool is_torch_nn_module_file(PyCodeObject* code) {

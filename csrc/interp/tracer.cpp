@@ -246,6 +246,13 @@ std::string Tracer::local_name(int slot) const {
   return py::str(compat::code_localsplus_name(code, slot)).cast<std::string>();
 }
 
+bool Tracer::local_bound(int slot) const {
+  if (slot < 0 || slot >= static_cast<int>(locals.size())) return false;
+  if (locals[slot] || inline_depth_ > 0 || local_loaded[slot]) return locals[slot] != nullptr;
+  if (compat::code_localsplus_kind(code, slot) & compat::kFastFree) return true;  // read through its cell
+  return fv.localsplus[slot] != nullptr;
+}
+
 ValuePtr Tracer::load_local(int slot) {
   if (slot < 0 || slot >= static_cast<int>(locals.size())) unsupported("bad local slot");
   if (inline_depth_ > 0) return locals[slot];  // inlined frames are bound from the call's arguments

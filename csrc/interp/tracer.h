@@ -125,6 +125,8 @@ class Tracer {
   std::string local_name(int slot) const;
 
   // Reads local slot `slot` (wrapping the frame's value on first use).
+  // True if local `slot` holds a value at this point of the trace (without reading it).
+  bool local_bound(int slot) const;
   ValuePtr load_local(int slot);
   // Wraps a real Python value seen at `src` into a symbolic value and installs the guards it needs.
   ValuePtr wrap(py::handle value, SourcePtr src);

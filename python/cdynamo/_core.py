@@ -18,29 +18,69 @@ def C():
             f"cdynamo's C++ extension cdynamo._C could not be imported ({e}). Build and install it with "
             "`bash scripts/setup.sh` (and do not import cdynamo from the source tree's python/ folder)."
         ) from e
-    _module.set_skip_dirs(_skip_dirs())
+    skip, keep = _skip_dirs()
+    _module.set_skip_dirs(skip, keep)
     return _module
 
 
-def _skip_dirs():
-    """Directories whose frames are never captured: torch, the stdlib, cdynamo itself and pytest."""
+# Installed libraries whose frames are not captured (they are not PyTorch model code, or cannot be traced
+# usefully); every other installed package is user code, wherever it is installed.
+THIRD_PARTY_SKIP = ("_pytest", "pytest", "pluggy", "numpy", "scipy", "pandas", "sympy", "tqdm", "hypothesis",
+                    "networkx", "IPython", "tensorflow", "jax")
+# (pip and setuptools are not looked up: asking for their specs runs setuptools' distutils shim.)
+
+
+def _package_dir(name):
     import importlib.util
     import os
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:
+        return list(spec.submodule_search_locations)[0]
+    return spec.origin if spec.origin and os.path.isfile(spec.origin) else None
+
+
+def _skip_dirs():
+    """(skip, keep): paths whose frames are never captured (torch, the stdlib, cdynamo itself, the
+    THIRD_PARTY_SKIP packages), and paths inside those that are user code again (site-packages, which
+    pyenv, conda, python.org builds and Docker images put under the stdlib directory). The longest
+    matching path decides."""
+    import os
+    import site
     import sysconfig
 
     import torch
 
-    dirs = [os.path.dirname(torch.__file__), sysconfig.get_paths()["stdlib"], os.path.dirname(__file__)]
-    spec = importlib.util.find_spec("_pytest")
-    if spec is not None and spec.origin:
-        dirs.append(os.path.dirname(spec.origin))
-    # Both spellings: co_filename keeps the path the module was imported by, which may be a symlink.
-    out = []
-    for d in dirs:
-        for p in (os.path.abspath(d), os.path.realpath(d)):
-            if p not in out:
-                out.append(p)
-    return out
+    paths = sysconfig.get_paths()
+    skip = [os.path.dirname(torch.__file__), paths["stdlib"], paths.get("platstdlib", paths["stdlib"]),
+            os.path.dirname(__file__)]
+    for name in THIRD_PARTY_SKIP:
+        d = _package_dir(name)
+        if d:
+            skip.append(d)
+    keep = [paths["purelib"], paths["platlib"]]
+    try:
+        keep += site.getsitepackages()
+    except AttributeError:  # some virtualenv versions
+        pass
+    user = getattr(site, "getusersitepackages", lambda: None)()
+    if user:
+        keep.append(user)
+
+    def both(dirs):
+        # Both spellings: co_filename keeps the path the module was imported by, which may be a symlink.
+        out = []
+        for d in dirs:
+            for p in (os.path.abspath(d), os.path.realpath(d)):
+                if p not in out:
+                    out.append(p)
+        return out
+
+    return both(skip), both(keep)
 
 
 def available():

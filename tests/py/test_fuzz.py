@@ -31,36 +31,10 @@ CHUNK = 200
 
 # seed -> short reason (bug in tests/fuzz/FINDINGS.md). Every one must still fail; drop entries once fixed.
 KNOWN_FAILURES = {
-    1: "bug 1: method writing a class attribute loses its writes to self",
-    163: "bug 1: method writing a class attribute loses its writes to self",
-    180: "bug 1: method writing a class attribute loses its writes to self",
     210: "bug 3: exception from a compiled graph inside try skips except/finally",
-    246: "bug 1: method writing a class attribute loses its writes to self",
-    253: "bug 1: method writing a class attribute loses its writes to self",
-    580: "bug 1: method writing a class attribute loses its writes to self",
-    602: "bug 1: method writing a class attribute loses its writes to self",
-    621: "bug 1: method writing a class attribute loses its writes to self",
-    685: "bug 1: method writing a class attribute loses its writes to self",
     765: "bug 3: exception from a compiled graph inside try skips except/finally",
-    817: "bug 1: method writing a class attribute loses its writes to self",
-    887: "bug 1: method writing a class attribute loses its writes to self",
-    897: "bug 1: method writing a class attribute loses its writes to self",
-    906: "bug 1: method writing a class attribute loses its writes to self",
-    917: "bug 1: method writing a class attribute loses its writes to self",
-    955: "bug 1: method writing a class attribute loses its writes to self",
-    1170: "bug 1: method writing a class attribute loses its writes to self",
-    1194: "bug 1: method writing a class attribute loses its writes to self",
-    1502: "bug 1: method writing a class attribute loses its writes to self",
-    1505: "bug 1: method writing a class attribute loses its writes to self",
     1604: "bug 3: exception from a compiled graph inside try skips except/finally",
-    1662: "bug 2: del of an unbound local does not raise UnboundLocalError",
     1692: "bug 3: exception from a compiled graph inside try skips except/finally",
-    1752: "bug 5: aot_eager: graph for distinct args reused when y is x (view mutation lost)",
-    1830: "bug 1: method writing a class attribute loses its writes to self",
-    1842: "bug 4: graph break in a method call's arguments loses the method's writes to self",
-    1877: "bug 1: method writing a class attribute loses its writes to self",
-    1915: "bug 1: method writing a class attribute loses its writes to self",
-    2295: "bug 1: method writing a class attribute loses its writes to self",
 }
 
 

@@ -106,7 +106,6 @@ def f(x):
 """, ones(2), 2, "eager")
 
 
-@pytest.mark.xfail(strict=True, reason="bug 1: writes to self in a method that also writes a class attribute are lost")
 def test_method_class_attr_write_loses_self_write():
     check(*REPROS["method_class_attr_write_loses_self_write"])
 
@@ -123,7 +122,6 @@ def f(x):
 """, ones(2), 1, "eager")
 
 
-@pytest.mark.xfail(strict=True, reason="bug 2: del of an unbound local does not raise UnboundLocalError")
 def test_del_unbound_local_does_not_raise():
     check(*REPROS["del_unbound_local_does_not_raise"])
 
@@ -178,7 +176,6 @@ def f(x):
 """, ones(2), 1, "eager")
 
 
-@pytest.mark.xfail(strict=True, reason="bug 4: graph break in a method call's arguments loses the method's self writes")
 def test_break_in_method_call_args_loses_self_write():
     check(*REPROS["break_in_method_call_args_loses_self_write"])
 
@@ -200,7 +197,6 @@ def f(x, y):
 """, _aliased, 2, "aot_eager")
 
 
-@pytest.mark.xfail(strict=True, reason="bug 5: aot_eager, y is x: graph for distinct args reused, y's view mutation not seen via x")
 def test_aot_eager_aliased_args_view_mutation():
     check(*REPROS["aot_eager_aliased_args_view_mutation"])
 

@@ -237,3 +237,39 @@ def test_backend_base_exception_propagates(exc):
 
     with pytest.raises(exc):
         cdynamo.optimize(backend)(fn)(torch.randn(2))
+
+
+# ---- 11. frames run under torch.jit.trace are not captured ---------------------------------------------------
+
+def test_jit_trace_inside_a_compiled_function():
+    lin = torch.nn.Linear(3, 3)
+
+    def fn(x):
+        traced = torch.jit.trace(lin, (x,))
+        return traced(x) * 2
+
+    x = torch.randn(2, 3)
+    got = cdynamo.optimize("eager")(fn)(x)
+    torch.testing.assert_close(got, lin(x) * 2)
+
+
+# ---- 3 (storage). inputs sharing a storage change between calls --------------------------------------------
+
+def test_storage_overlap_change_recompiles_with_aot_eager():
+    def fn(x, y):
+        w = y.view_as(y)
+        print("break")
+        w.add_(1)
+        return (x > 0).sum()
+
+    cnt = cdynamo.testing.CompileCounterWithBackend("aot_eager")
+    opt = cdynamo.optimize(cnt)(fn)
+    for aliased in (False, True, False):
+        x = torch.tensor([[1.0, -1.0], [-0.5, 2.0]])
+        y = x if aliased else x.clone()
+        ex = x.clone()
+        ey = ex if aliased else y.clone()
+        ref, _ = quiet(fn, ex, ey)
+        got, _ = quiet(opt, x, y)
+        torch.testing.assert_close(got, ref)
+        torch.testing.assert_close(x, ex)

@@ -1,0 +1,71 @@
+# test_trace_rules.py — owns the tests of which files are captured and inlined: installed packages are user
+# code wherever they are installed (site-packages under the stdlib directory included), torch, the stdlib,
+# cdynamo and the documented third-party skip list are not.
+import importlib
+import os
+import shutil
+import sys
+import sysconfig
+
+import pytest
+import torch
+
+import cdynamo
+from cdynamo.testing import CompileCounter
+
+pytestmark = pytest.mark.usefixtures("cdynamo_reset")
+
+PKG = "cdynamo_site_probe_pkg"
+
+
+@pytest.fixture
+def site_package():
+    """A package installed into the interpreter's own site-packages (under the stdlib dir with pyenv)."""
+    root = os.path.join(sysconfig.get_paths()["purelib"], PKG)
+    if not os.access(os.path.dirname(root), os.W_OK):
+        pytest.skip("site-packages is not writable")
+    os.makedirs(root, exist_ok=True)
+    with open(os.path.join(root, "__init__.py"), "w") as f:
+        f.write("import torch\n\ndef block(x):\n    h = torch.relu(x)\n    return h * 2 + 1\n\n"
+                "def model(x):\n    return block(x).sum(-1)\n")
+    importlib.invalidate_caches()
+    sys.modules.pop(PKG, None)
+    try:
+        yield importlib.import_module(PKG)
+    finally:
+        sys.modules.pop(PKG, None)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_site_packages_under_the_stdlib_dir_is_user_code(site_package):
+    stdlib = os.path.realpath(sysconfig.get_paths()["stdlib"])
+    # The case the issue names: on this interpreter site-packages lies inside the stdlib directory.
+    nested = os.path.realpath(site_package.__file__).startswith(stdlib + os.sep)
+    cnt = CompileCounter()
+    x = torch.randn(3, 4)
+    out = cdynamo.optimize(cnt)(site_package.model)(x)
+    torch.testing.assert_close(out, site_package.model(x))
+    assert cnt.frame_count == 1 and cnt.op_count == 4, (nested, cnt.frame_count, cnt.op_count)
+
+
+def test_library_called_from_user_code_is_inlined(site_package):
+    def fn(x):
+        return site_package.block(x) - 1
+
+    cnt = CompileCounter()
+    x = torch.randn(5)
+    torch.testing.assert_close(cdynamo.optimize(cnt)(fn)(x), fn(x))
+    assert cnt.frame_count == 1 and cnt.op_count == 4
+
+
+def test_stdlib_and_skip_list_frames_are_not_captured():
+    import json
+
+    import numpy
+
+    cnt = CompileCounter()
+    opt = cdynamo.optimize(cnt)(json.dumps)
+    assert opt({"a": 1}) == '{"a": 1}'
+    # numpy is on the skip list: its Python frames run as they are.
+    assert cdynamo.optimize(cnt)(numpy.atleast_1d)(3).shape == (1,)
+    assert cnt.frame_count == 0
