@@ -7,6 +7,7 @@
 #include "interp/skip_files.h"
 
 #include "hook/cache.h"
+#include "hook/eval_frame.h"
 #include "hook/state.h"
 
 namespace py = pybind11;
@@ -56,6 +57,17 @@ PYBIND11_MODULE(_C, m) {
         hook::ensure_extra(reinterpret_cast<PyCodeObject*>(code.ptr()))->skip = true;
       },
       py::arg("code"), "Never capture frames of this code object.");
+  m.def(
+      "set_disable_codes",
+      [](py::list codes) {
+        std::vector<PyObject*> v;
+        for (auto c : codes) {
+          if (!PyCode_Check(c.ptr())) throw py::type_error("set_disable_codes expects code objects");
+          v.push_back(c.ptr());
+        }
+        hook::set_disable_codes(v);
+      },
+      py::arg("codes"), "Code objects whose frames (and what they call) are never captured.");
   m.def("set_skip_dirs", &interp::set_skip_dirs, py::arg("skip"), py::arg("keep") = std::vector<std::string>(),
         "Directories whose code is never captured (torch, the stdlib, cdynamo, skipped libraries), and the "
         "directories inside them that are user code again (site-packages); the longest match decides.");

@@ -83,9 +83,34 @@ bool plain_function_code(PyCodeObject* code) {
 
 }  // namespace
 
+namespace {
+std::vector<PyObject*>* g_disable_codes = new std::vector<PyObject*>();  // owned, process lifetime
+
+// Runs the frame, and everything it calls, without capture (torch.compiler.disable's wrapper).
+PyObject* eval_uncaptured(PyThreadState* tstate, compat::Frame* frame, int throwflag) {
+  PyObject* mine = exchange_callback(nullptr);  // new reference
+  PyObject* r = compat::eval_default(tstate, frame, throwflag);
+  PyObject* none = exchange_callback(mine);
+  Py_XDECREF(none);
+  Py_XDECREF(mine);
+  return r;
+}
+}  // namespace
+
+void set_disable_codes(const std::vector<PyObject*>& codes) {
+  for (PyObject* c : *g_disable_codes) Py_DECREF(c);
+  g_disable_codes->clear();
+  for (PyObject* c : codes) {
+    Py_INCREF(c);
+    g_disable_codes->push_back(c);
+  }
+}
+
 PyObject* eval_frame(PyThreadState* tstate, compat::Frame* frame, int throwflag) {
   PyObject* cb = current_callback();
   if (!cb || throwflag || compat::frame_started(frame)) return compat::eval_default(tstate, frame, throwflag);
+  for (PyObject* c : *g_disable_codes)  // torch.compiler.disable / torch._dynamo.disable: never captured
+    if (reinterpret_cast<PyObject*>(compat::frame_code(frame)) == c) return eval_uncaptured(tstate, frame, throwflag);
   // Another tracer (torch.jit.trace) records these ops itself: compiled code would change what it sees.
   if (guards::jit_tracing()) return compat::eval_default(tstate, frame, throwflag);
   PyCodeObject* code = compat::frame_code(frame);

@@ -17,6 +17,8 @@ PyObject* eval_frame(PyThreadState* tstate, compat::Frame* frame, int throwflag)
 // Translates `frame` under callback `cb` (borrowed) into a new cache entry appended to `extra`.
 // Returns the entry, or nullptr with a Python error set when the error must reach the user
 // (nopython/fullgraph). Other failures produce a run-as-Python entry or mark the code skipped.
+// Code objects whose frames run, with all they call, without capture (torch.compiler.disable's wrapper).
+void set_disable_codes(const std::vector<PyObject*>& codes);
 std::shared_ptr<CacheEntry> translate(compat::Frame* frame, PyObject* cb, CodeExtra* extra);
 
 // Builds the FrameView of `frame` (borrowed pieces).

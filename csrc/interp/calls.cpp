@@ -245,6 +245,9 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
       return call_torch(f, std::move(args), std::move(kwargs), false);
     case CallKind::TorchFactory:
       return call_torch(f, std::move(args), std::move(kwargs), true);
+    case CallKind::CompilingQuery:
+      if (!args.empty() || !kwargs.empty()) unsupported(callable_name(f) + " with arguments");
+      return Value::constant(py::bool_(true));
     case CallKind::TorchMetadata:
     case CallKind::Operator:
     case CallKind::PureBuiltin: {

@@ -183,7 +183,9 @@ CallKind classify_callable(py::handle fn) {
     // Queries whose answer is fixed in eager Python (scripting, tracing, compiling): folded.
     static const std::unordered_set<std::string> eager_constants = {
         "is_scripting", "is_tracing", "is_compiling", "is_dynamo_compiling", "is_exporting"};
-    if (eager_constants.count(name)) {
+    if (name == "is_compiling" || name == "is_dynamo_compiling") {
+      kind = CallKind::CompilingQuery;  // libraries take their compile-friendly paths, as under torch.compile
+    } else if (eager_constants.count(name)) {
       kind = CallKind::PureBuiltin;
     } else if (!blocked) {
       if (factory_names().count(name)) kind = CallKind::TorchFactory;

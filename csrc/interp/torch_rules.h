@@ -21,6 +21,7 @@ enum class CallKind {
   GradModeQuery,   // torch.is_grad_enabled: known at every point of the trace
   AutocastQuery,   // torch.is_autocast_enabled / is_autocast_cpu_enabled: folded under an AUTOCAST guard
   TorchFunctionQuery,  // torch._C._has_torch_function*: false for plain tensors
+  CompilingQuery,  // torch.compiler.is_compiling / torch._dynamo.is_compiling: True while tracing
   AllowedInGraph,  // user callable registered with cdynamo.allow_in_graph
   Disallowed,      // user callable registered with cdynamo.disallow_in_graph
   Unknown,

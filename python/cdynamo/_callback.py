@@ -4,7 +4,7 @@ import collections
 import time
 import warnings
 
-from . import _logging, config
+from . import _core, _logging, config
 from .exc import BackendCompilerFailed, CdynamoWarning
 
 GuardFail = collections.namedtuple("GuardFail", ["reason", "orig_code"])
@@ -51,6 +51,7 @@ class Callback:
     # -- called by C++ --
 
     def compile_graph(self, gm, example_inputs, info):
+        _core.refresh_disable_codes()  # torch._dynamo may have been imported since optimize()
         _logging.emit("graph", _logging.format_graph(info, gm))
         t0 = time.perf_counter()
         try:

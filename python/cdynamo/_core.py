@@ -20,7 +20,40 @@ def C():
         ) from e
     skip, keep = _skip_dirs()
     _module.set_skip_dirs(skip, keep)
+    refresh_disable_codes()
     return _module
+
+
+_disable_codes_set = False
+
+
+def refresh_disable_codes():
+    """Registers torch's disable wrapper once torch._dynamo is imported (without importing it ourselves: no
+    function can have been wrapped before it is)."""
+    global _disable_codes_set
+    if _disable_codes_set or _module is None:
+        return
+    import sys
+    if "torch._dynamo" not in sys.modules:
+        return
+    _disable_codes_set = True
+    _module.set_disable_codes(_torch_disable_codes())
+
+
+def _torch_disable_codes():
+    """The code of the wrapper torch.compiler.disable / torch._dynamo.disable put around a function: its
+    frames, and all they call, run without capture."""
+    codes = []
+    try:
+        import torch._dynamo
+
+        for make in (lambda f: torch._dynamo.disable(f), lambda f: torch.compiler.disable(f)):
+            code = getattr(make(lambda: None), "__code__", None)
+            if code is not None and code not in codes:
+                codes.append(code)
+    except Exception:  # noqa: BLE001 - a torch without these helpers: nothing to honour
+        pass
+    return codes
 
 
 # Installed libraries whose frames are not captured (they are not PyTorch model code, or cannot be traced

@@ -188,6 +188,7 @@ def optimize(backend="inductor", *, nopython=False, guard_fail_fn=None, disable=
     cb = _callback.Callback(fn, nopython=nopython, guard_fail_fn=guard_fail_fn, dynamic=dynamic,
                             backend_name=name)
     _core.C()  # a missing extension is reported here, not at the first call
+    _core.refresh_disable_codes()
     return _OptimizeContext(cb)
 
 

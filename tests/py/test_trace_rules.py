@@ -69,3 +69,41 @@ def test_stdlib_and_skip_list_frames_are_not_captured():
     # numpy is on the skip list: its Python frames run as they are.
     assert cdynamo.optimize(cnt)(numpy.atleast_1d)(3).shape == (1,)
     assert cnt.frame_count == 0
+
+
+# ---- torch.compiler.disable and is_compiling ------------------------------------------------------------
+
+def test_torch_compiler_disable_is_honoured():
+    import torch._dynamo
+
+    calls = []
+
+    @torch.compiler.disable
+    def eager_only(x):
+        calls.append(torch.compiler.is_compiling())
+        return x.sin()
+
+    @torch._dynamo.disable
+    def also_eager(x):
+        return x.cos()
+
+    def fn(x):
+        return eager_only(x) + also_eager(x) + 1
+
+    cnt = CompileCounter()
+    x = torch.randn(4)
+    torch.testing.assert_close(cdynamo.optimize(cnt)(fn)(x), fn(x))
+    assert calls == [False, False]  # ran as Python (not traced), eager then compiled
+    # Only fn's own additions are captured: the disabled functions are not graphs of their own.
+    assert cnt.op_count <= 2, cnt.op_count
+
+
+def test_is_compiling_is_true_while_tracing():
+    def fn(x):
+        if torch.compiler.is_compiling():
+            return x + 1
+        return x - 1
+
+    x = torch.randn(3)
+    torch.testing.assert_close(cdynamo.optimize("eager")(fn)(x), x + 1)
+    torch.testing.assert_close(fn(x), x - 1)
