@@ -52,6 +52,28 @@ std::string Guard::describe() const {
 }
 
 namespace {
+// The values of `sources` (new references, released on destruction); ok is false when one is missing.
+struct Fetched {
+  std::vector<PyObject*> values;
+  bool ok = true;
+  Fetched(const FrameView& fv, const std::vector<SourcePtr>& sources) {
+    values.reserve(sources.size());
+    for (const auto& s : sources) {
+      PyObject* v = s->fetch(fv);  // new
+      if (!v) {
+        ok = false;
+        return;
+      }
+      values.push_back(v);
+    }
+  }
+  ~Fetched() {
+    for (PyObject* v : values) Py_DECREF(v);
+  }
+  Fetched(const Fetched&) = delete;
+  Fetched& operator=(const Fetched&) = delete;
+};
+
 // What tells tensor inputs apart when their storages must be distinct: the storage, or the object itself
 // for a non-tensor or a tensor without storage.
 const void* identity_key(PyObject* v) {
@@ -99,41 +121,21 @@ bool Guard::check(const FrameView& fv, std::string* why) const {
                                          : "torch function mode stack changed");
     }
     case GuardKind::NoAliasing: {
-      std::vector<PyObject*> objs;
-      objs.reserve(sources.size());
-      bool ok = true;
-      for (const auto& s : sources) {
-        PyObject* v = s->fetch(fv);  // new
-        if (!v) {
-          ok = false;
-          break;
-        }
-        objs.push_back(v);
-      }
+      Fetched objs(fv, sources);
+      bool ok = objs.ok;
       if (ok) {
         std::vector<const void*> keys;
-        for (PyObject* v : objs) keys.push_back(state ? identity_key(v) : v);
+        for (PyObject* v : objs.values) keys.push_back(state ? identity_key(v) : v);
         std::sort(keys.begin(), keys.end());
         ok = std::adjacent_find(keys.begin(), keys.end()) == keys.end();
       }
-      for (PyObject* v : objs) Py_DECREF(v);
       return ok ? true : fail(why, *this, state ? "tensor inputs share storage" : "tensor inputs alias each other");
     }
     case GuardKind::StorageOverlap: {
-      std::vector<PyObject*> objs;
-      bool ok = true;
-      for (const auto& s : sources) {
-        PyObject* v = s->fetch(fv);  // new
-        if (!v) {
-          ok = false;
-          break;
-        }
-        objs.push_back(v);
-        ok = is_tensor(v);
-        if (!ok) break;
-      }
-      if (ok) ok = storage_groups(objs) == groups;
-      for (PyObject* v : objs) Py_DECREF(v);
+      Fetched objs(fv, sources);
+      bool ok = objs.ok;
+      for (PyObject* v : objs.values) ok = ok && is_tensor(v);
+      if (ok) ok = storage_groups(objs.values) == groups;
       return ok ? true : fail(why, *this, "tensor inputs share storage differently");
     }
     case GuardKind::SameObject: {

@@ -153,8 +153,28 @@ void Tracer::execute_one() {
   Handler h = handler_table()[inst.opcode & 0xff];
   if (!h) unsupported(std::string("opcode ") + bytecode::opname(inst.opcode) + " is not supported yet");
   size_t before = pc;
+  size_t nodes = graph.mark();
   h(*this, inst);
+  // A graph op that raises at run time (an error shape propagation cannot see, such as max() of an empty
+  // tensor) raises from the graph call, outside the frame's try blocks: their handlers would be skipped.
+  if (graph.mark() != nodes && in_user_try(before))
+    unsupported("a tensor operation inside a try block (an error it raises at run time must reach the handler)");
   if (pc == before) pc++;
+}
+
+bool Tracer::in_user_try(size_t index) const {
+  const int with_except = bytecode::opcode_by_name("WITH_EXCEPT_START");
+  const int push_exc = bytecode::opcode_by_name("PUSH_EXC_INFO");
+  for (const auto& e : bc.exception_table) {
+    int s = bc.index_of(e.start), t = bc.index_of(e.end), h = bc.index_of(e.target);
+    if (static_cast<int>(index) < s || static_cast<int>(index) > t || h < 0) continue;
+    // A with block's cleanup (PUSH_EXC_INFO; WITH_EXCEPT_START) runs __exit__, which the trace models.
+    size_t k = static_cast<size_t>(h);
+    bool with_cleanup = k + 1 < bc.insts.size() && bc.insts[k]->opcode == push_exc &&
+                        bc.insts[k + 1]->opcode == with_except;
+    if (!with_cleanup) return true;
+  }
+  return false;
 }
 
 bool Tracer::breakable(size_t index, std::string* why) const {

@@ -127,6 +127,9 @@ class Tracer {
   // Reads local slot `slot` (wrapping the frame's value on first use).
   // True if local `slot` holds a value at this point of the trace (without reading it).
   bool local_bound(int slot) const;
+  // True if instruction `index` of the current bytecode is covered by a try/except/finally handler (not a
+  // with block's cleanup).
+  bool in_user_try(size_t index) const;
   ValuePtr load_local(int slot);
   // Wraps a real Python value seen at `src` into a symbolic value and installs the guards it needs.
   ValuePtr wrap(py::handle value, SourcePtr src);

@@ -31,10 +31,6 @@ CHUNK = 200
 
 # seed -> short reason (bug in tests/fuzz/FINDINGS.md). Every one must still fail; drop entries once fixed.
 KNOWN_FAILURES = {
-    210: "bug 3: exception from a compiled graph inside try skips except/finally",
-    765: "bug 3: exception from a compiled graph inside try skips except/finally",
-    1604: "bug 3: exception from a compiled graph inside try skips except/finally",
-    1692: "bug 3: exception from a compiled graph inside try skips except/finally",
 }
 
 

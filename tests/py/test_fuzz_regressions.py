@@ -150,12 +150,10 @@ def f(x):
 """, ones(2, 3), 1, "eager")
 
 
-@pytest.mark.xfail(strict=True, reason="bug 3: exception from a compiled graph inside try skips except")
 def test_graph_exception_skips_except():
     check(*REPROS["graph_exception_skips_except"])
 
 
-@pytest.mark.xfail(strict=True, reason="bug 3: exception from a compiled graph inside try skips finally")
 def test_graph_exception_skips_finally():
     check(*REPROS["graph_exception_skips_finally"])
 

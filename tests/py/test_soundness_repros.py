@@ -273,3 +273,44 @@ def test_storage_overlap_change_recompiles_with_aot_eager():
         got, _ = quiet(opt, x, y)
         torch.testing.assert_close(got, ref)
         torch.testing.assert_close(x, ex)
+
+
+# ---- 5. a container that holds itself ------------------------------------------------------------------------
+
+def test_self_referential_list_argument_does_not_hang():
+    import threading
+
+    def fn(x, lst):
+        return x + len(lst)
+
+    lst = []
+    lst.append(lst)
+    out = []
+    t = threading.Thread(target=lambda: out.append(cdynamo.optimize("eager")(fn)(torch.ones(2), lst)), daemon=True)
+    t.start()
+    t.join(60)
+    assert not t.is_alive(), "compiling a frame holding a self-referential list hung"
+    torch.testing.assert_close(out[0], torch.ones(2) + 1)
+
+
+def test_deeply_nested_argument_is_bounded():
+    def fn(x, nest):
+        return x * 2
+
+    nest = []
+    for _ in range(200):
+        nest = [nest]
+    torch.testing.assert_close(cdynamo.optimize("eager")(fn)(torch.ones(2), nest), torch.ones(2) * 2)
+
+
+# ---- 6. many graph breaks: every continuation correct (the time is measured in benchmarks/) ----------------
+
+def test_chain_of_item_breaks():
+    n = 120
+    src = "def chain(t):\n" + "    t = t + t.sum().item() * 0\n" * n + "    return t\n"
+    ns = {}
+    exec(compile(src, "<item_chain>", "exec"), ns)
+    cnt = CompileCounter()
+    x = torch.randn(4)
+    torch.testing.assert_close(cdynamo.optimize(cnt)(ns["chain"])(x), x)
+    assert cnt.frame_count == n + 1
