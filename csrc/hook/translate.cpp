@@ -38,17 +38,23 @@ int recompile_limit() {
   }
 }
 
-bool nopython(PyObject* cb) {
-  PyObject* v = PyObject_GetAttrString(cb, "nopython");  // new reference, or NULL (then not strict)
+// The callback's boolean attribute `name`, or `missing` when it has none (or it cannot be read).
+bool flag(PyObject* cb, const char* name, bool missing) {
+  PyObject* v = PyObject_GetAttrString(cb, name);  // new reference, or NULL
   if (!v) {
     PyErr_Clear();
-    return false;
+    return missing;
   }
   int r = PyObject_IsTrue(v);
   Py_DECREF(v);
-  if (r < 0) PyErr_Clear();
+  if (r < 0) {
+    PyErr_Clear();
+    return missing;
+  }
   return r == 1;
 }
+
+bool nopython(PyObject* cb) { return flag(cb, "nopython", false); }
 
 // False for a BaseException that is not an Exception (KeyboardInterrupt, SystemExit, GeneratorExit): those
 // propagate to the user as under torch.compile, never turned into a fallback.
@@ -162,6 +168,7 @@ std::shared_ptr<CacheEntry> translate(compat::Frame* frame, PyObject* cb, CodeEx
   PyCodeObject* code = compat::frame_code(frame);
   auto t0 = std::chrono::steady_clock::now();
   bool strict = nopython(cb);
+  const bool text = flag(cb, "wants_text", true);  // printouts for logs and explain, else skipped
   try {
     drop_dead_entries(extra);  // objects they were compiled for died: they free a recompile slot
     if (!extra->entries.empty()) {
@@ -266,8 +273,10 @@ std::shared_ptr<CacheEntry> translate(compat::Frame* frame, PyObject* cb, CodeEx
       for (const auto& in : t.inputs) example_inputs.append(in.value);
       py::dict ginfo = base_info(code);
       ginfo["name"] = name;
-      ginfo["graph_tabular"] = t.graph.tabular();
-      ginfo["graph_readable"] = t.graph.readable();
+      if (text) {
+        ginfo["graph_tabular"] = t.graph.tabular();
+        ginfo["graph_readable"] = t.graph.readable();
+      }
       ginfo["op_count"] = t.graph.op_count();
       py::object compiled;
       try {
@@ -318,11 +327,12 @@ std::shared_ptr<CacheEntry> translate(compat::Frame* frame, PyObject* cb, CodeEx
       Py_DECREF(fn);
       if (rc < 0) throw py::error_already_set();
       injected.names.push_back(r.name);
-      resume_listing.append(py::make_tuple(r.name, bytecode::format(reinterpret_cast<PyCodeObject*>(r.code.ptr()))));
+      if (text)
+        resume_listing.append(py::make_tuple(r.name, bytecode::format(reinterpret_cast<PyCodeObject*>(r.code.ptr()))));
     }
 
     if (has_graph) extra->had_graph = true;
-    py::list guard_list = guard_strings(t.guards);
+    py::list guard_list = text ? guard_strings(t.guards) : py::list();
     std::shared_ptr<CacheEntry> e = add_entry(extra, frame, std::move(t.guards));
     e->code = new_code;
     e->injected = std::move(injected.names);
@@ -331,8 +341,10 @@ std::shared_ptr<CacheEntry> translate(compat::Frame* frame, PyObject* cb, CodeEx
 
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     py::dict info = base_info(code);
-    info["original_bytecode"] = bytecode::format(code);
-    info["modified_bytecode"] = bytecode::format(reinterpret_cast<PyCodeObject*>(new_code.ptr()));
+    if (text) {
+      info["original_bytecode"] = bytecode::format(code);
+      info["modified_bytecode"] = bytecode::format(reinterpret_cast<PyCodeObject*>(new_code.ptr()));
+    }
     info["guards"] = guard_list;
     info["graph_count"] = has_graph ? 1 : 0;
     info["compile_time_s"] = secs;

@@ -48,11 +48,18 @@ class Callback:
     def __repr__(self):
         return f"<cdynamo Callback backend={self.backend_name!r} nopython={self.nopython}>"
 
+    @property
+    def wants_text(self):
+        """Whether the C++ side should print graphs, bytecode and guards for this compile (for explain/export
+        recorders and the graph/bytecode/guards logs); skipped otherwise, as it costs more than the rest."""
+        return self.recorder is not None or any(_logging.is_enabled(k) for k in ("graph", "bytecode", "guards"))
+
     # -- called by C++ --
 
     def compile_graph(self, gm, example_inputs, info):
         _core.refresh_disable_codes()  # torch._dynamo may have been imported since optimize()
-        _logging.emit("graph", _logging.format_graph(info, gm))
+        if _logging.is_enabled("graph"):
+            _logging.emit("graph", _logging.format_graph(info, gm))
         t0 = time.perf_counter()
         try:
             compiled = self.backend(gm, list(example_inputs))
@@ -70,8 +77,10 @@ class Callback:
 
     def on_compiled(self, info):
         counters["frames"] += 1
-        _logging.emit("bytecode", _logging.format_bytecode(info))
-        _logging.emit("guards", _logging.format_guards(info.get("guards") or ()))
+        if _logging.is_enabled("bytecode"):
+            _logging.emit("bytecode", _logging.format_bytecode(info))
+        if _logging.is_enabled("guards"):
+            _logging.emit("guards", _logging.format_guards(info.get("guards") or ()))
         for reason in info.get("break_reasons") or ():
             _logging.emit("graph_breaks", _logging.format_break(reason))
         if self.recorder is not None:
