@@ -36,6 +36,10 @@ bool GuardSet::dead() const {
   return false;
 }
 
+namespace {
+std::string repr_of(PyObject* o);
+}  // namespace
+
 std::string Guard::describe() const {
   if (kind == GuardKind::GradMode) return "global state GRAD_MODE (" + std::string(state ? "enabled" : "disabled") + ")";
   if (kind == GuardKind::DefaultDtype) return "global state DEFAULT_DTYPE";
@@ -48,6 +52,7 @@ std::string Guard::describe() const {
   }
   if (kind == GuardKind::SameObject) return sources[0]->describe() + " is " + sources[1]->describe() + " DUPLICATE_INPUT";
   if (kind == GuardKind::HasAttr) return source->describe() + " " + label + "('" + PyUnicode_AsUTF8(expected) + "')";
+  if (kind == GuardKind::DictContains) return source->describe() + " " + label + "(" + repr_of(expected) + ")";
   return source->describe() + " " + label;
 }
 
@@ -197,6 +202,13 @@ bool Guard::check(const FrameView& fv, std::string* why) const {
       int has = PyObject_HasAttr(v, expected);
       ok = has == state;
       if (!ok) reason = std::string("attribute '") + PyUnicode_AsUTF8(expected) + (state ? "' disappeared" : "' appeared");
+      break;
+    }
+    case GuardKind::DictContains: {
+      int has = PyDict_Check(v) ? PyDict_Contains(v, expected) : -1;
+      if (has < 0) PyErr_Clear();
+      ok = has == state;
+      if (!ok) reason = has < 0 ? "not a dict" : state ? "key disappeared" : "key appeared";
       break;
     }
     case GuardKind::DictKeys: {
@@ -430,6 +442,14 @@ Guard has_attr(SourcePtr src, const std::string& name, bool present) {
   Guard g = base(GuardKind::HasAttr, std::move(src), present ? "HASATTR" : "NO_HASATTR");
   g.expected = PyUnicode_InternFromString(name.c_str());  // owned
   if (!g.expected) throw std::runtime_error("HASATTR guard: bad attribute name");
+  g.state = present ? 1 : 0;
+  return g;
+}
+
+Guard dict_contains(SourcePtr src, PyObject* key, bool present) {
+  Guard g = base(GuardKind::DictContains, std::move(src), present ? "DICT_CONTAINS" : "DICT_LACKS");
+  Py_INCREF(key);
+  g.expected = key;  // owned
   g.state = present ? 1 : 0;
   return g;
 }

@@ -21,6 +21,7 @@ enum class GuardKind {
   LengthMatch,   // type(value) is T and len(value) == n
   DictKeys,      // value is an exact dict whose keys are `expected` (a tuple), in that order
   HasAttr,       // hasattr(value, label-name) == state
+  DictContains,  // (key `expected` in the dict value, by dict's own C-level lookup) == state
   NoModuleHooks, // the nn.Module's forward / backward (pre-)hook dicts are all empty (C-level lookups)
   GradMode,      // torch.is_grad_enabled() == expected
   DefaultDtype,  // torch.get_default_dtype() == expected
@@ -98,6 +99,8 @@ Guard equals_match(SourcePtr src, PyObject* value);
 Guard length_match(SourcePtr src, PyObject* value);
 Guard dict_keys_match(SourcePtr src, PyObject* dict);
 Guard has_attr(SourcePtr src, const std::string& name, bool present);
+// `key` (borrowed, hashable) is (or is not) a key of the dict (or dict subclass) at `src`, past any override.
+Guard dict_contains(SourcePtr src, PyObject* key, bool present);
 Guard no_module_hooks(SourcePtr module);
 Guard grad_mode_guard();
 Guard default_dtype_guard();

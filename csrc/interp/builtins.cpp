@@ -326,6 +326,15 @@ ValuePtr Tracer::super_attr(const ValuePtr& sup, const std::string& name) {
         m->made_in_trace = true;  // never passed back to Python (it would lose its receiver)
         return m;
       }
+      // dict's own lookups on a dict subclass that overrides them (transformers' registries).
+      if (mro[k].ptr() == reinterpret_cast<PyObject*>(&PyDict_Type) &&
+          (name == "get" || name == "__getitem__" || name == "__contains__")) {
+        ValuePtr m = Value::object(py::reinterpret_borrow<py::object>(d));
+        m->self = self;
+        m->name = "<super_dict_" + name + ">";
+        m->made_in_trace = true;  // never passed back to Python (it would lose its receiver)
+        return m;
+      }
       unsupported("super()." + name + " is not a plain method");
     }
     // Guarded as type(self).__mro__[k].<name>: the same function object while the classes stay as they are.
@@ -364,6 +373,25 @@ ValuePtr Tracer::generic_getattr(const ValuePtr& self, const std::vector<ValuePt
   if (PyMethod_Check(v) || PyCFunction_Check(v))
     unsupported("super().__getattribute__('" + name + "') is a bound method of another kind");
   return wrap(value, guards::Source::generic_attr(self->source, name));
+}
+
+ValuePtr Tracer::super_dict_call(const ValuePtr& self, const std::string& op, const std::vector<ValuePtr>& args,
+                                 const std::vector<std::pair<std::string, ValuePtr>>& kwargs) {
+  if (self->kind != VKind::Object || !self->source || !PyDict_Check(self->obj.ptr()))
+    unsupported("super()." + op + " of " + self->describe());
+  size_t max_args = op == "get" ? 2 : 1;
+  if (args.empty() || args.size() > max_args || !kwargs.empty() || !args[0]->is_constant_like())
+    unsupported("super()." + op + " with these arguments");
+  py::object key = args[0]->as_python();
+  PyObject* v = PyDict_GetItemWithError(self->obj.ptr(), key.ptr());  // borrowed, dict's own lookup
+  if (!v && PyErr_Occurred()) throw py::error_already_set();
+  if (op == "__contains__" || !v) {
+    guards.add(guards::dict_contains(self->source, key.ptr(), v != nullptr));
+    if (op == "__contains__") return Value::constant(py::bool_(v != nullptr));
+    if (op == "__getitem__") unsupported("super().__getitem__ of a missing key (KeyError)");
+    return args.size() > 1 ? args[1] : Value::constant(py::none());
+  }
+  return wrap(v, guards::Source::dict_item_key(self->source, key.ptr()));
 }
 
 ValuePtr Tracer::call_partial(const ValuePtr& p, std::vector<ValuePtr> args, Kwargs kwargs) {

@@ -178,6 +178,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
   if (fn->kind == VKind::Object && fn->name == "<partial>") return call_partial(fn, std::move(args), std::move(kwargs));
   if (fn->name == "<noop>" && args.empty() && kwargs.empty()) return Value::constant(py::none());
   if (fn->kind == VKind::Object && fn->name == "<super_getattribute>") return generic_getattr(fn->self, args, kwargs);
+  if (fn->kind == VKind::Object && fn->name.rfind("<super_dict_", 0) == 0)
+    return super_dict_call(fn->self, fn->name.substr(12, fn->name.size() - 13), args, kwargs);
   if (fn->grad_exit >= 0) {  // leaving `with torch.no_grad()/enable_grad()` normally: __exit__(None, None, None)
     set_grad_mode(fn->grad_exit == 1);
     return Value::constant(py::none());

@@ -184,6 +184,10 @@ class Tracer {
   ValuePtr call_builtin(const std::string& name, py::handle f, std::vector<ValuePtr>& args,
                         std::vector<std::pair<std::string, ValuePtr>>& kwargs);
   // super().__getattribute__(name): object's generic lookup on `self`, past its class's override.
+  // dict.get / __getitem__ / __contains__ through super() on a dict subclass from the frame: dict's own
+  // lookup, guarded on the key's presence (and the value read).
+  ValuePtr super_dict_call(const ValuePtr& self, const std::string& op, const std::vector<ValuePtr>& args,
+                           const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
   ValuePtr generic_getattr(const ValuePtr& self, const std::vector<ValuePtr>& args,
                            const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
   ValuePtr super_attr(const ValuePtr& sup, const std::string& name);

@@ -181,8 +181,10 @@ bool is_constant_object(py::handle o) {
   static PyObject* torch_consts = nullptr;
   if (!torch_consts) {
     py::module_ torch = py::module_::import("torch");
+    // enum members too: singletons compared by identity (transformers' deprecation Action, ...).
     py::tuple t = py::make_tuple(torch.attr("dtype"), torch.attr("device"), torch.attr("layout"),
-                                 torch.attr("memory_format"), torch.attr("Size"));
+                                 torch.attr("memory_format"), torch.attr("Size"),
+                                 py::module_::import("enum").attr("Enum"));
     torch_consts = t.release().ptr();  // kept for the process lifetime
   }
   int r = PyObject_IsInstance(o.ptr(), torch_consts);

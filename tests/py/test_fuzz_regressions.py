@@ -199,12 +199,48 @@ def test_aot_eager_aliased_args_view_mutation():
     check(*REPROS["aot_eager_aliased_args_view_mutation"])
 
 
+# Bug 6: an exception raised while a compiled graph runs (max() of an empty tensor, which tracing lets through;
+# no try block) discards the Python side effects traced before it in the same graph: the global write, the
+# append to the argument list (and attribute writes on arguments) are replayed only after the graph returns.
+# Seeds 5453, 6464, 7042, 7295.
+REPROS["graph_exception_loses_side_effects"] = ("""
+G = 0
+def f(x, lst):
+    global G
+    G = G + 1
+    lst.append(1)
+    return x[5:].max()
+""", lambda i: [torch.ones(2, 3), []], 1, "eager")
+
+
+@pytest.mark.xfail(strict=True, reason="fuzz bug 6: side effects traced before a graph that raises at run time are lost")
+def test_graph_exception_loses_side_effects():
+    check(*REPROS["graph_exception_loses_side_effects"])
+
+
+# Bug 7 (aot_eager only; backend eager is right): an in-place op on an input followed by an op that raises while
+# the graph runs: the functionalized graph writes the mutation back only at its end, so x is left unchanged.
+# Seed 6464.
+REPROS["aot_eager_graph_exception_loses_input_mutation"] = ("""
+def f(x):
+    x.add_(1)
+    return x[5:].max()
+""", ones(2, 3), 1, "aot_eager")
+
+
+@pytest.mark.xfail(strict=True, reason="fuzz bug 7: aot_eager drops an input mutation when the graph raises after it")
+def test_aot_eager_graph_exception_loses_input_mutation():
+    check(*REPROS["aot_eager_graph_exception_loses_input_mutation"])
+
+
 # What torch.compile (same torch, same backend) does on each repro: None where it matches eager.
 TORCH_COMPILE_DIFFERS = {
     "del_unbound_local_does_not_raise": "raises InternalTorchDynamoError (KeyError: t), not UnboundLocalError",
     "graph_exception_skips_except": "same bug: the RuntimeError escapes the except",
     "graph_exception_skips_finally": "same bug: finally skipped",
     "aot_eager_aliased_args_view_mutation": "same bug with backend aot_eager",
+    "graph_exception_loses_side_effects": "same bug: G and lst unchanged",
+    "aot_eager_graph_exception_loses_input_mutation": "same bug with backend aot_eager",
 }
 
 

@@ -123,3 +123,83 @@ def test_import_guard_sees_a_replaced_module(tmp_path, monkeypatch):
     import cd_swap_mod  # noqa: F401,F811 - a new module object
     torch.testing.assert_close(opt(x), x * 7)
     sys.modules.pop("cd_swap_mod", None)
+
+
+# ---- dict subclasses that override get / __getitem__ / __contains__ and call dict's through super() --------
+
+class _Registry(dict):
+    """Like transformers' _CanRecordRegistry: keys are class names, lookups go through dict's own get."""
+
+    def get(self, model):
+        return super().get(type(model).__name__) or {}
+
+    def __contains__(self, model):
+        return super().__contains__(type(model).__name__)
+
+
+REGISTRY = _Registry()
+
+
+class _Probe:
+    pass
+
+
+def registry_lookup(x, probe):
+    flags = REGISTRY.get(probe)
+    if probe in REGISTRY:
+        return x * flags["scale"]
+    return x + 1
+
+
+def test_super_dict_get_on_a_dict_subclass_is_guarded():
+    REGISTRY.clear()
+    probe = _Probe()
+    x = torch.randn(3)
+    opt, cnt = compiled(registry_lookup)
+    torch.testing.assert_close(opt(x, probe), x + 1)
+    assert cnt.frame_count == 1
+    REGISTRY["_Probe"] = {"scale": 3.0}  # the key appears: the guard on its absence fails
+    torch.testing.assert_close(opt(x, probe), x * 3.0)
+    assert cnt.frame_count == 2
+    REGISTRY["_Probe"] = {"scale": 5.0}  # a new value under the key
+    torch.testing.assert_close(opt(x, probe), x * 5.0)
+    del REGISTRY["_Probe"]
+    torch.testing.assert_close(opt(x, probe), x + 1)
+    REGISTRY.clear()
+
+
+# ---- enum members and container truth values ------------------------------------------------------------
+
+import enum  # noqa: E402
+
+
+class _Action(enum.Enum):
+    NONE = "none"
+    WARN = "warn"
+
+
+def enum_branch(x, action):
+    if action == _Action.NONE:
+        return x + 1
+    return x - 1
+
+
+def test_enum_members_are_constants():
+    opt, cnt = compiled(enum_branch)
+    x = torch.randn(3)
+    torch.testing.assert_close(opt(x, _Action.NONE), x + 1)
+    torch.testing.assert_close(opt(x, _Action.WARN), x - 1)  # a different member recompiles
+    assert cnt.frame_count == 2
+
+
+def dict_or_default(x, d):
+    flags = d or {"scale": 2.0}
+    return x * flags["scale"]
+
+
+def test_truth_value_of_a_dict():
+    opt, cnt = compiled(dict_or_default)
+    x = torch.randn(3)
+    torch.testing.assert_close(opt(x, {}), x * 2.0)
+    torch.testing.assert_close(opt(x, {"scale": 4.0}), x * 4.0)
+    assert cnt.frame_count == 2
