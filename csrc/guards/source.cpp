@@ -109,18 +109,11 @@ PyObject* Source::fetch(const FrameView& fv) const {
       Py_XINCREF(v);
       return v;
     }
-    case Kind::Attr: {
+    case Kind::Attr:
+    case Kind::GenericAttr: {  // getattr, or object.__getattribute__ past the class's override
       PyObject* b = base->fetch_base(fv);  // new
       if (!b) return nullptr;
-      PyObject* v = PyObject_GetAttr(b, name_obj);  // new
-      Py_DECREF(b);
-      if (!v) PyErr_Clear();
-      return v;
-    }
-    case Kind::GenericAttr: {
-      PyObject* b = base->fetch_base(fv);  // new
-      if (!b) return nullptr;
-      PyObject* v = PyObject_GenericGetAttr(b, name_obj);  // new
+      PyObject* v = kind == Kind::Attr ? PyObject_GetAttr(b, name_obj) : PyObject_GenericGetAttr(b, name_obj);  // new
       Py_DECREF(b);
       if (!v) PyErr_Clear();
       return v;
