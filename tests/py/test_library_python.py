@@ -203,3 +203,50 @@ def test_truth_value_of_a_dict():
     torch.testing.assert_close(opt(x, {}), x * 2.0)
     torch.testing.assert_close(opt(x, {"scale": 4.0}), x * 4.0)
     assert cnt.frame_count == 2
+
+
+# ---- collections.abc mixin methods (frozen in 3.11) are inlined ---------------------------------------------
+
+from collections.abc import MutableMapping  # noqa: E402
+
+
+class _Interface(MutableMapping):
+    """Like transformers' AttentionInterface: a MutableMapping over a class-wide dict."""
+    _global = {"eager": 1.0, "scaled": 2.0}
+
+    def __init__(self):
+        self._local = {}
+
+    def __getitem__(self, key):
+        return self._local[key] if key in self._local else self._global[key]
+
+    def __setitem__(self, key, value):
+        self._local[key] = value
+
+    def __delitem__(self, key):
+        del self._local[key]
+
+    def __iter__(self):
+        return iter({**self._global, **self._local})
+
+    def __len__(self):
+        return len(self._global.keys() | self._local.keys())
+
+
+INTERFACE = _Interface()
+
+
+def interface_lookup(x, name):
+    if name not in INTERFACE:  # Mapping.__contains__ from _collections_abc, then __getitem__
+        return x
+    return x * INTERFACE[name]
+
+
+def test_mapping_mixin_contains_is_inlined():
+    opt, cnt = compiled(interface_lookup)
+    x = torch.randn(3)
+    torch.testing.assert_close(opt(x, "scaled"), x * 2.0)
+    assert "Graph Break Count: 0" in str(cdynamo.explain(interface_lookup)(x, "scaled"))
+    assert cnt.frame_count == 1 and cnt.op_count == 1  # `in` and [] traced: one graph, the multiplication
+    torch.testing.assert_close(opt(x, "missing"), x)  # no tensor op on this path: runs as Python
+    torch.testing.assert_close(opt(x, "scaled"), x * 2.0)
