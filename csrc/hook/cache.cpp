@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <unordered_set>
 
+#include "compat/compat.h"
+
 namespace cdynamo::hook {
 
 namespace {
@@ -98,20 +100,14 @@ void drop_dead_entries(CodeExtra* extra) {
 }
 
 CodeExtra* get_extra(PyCodeObject* code) {
-  void* p = nullptr;
-  if (_PyCode_GetExtra(reinterpret_cast<PyObject*>(code), g_extra_index, &p) < 0) {
-    PyErr_Clear();
-    return nullptr;
-  }
-  return static_cast<CodeExtra*>(p);
+  return static_cast<CodeExtra*>(compat::code_get_extra(code, static_cast<int>(g_extra_index)));
 }
 
 CodeExtra* ensure_extra(PyCodeObject* code) {
   if (CodeExtra* e = get_extra(code)) return e;
   auto* e = new CodeExtra();
   e->code = code;
-  if (_PyCode_SetExtra(reinterpret_cast<PyObject*>(code), g_extra_index, e) < 0) {
-    PyErr_Clear();
+  if (!compat::code_set_extra(code, static_cast<int>(g_extra_index), e)) {
     delete e;
     throw std::runtime_error("cannot attach cache data to code object");
   }
@@ -127,15 +123,12 @@ void reset_all() {
     // Replacing the extra with NULL makes CPython call free_extra on the old value (which erases it).
     // That can drop the last reference to the code object itself (a continuation's record holds its
     // user code), so hold one (new reference, released after the call) while CPython writes into it.
-    PyObject* code = reinterpret_cast<PyObject*>(e->code);
+    PyCodeObject* code = e->code;
     Py_INCREF(code);
     g_defer_free = true;  // no Python runs until it is reset below
-    int rc = _PyCode_SetExtra(code, g_extra_index, nullptr);
+    bool cleared = compat::code_set_extra(code, static_cast<int>(g_extra_index), nullptr);
     g_defer_free = false;
-    if (rc < 0) {
-      PyErr_Clear();
-      g_registry->erase(e);  // leaked rather than left dangling in the code object
-    }
+    if (!cleared) g_registry->erase(e);  // leaked rather than left dangling in the code object
     std::vector<CodeExtra*> dead;
     dead.swap(*g_deferred);
     for (CodeExtra* d : dead) delete d;  // may run Python: the slot is clear now
@@ -147,7 +140,7 @@ size_t extra_count() { return g_registry->size(); }
 
 int init_cache() {
   if (g_extra_index >= 0) return 0;
-  g_extra_index = _PyEval_RequestCodeExtraIndex(free_extra);
+  g_extra_index = compat::code_extra_index(free_extra);
   return g_extra_index < 0 ? -1 : 0;
 }
 

@@ -86,14 +86,44 @@ bool plain_function_code(PyCodeObject* code) {
 namespace {
 std::vector<PyObject*>* g_disable_codes = new std::vector<PyObject*>();  // owned, process lifetime
 
-// Runs the frame, and everything it calls, without capture (torch.compiler.disable's wrapper).
-PyObject* eval_uncaptured(PyThreadState* tstate, compat::Frame* frame, int throwflag) {
-  PyObject* mine = exchange_callback(nullptr);  // new reference
-  PyObject* r = compat::eval_default(tstate, frame, throwflag);
-  PyObject* none = exchange_callback(mine);
-  Py_XDECREF(none);
-  Py_XDECREF(mine);
-  return r;
+// This thread's callback is off for a scope (frames run inside are not captured), then restored.
+class CallbackOff {
+ public:
+  CallbackOff() : mine_(exchange_callback(nullptr)) {}  // new reference: the callback that was set
+  ~CallbackOff() {
+    PyObject* none = exchange_callback(mine_);
+    Py_XDECREF(none);
+    Py_XDECREF(mine_);
+  }
+  CallbackOff(const CallbackOff&) = delete;
+  CallbackOff& operator=(const CallbackOff&) = delete;
+  PyObject* callback() const { return mine_; }  // borrowed
+
+ private:
+  PyObject* mine_;
+};
+
+// A library frame (never captured itself): torch.compiler.disable's wrapper also runs what it calls
+// without capture; any other runs as it is.
+PyObject* eval_library(PyThreadState* tstate, compat::Frame* frame, int throwflag) {
+  PyObject* code = reinterpret_cast<PyObject*>(compat::frame_code(frame));
+  for (PyObject* c : *g_disable_codes)
+    if (code == c) {
+      CallbackOff off;
+      return compat::eval_default(tstate, frame, throwflag);
+    }
+  return compat::eval_default(tstate, frame, throwflag);
+}
+
+// The first entry of `extra` whose globals and guards fit the frame, held while the caller uses it.
+std::shared_ptr<CacheEntry> find_entry(CodeExtra* extra, compat::Frame* frame) {
+  if (extra->entries.empty()) return nullptr;
+  guards::FrameView fv = frame_view(frame);
+  for (size_t i = 0; i < extra->entries.size(); ++i) {  // by index: a guard running Python may append
+    std::shared_ptr<CacheEntry> e = extra->entries[i];
+    if (e->globals.ptr() == fv.globals && e->guards.check(fv)) return e;
+  }
+  return nullptr;
 }
 }  // namespace
 
@@ -109,28 +139,23 @@ void set_disable_codes(const std::vector<PyObject*>& codes) {
 PyObject* eval_frame(PyThreadState* tstate, compat::Frame* frame, int throwflag) {
   PyObject* cb = current_callback();
   if (!cb || throwflag || compat::frame_started(frame)) return compat::eval_default(tstate, frame, throwflag);
-  for (PyObject* c : *g_disable_codes)  // torch.compiler.disable / torch._dynamo.disable: never captured
-    if (reinterpret_cast<PyObject*>(compat::frame_code(frame)) == c) return eval_uncaptured(tstate, frame, throwflag);
   // Another tracer (torch.jit.trace) records these ops itself: compiled code would change what it sees.
   if (guards::jit_tracing()) return compat::eval_default(tstate, frame, throwflag);
   PyCodeObject* code = compat::frame_code(frame);
   CodeExtra* extra = get_extra(code);
   if (extra) {
-    if (extra->skip || extra->generated) return compat::eval_default(tstate, frame, throwflag);
+    if (extra->skip) return eval_library(tstate, frame, throwflag);
+    if (extra->generated) return compat::eval_default(tstate, frame, throwflag);
   } else if (!plain_function_code(code) || compat::frame_locals_dict(frame) || skip_by_file(code)) {
     try {
       ensure_extra(code)->skip = true;
     } catch (const std::exception&) {
     }
-    return compat::eval_default(tstate, frame, throwflag);
+    return eval_library(tstate, frame, throwflag);
   }
   if (extra && !extra->entries.empty()) {
     ExtraPin pin(extra);  // a guard may run Python, and that Python may reset() or compile this code
-    guards::FrameView fv = frame_view(frame);
-    for (size_t i = 0; i < extra->entries.size(); ++i) {
-      std::shared_ptr<CacheEntry> e = extra->entries[i];  // held while checked and run
-      if (e->globals.ptr() == fv.globals && e->guards.check(fv)) return run_entry(tstate, frame, e.get());
-    }
+    if (std::shared_ptr<CacheEntry> e = find_entry(extra, frame)) return run_entry(tstate, frame, e.get());
   }
   if (cb == run_only()) return compat::eval_default(tstate, frame, throwflag);
   if (!extra) {
@@ -151,23 +176,10 @@ PyObject* eval_frame(PyThreadState* tstate, compat::Frame* frame, int throwflag)
       return nullptr;  // the wait was interrupted (KeyboardInterrupt): the user's error
     }
     // Another thread may have compiled this code while we waited: its entry may fit.
-    if (!extra->entries.empty()) {
-      guards::FrameView fv = frame_view(frame);
-      for (size_t i = 0; i < extra->entries.size(); ++i) {
-        std::shared_ptr<CacheEntry> hit = extra->entries[i];
-        if (hit->globals.ptr() == fv.globals && hit->guards.check(fv)) {
-          e = hit;
-          break;
-        }
-      }
-    }
+    e = find_entry(extra, frame);
     if (!e) {
-      // Frames run while compiling (shape propagation, fx, the backend) are not captured.
-      PyObject* mine = exchange_callback(nullptr);  // new reference: our callback
-      e = translate(frame, mine, extra);
-      PyObject* none = exchange_callback(mine);
-      Py_XDECREF(none);
-      Py_XDECREF(mine);
+      CallbackOff off;  // frames run while compiling (shape propagation, fx, the backend) are not captured
+      e = translate(frame, off.callback(), extra);
     }
   }
   if (!e) {
