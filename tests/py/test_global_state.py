@@ -39,23 +39,22 @@ STATES = {
 
 
 @contextlib.contextmanager
+def _setting(get, set_, value):
+    """A global torch setting changed for the block, then restored."""
+    old = get()
+    set_(value)
+    try:
+        yield
+    finally:
+        set_(old)
+
+
 def _default_dtype(dtype):
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(old)
+    return _setting(torch.get_default_dtype, torch.set_default_dtype, dtype)
 
 
-@contextlib.contextmanager
 def _deterministic(on):
-    old = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(on)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(old)
+    return _setting(torch.are_deterministic_algorithms_enabled, torch.use_deterministic_algorithms, on)
 
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
