@@ -134,6 +134,14 @@ size_t first_fast_tensor_failure(const FrameView& fv, const FastTensorCheck* che
 
 bool is_tensor(PyObject* obj) { return THPVariable_Check(obj); }
 
+bool tensor_version(PyObject* obj, int64_t* out) {
+  if (!THPVariable_Check(obj)) return false;
+  const at::Tensor& t = THPVariable_Unpack(obj);
+  if (!t.defined() || t.is_inference()) return false;
+  *out = static_cast<int64_t>(t._version());
+  return true;
+}
+
 bool is_meta_tensor(PyObject* obj) { return THPVariable_Check(obj) && THPVariable_Unpack(obj).is_meta(); }
 
 PyObject* make_meta(PyObject* tensor) {

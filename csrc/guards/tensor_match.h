@@ -60,6 +60,9 @@ struct FastTensorCheck {
 size_t first_fast_tensor_failure(const FrameView& fv, const FastTensorCheck* checks, size_t n);
 
 bool is_tensor(PyObject* obj);  // isinstance(obj, torch.Tensor), fast path in C++
+// The version counter of a tensor (borrowed; bumped by every in-place write to its storage) into *out;
+// false for a non-tensor or an inference tensor (which has no counter).
+bool tensor_version(PyObject* obj, int64_t* out);
 // The storage a tensor (borrowed) views, as an identity; nullptr for a tensor without one.
 const void* storage_key(PyObject* tensor);
 // New reference: a meta tensor with the sizes, strides, dtype and requires_grad of `tensor` (borrowed).

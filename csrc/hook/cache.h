@@ -16,11 +16,13 @@ namespace py = pybind11;
 struct CacheEntry {
   guards::GuardSet guards;
   py::object code;             // rewritten code; empty = run the original code as plain Python
+  py::object graph;            // the GraphCall `code` calls first (none for a break with no graph)
   py::object globals;          // the globals the entry was compiled against (identity checked)
   py::object func;             // function object for `code`, made for `func_closure`
   PyObject* func_closure = nullptr;  // borrowed identity of the closure `func` holds
   std::vector<std::string> injected;  // names put into `globals` (compiled fns, resume fns)
   int nargs = 0;               // argument slots passed positionally
+  bool warned_rerun = false;   // warned that the graph raised where the frame, run as Python, did not
   std::string description;     // for logs: what the entry does
 };
 

@@ -6,6 +6,7 @@
 
 #include <optional>
 
+#include "hook/graph_call.h"
 #include "hook/state.h"
 
 namespace cdynamo::hook {
@@ -43,7 +44,34 @@ PyObject* run_entry(PyThreadState* tstate, compat::Frame* frame, CacheEntry* e) 
     e->func = py::reinterpret_steal<py::object>(fn);
     e->func_closure = closure;  // kept alive by e->func
   }
-  return PyObject_Vectorcall(e->func.ptr(), compat::frame_localsplus(frame), static_cast<size_t>(e->nargs), nullptr);
+  clear_clean_failure();
+  PyObject* r = PyObject_Vectorcall(e->func.ptr(), compat::frame_localsplus(frame), static_cast<size_t>(e->nargs),
+                                    nullptr);  // new reference
+  if (!r && e->graph && take_clean_failure(e->graph.ptr())) {
+    // The graph raised before the rewritten code did anything else (the graph call comes first, its Python
+    // side effects are written after it) and changed no input: eager would have run the side effects
+    // traced before the failing op. The frame, not yet started, runs as Python instead, raising where
+    // eager raises.
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);  // owned here
+    PyErr_NormalizeException(&type, &value, &tb);
+    r = compat::eval_default(tstate, frame, 0);
+    if (r && !e->warned_rerun) {
+      // Eager did not raise where the graph did: the backend's code is at fault. Said once per entry.
+      e->warned_rerun = true;
+      if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
+                           "cdynamo: the compiled graph of %U raised %R, but the frame ran as Python without "
+                           "error (its result is used); the backend may be broken",
+                           compat::frame_code(frame)->co_name, value ? value : Py_None) < 0) {
+        Py_CLEAR(r);  // warnings turned into errors
+      }
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return r;
+  }
+  return r;
 }
 
 // One compile at a time in the process, as torch.compile does: tracing and backends (aot_eager, inductor)

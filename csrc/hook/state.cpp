@@ -43,17 +43,12 @@ struct OptimizedCallable {
   PyObject* cb;    // strong; Py_None = capture disabled inside
   PyObject* dict;  // strong, may be NULL
   vectorcallfunc vectorcall;
-  bool restore_grad_mode;  // a compiled graph: if it raises, put back the grad mode it was called with
 };
 
 PyObject* oc_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   auto* o = reinterpret_cast<OptimizedCallable*>(self);
   PyObject* prev = exchange_callback(o->cb);  // new reference (or NULL)
-  // A graph that switches grad mode (`with torch.no_grad()` inside) and raises half-way must not leave
-  // the switched mode behind: eager's `with` would have restored it.
-  bool grad_mode = o->restore_grad_mode && guards::grad_mode_enabled();
   PyObject* result = PyObject_Vectorcall(o->fn, args, nargsf, kwnames);  // new reference
-  if (!result && o->restore_grad_mode) guards::set_grad_mode_enabled(grad_mode);
   PyObject* mine = exchange_callback(prev);   // restores; returns our cb (new ref)
   Py_XDECREF(prev);
   Py_XDECREF(mine);
@@ -143,12 +138,11 @@ PyGetSetDef oc_getset[] = {
 
 PyTypeObject OptimizedCallableType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
-PyObject* make_optimized_callable(PyObject* fn, PyObject* cb, bool restore_grad_mode) {
+PyObject* make_optimized_callable(PyObject* fn, PyObject* cb) {
   PyObject* args = PyTuple_Pack(2, fn, cb);  // new reference
   if (!args) return nullptr;
   PyObject* r = oc_new(&OptimizedCallableType, args, nullptr);
   Py_DECREF(args);
-  if (r) reinterpret_cast<OptimizedCallable*>(r)->restore_grad_mode = restore_grad_mode;
   return r;
 }
 

@@ -16,9 +16,8 @@ PyObject* run_only();
 // The OptimizedCallable type: calling it runs `fn` with the thread's callback set to `cb` for the
 // duration of the call (restored on return and on exceptions).
 extern PyTypeObject OptimizedCallableType;
-// New reference: OptimizedCallable(fn, cb); `cb` may be Py_None (disable capture inside). With
-// `restore_grad_mode` (compiled graphs), a call that raises restores the grad mode it started with.
-PyObject* make_optimized_callable(PyObject* fn, PyObject* cb, bool restore_grad_mode = false);
+// New reference: OptimizedCallable(fn, cb); `cb` may be Py_None (disable capture inside).
+PyObject* make_optimized_callable(PyObject* fn, PyObject* cb);
 // Readies the type and the sentinel; call once at module init. Returns -1 with an error set on failure.
 int init_state();
 

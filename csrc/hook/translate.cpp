@@ -8,6 +8,7 @@
 #include "codegen/codegen.h"
 #include "interp/skip_files.h"
 #include "hook/eval_frame.h"
+#include "hook/graph_call.h"
 #include "hook/state.h"
 
 namespace cdynamo::hook {
@@ -259,7 +260,7 @@ std::shared_ptr<CacheEntry> translate(compat::Frame* frame, PyObject* cb, CodeEx
     for (const auto& v : codegen::effect_values(t)) values.push_back(v);  // tensors stored by side effects
     std::vector<graph::Node*> outs;
     std::string name;
-    py::object disabled_obj;
+    py::object graph_call;
     if (has_graph) {
       outs = codegen::collect_outputs(values);
       std::vector<graph::Arg> out_args;
@@ -278,6 +279,9 @@ std::shared_ptr<CacheEntry> translate(compat::Frame* frame, PyObject* cb, CodeEx
         ginfo["graph_readable"] = t.graph.readable();
       }
       ginfo["op_count"] = t.graph.op_count();
+      // Read before the backend runs (it may rewrite the module): what a failed call of this graph changes.
+      py::module_ graph_call_py = py::module_::import("cdynamo._graph_call");
+      py::tuple policy = graph_call_py.attr("error_policy")(gm, codegen::Rebuilder::has_effects(t));
       py::object compiled;
       try {
         compiled = py::handle(cb).attr("compile_graph")(gm, example_inputs, ginfo);
@@ -291,9 +295,18 @@ std::shared_ptr<CacheEntry> translate(compat::Frame* frame, PyObject* cb, CodeEx
         e->description = "backend failed";
         return e;
       }
-      PyObject* disabled = make_optimized_callable(compiled.ptr(), Py_None, true);  // new reference
-      if (!disabled) throw py::error_already_set();
-      disabled_obj = py::reinterpret_steal<py::object>(disabled);
+      GraphCallHooks hooks;
+      auto opt = [](py::handle h) { return h.is_none() ? nullptr : h.ptr(); };
+      hooks.rng_save = opt(policy[1]);
+      hooks.rng_restore = opt(policy[2]);
+      if ((hooks.snap_mask = opt(policy[3]))) {
+        hooks.snap_save = graph_call_py.attr("save_inputs").ptr();      // borrowed: module attributes
+        hooks.snap_restore = graph_call_py.attr("restore_inputs").ptr();
+      }
+      PyObject* call = make_graph_call(compiled.ptr(), static_cast<GraphErrorPolicy>(policy[0].cast<int>()),
+                                       hooks);  // new reference
+      if (!call) throw py::error_already_set();
+      graph_call = py::reinterpret_steal<py::object>(call);
     }
     py::object new_code;
     std::vector<codegen::Resume> resumes;
@@ -316,7 +329,7 @@ std::shared_ptr<CacheEntry> translate(compat::Frame* frame, PyObject* cb, CodeEx
     PyObject* globals = compat::frame_globals(frame);
     Injected injected{globals};
     if (has_graph) {
-      if (PyDict_SetItemString(globals, name.c_str(), disabled_obj.ptr()) < 0) throw py::error_already_set();
+      if (PyDict_SetItemString(globals, name.c_str(), graph_call.ptr()) < 0) throw py::error_already_set();
       injected.names.push_back(name);
     }
     py::list resume_listing;
@@ -335,6 +348,7 @@ std::shared_ptr<CacheEntry> translate(compat::Frame* frame, PyObject* cb, CodeEx
     py::list guard_list = text ? guard_strings(t.guards) : py::list();
     std::shared_ptr<CacheEntry> e = add_entry(extra, frame, std::move(t.guards));
     e->code = new_code;
+    if (has_graph) e->graph = graph_call;
     e->injected = std::move(injected.names);
     injected.names.clear();  // owned by the entry now
     e->description = is_break ? "graph break" : "graph " + name;

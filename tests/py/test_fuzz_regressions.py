@@ -200,8 +200,9 @@ def test_aot_eager_aliased_args_view_mutation():
 
 
 # Bug 6: an exception raised while a compiled graph runs (max() of an empty tensor, which tracing lets through;
-# no try block) discards the Python side effects traced before it in the same graph: the global write, the
+# no try block) discarded the Python side effects traced before it in the same graph: the global write, the
 # append to the argument list (and attribute writes on arguments) are replayed only after the graph returns.
+# Fixed: a graph that raises without having changed anything makes its frame rerun as Python (graph_call.cpp).
 # Seeds 5453, 6464, 7042, 7295.
 REPROS["graph_exception_loses_side_effects"] = ("""
 G = 0
@@ -213,13 +214,13 @@ def f(x, lst):
 """, lambda i: [torch.ones(2, 3), []], 1, "eager")
 
 
-@pytest.mark.xfail(strict=True, reason="fuzz bug 6: side effects traced before a graph that raises at run time are lost")
 def test_graph_exception_loses_side_effects():
     check(*REPROS["graph_exception_loses_side_effects"])
 
 
 # Bug 7 (aot_eager only; backend eager is right): an in-place op on an input followed by an op that raises while
-# the graph runs: the functionalized graph writes the mutation back only at its end, so x is left unchanged.
+# the graph runs: the functionalized graph writes the mutation back only at its end, so x was left unchanged.
+# Fixed as bug 6 (no input's version moved: the frame reruns as Python).
 # Seed 6464.
 REPROS["aot_eager_graph_exception_loses_input_mutation"] = ("""
 def f(x):
@@ -228,7 +229,6 @@ def f(x):
 """, ones(2, 3), 1, "aot_eager")
 
 
-@pytest.mark.xfail(strict=True, reason="fuzz bug 7: aot_eager drops an input mutation when the graph raises after it")
 def test_aot_eager_graph_exception_loses_input_mutation():
     check(*REPROS["aot_eager_graph_exception_loses_input_mutation"])
 

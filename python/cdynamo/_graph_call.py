@@ -1,0 +1,187 @@
+# _graph_call.py — owns what a failed call of a compiled graph may have changed (inputs written, random numbers drawn), read from its FX graph, and the RNG save/restore around graphs that draw.
+"""When a compiled graph raises while it runs, the frame that called it can rerun as plain Python (so the
+Python side effects traced before the failing op happen, as in eager) only if the failed call changed
+nothing. ``error_policy(gm)`` tells the C++ GraphCall how to know that:
+
+* ``CLEAN``: no node can write a tensor, so a failed call wrote no input;
+* ``CHECK_VERSIONS``: some node may write a tensor (in-place method or function, ``out=``, ``inplace=``,
+  ``setitem``, batch-norm running statistics, an op whose schema is mutable, an opaque callee): the call
+  changed nothing when no tensor argument's version counter moved;
+* ``PROPAGATE``: a node draws from an explicit generator, which cannot be put back: the error propagates.
+
+Graphs with random ops also get ``save_rng`` / ``restore_rng``, so a failed call draws no numbers.
+"""
+import builtins
+import math
+import operator
+
+import torch
+
+PROPAGATE, CLEAN, CHECK_VERSIONS = 0, 1, 2
+
+_INPLACE_OPERATORS = frozenset(
+    [operator.setitem, operator.delitem, operator.iadd, operator.isub, operator.imul, operator.itruediv,
+     operator.ifloordiv, operator.imod, operator.ipow, operator.iand, operator.ior, operator.ixor,
+     operator.ilshift, operator.irshift, operator.imatmul, operator.iconcat])
+
+# Functions that write a tensor without a trailing underscore, or when given `inplace=True` positionally.
+_MAY_WRITE_NAMES = frozenset(
+    ["batch_norm", "instance_norm", "native_batch_norm", "_native_batch_norm_legit", "_batch_norm_impl_index",
+     "batch_norm_update_stats", "relu", "relu6", "elu", "selu", "celu", "leaky_relu", "hardtanh", "rrelu",
+     "threshold", "hardsigmoid", "hardswish", "silu", "mish", "dropout", "dropout1d", "dropout2d", "dropout3d",
+     "alpha_dropout", "feature_alpha_dropout", "feature_dropout", "set_", "copy_", "__setitem__"])
+
+_RANDOM_NAMES = frozenset(
+    ["rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "bernoulli",
+     "multinomial", "normal", "poisson", "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+     "feature_alpha_dropout", "feature_dropout", "native_dropout", "rrelu", "gumbel_softmax",
+     "fractional_max_pool2d", "fractional_max_pool3d", "scaled_dot_product_attention",
+     "multi_head_attention_forward", "uniform_", "normal_", "bernoulli_", "random_", "exponential_",
+     "geometric_", "cauchy_", "log_normal_", "rrelu_", "dropout_", "alpha_dropout_", "feature_alpha_dropout_"])
+
+_PURE_MODULES = ("torch", "math", "operator", "builtins", "_operator")
+_PURE_IDS = frozenset(id(v) for m in (builtins, math) for v in vars(m).values() if callable(v))
+
+
+def _name(target):
+    if isinstance(target, str):
+        return target
+    return getattr(target, "__name__", "") or ""
+
+
+def _schema_mutable(target):
+    schema = getattr(target, "_schema", None)
+    return bool(schema is not None and getattr(schema, "is_mutable", False))
+
+
+def _may_write(node, name):
+    target = node.target
+    if node.op == "call_module":
+        return True
+    if node.op == "call_function" and target in _INPLACE_OPERATORS:
+        return True
+    if name.endswith("_") and not name.endswith("__"):
+        return True
+    if name in _MAY_WRITE_NAMES:
+        return True
+    if node.kwargs.get("out") is not None or node.kwargs.get("inplace") is True:
+        return True
+    if node.op == "call_function":
+        if _schema_mutable(target):
+            return True
+        owner = getattr(target, "__objclass__", None)  # a Tensor method descriptor: its class is torch's
+        module = getattr(owner if owner is not None else target, "__module__", None) or ""
+        if not module.startswith(_PURE_MODULES) and id(target) not in _PURE_IDS:
+            return True  # an allow_in_graph callee (or anything opaque) may write what it is given
+    return False
+
+
+def _draws_random(node, name):
+    return node.op == "call_module" or name in _RANDOM_NAMES
+
+
+# Ops whose result never shares storage with an argument (a write to it cannot reach an input).
+_FRESH_NAMES = frozenset(
+    ["add", "sub", "mul", "div", "truediv", "floordiv", "mod", "pow", "neg", "matmul", "mm", "bmm", "addmm",
+     "linear", "conv1d", "conv2d", "conv3d", "cat", "stack", "clone", "exp", "log", "sin", "cos", "tanh",
+     "sigmoid", "softmax", "log_softmax", "sum", "mean", "amax", "amin", "where", "zeros_like", "ones_like",
+     "empty_like", "full_like", "rand_like", "randn_like", "zeros", "ones", "empty", "full", "arange", "rand",
+     "randn", "abs", "sqrt", "rsqrt", "gelu", "layer_norm", "embedding", "eq", "ne", "lt", "le", "gt", "ge",
+     "masked_fill", "cumsum", "prod", "norm", "erf", "baddbmm"])
+
+# For writes that do not go to their first argument: the positions (and keywords) they write.
+_WRITTEN_OPERANDS = {"batch_norm": ((1, 2), ("running_mean", "running_var")),
+                     "instance_norm": ((1, 2), ("running_mean", "running_var"))}
+
+
+def _written(node, name):
+    """The nodes a writing node may write (a superset)."""
+    if node.op == "call_module" or (node.op == "call_function" and name not in _MAY_WRITE_NAMES
+                                    and not name.endswith("_") and node.target not in _INPLACE_OPERATORS
+                                    and node.kwargs.get("out") is None and node.kwargs.get("inplace") is not True
+                                    and not _schema_mutable(node.target)):
+        return [a for a in node.all_input_nodes]  # opaque: everything it is given
+    if name in _WRITTEN_OPERANDS:
+        pos, kw = _WRITTEN_OPERANDS[name]
+        out = [node.args[i] for i in pos if i < len(node.args)] + [node.kwargs[k] for k in kw if k in node.kwargs]
+    else:
+        out = [node.args[0]] if node.args else []
+        if node.kwargs.get("out") is not None:
+            out.append(node.kwargs["out"])
+    flat = []
+    for a in out:
+        flat.extend(a if isinstance(a, (list, tuple)) else [a])
+    return [a for a in flat if hasattr(a, "op")]
+
+
+def _written_inputs(gm):
+    """Indices of the placeholders a call of ``gm`` may write (through views and unknown ops: a superset)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    index = {n: i for i, n in enumerate(placeholders)}
+    hit = set()
+    seen = set()
+    stack = []
+    for node in gm.graph.nodes:
+        if node.op in ("call_function", "call_method", "call_module") and _may_write(node, _name(node.target)):
+            stack.extend(_written(node, _name(node.target)))
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op == "placeholder":
+            hit.add(index[n])
+        elif n.op in ("call_function", "call_method", "call_module") and _name(n.target) not in _FRESH_NAMES:
+            stack.extend(n.all_input_nodes)  # may be a view of its arguments
+    return bytes(1 if i in hit else 0 for i in range(len(placeholders)))
+
+
+def error_policy(gm, has_effects=False):
+    """(policy, save_rng, restore_rng, snapshot mask) for the graph module ``gm``.
+
+    ``save_rng``/``restore_rng`` are None for graphs without random ops. The mask (bytes, one per
+    placeholder, or None) names the inputs to copy before each call and put back after a failed one, so that
+    the frame can still rerun: only for graphs that may write inputs in a frame whose Python side effects
+    (``has_effects``) would otherwise be lost. Without such effects a failed in-order write (backend eager)
+    is what eager leaves behind, and the error propagates as it is.
+    """
+    writes = random = False
+    for node in gm.graph.nodes:
+        if node.op not in ("call_function", "call_method", "call_module"):
+            continue
+        if node.kwargs.get("generator") is not None:
+            return (PROPAGATE, None, None, None)
+        name = _name(node.target)
+        writes = writes or _may_write(node, name)
+        random = random or _draws_random(node, name)
+    policy = CHECK_VERSIONS if writes else CLEAN
+    mask = _written_inputs(gm) if writes and has_effects else None
+    if mask is not None and not any(mask):
+        mask = None
+    return (policy, save_rng if random else None, restore_rng if random else None, mask)
+
+
+def save_inputs(mask, args):
+    """Copies of the tensor arguments ``mask`` names (None elsewhere)."""
+    return [a.detach().clone() if m and isinstance(a, torch.Tensor) else None for m, a in zip(mask, args)]
+
+
+def restore_inputs(args, copies):
+    """Writes the copies back (the version counters move, as eager's own writes move them)."""
+    with torch.no_grad():
+        for a, c in zip(args, copies):
+            if c is not None:
+                a.copy_(c)
+
+
+def save_rng():
+    """The state of torch's default CPU generator (and of every CUDA one once CUDA is initialised)."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    return (torch.random.default_generator.get_state(), cuda)
+
+
+def restore_rng(state):
+    cpu, cuda = state
+    torch.random.default_generator.set_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)
