@@ -36,6 +36,9 @@ need=()
 "$PY" -c 'import pytest' >/dev/null 2>&1 || need+=(pytest)
 "$PY" -c 'import numpy' >/dev/null 2>&1 || need+=(numpy)
 "$PY" -c 'import scipy' >/dev/null 2>&1 || need+=(scipy)
+# transformers: the model zoo's library models (tests/py/test_hf_zoo.py); it does not depend on torch.
+"$PY" -c 'import transformers, sys; sys.exit(transformers.__version__ != "5.24.0")' >/dev/null 2>&1 \
+  || need+=("transformers==5.24.0")
 "$PY" -c 'import scikit_build_core' >/dev/null 2>&1 || need+=("scikit-build-core>=0.10")
 "$PY" -c 'import pybind11' >/dev/null 2>&1 || need+=("pybind11>=2.12")
 command -v cmake >/dev/null 2>&1 || need+=("cmake>=3.20")
@@ -44,7 +47,7 @@ if [ ${#need[@]} -gt 0 ]; then
   say "pip installing: ${need[*]}"
   pip_install "${need[@]}"
 else
-  say "pytest, numpy, scipy, scikit-build-core, pybind11, cmake, ninja: present"
+  say "pytest, numpy, scipy, transformers, scikit-build-core, pybind11, cmake, ninja: present"
 fi
 
 # 4. System packages: a C++ compiler and GoogleTest headers.

@@ -20,8 +20,11 @@ void binary_op(Tracer& t, const Instruction& i) {
     t.unsupported("BINARY_OP " + std::to_string(i.arg));
   ValuePtr b = t.pop();
   ValuePtr a = t.pop();
-  // In-place operators on immutable constants behave like the plain operator.
-  t.push(t.apply_operator(op_fn(names[i.arg]), {a, b}));
+  // In-place operators on immutable constants behave like the plain operator (`n = 0; n += tensor` is
+  // `0 + tensor`; an in-place node with a literal target is not even valid FX code).
+  constexpr int kFirstInplace = 13;  // names[13 + k] is the in-place form of names[k]
+  int op = i.arg >= kFirstInplace && a->is_const() ? i.arg - kFirstInplace : i.arg;
+  t.push(t.apply_operator(op_fn(names[op]), {a, b}));
 }
 
 void compare_op(Tracer& t, const Instruction& i) {

@@ -314,3 +314,23 @@ def test_chain_of_item_breaks():
     x = torch.randn(4)
     torch.testing.assert_close(cdynamo.optimize(cnt)(ns["chain"])(x), x)
     assert cnt.frame_count == n + 1
+
+
+# ---- augmented assignment of a tensor onto a Python number (T5's _relative_position_bucket) -------------
+
+def int_plus_equals_tensor(x):
+    buckets = 0
+    buckets += (x > 0).to(torch.long) * 16
+    n = 2.5
+    n *= x
+    return buckets, n
+
+
+def test_inplace_operator_on_a_number_is_the_plain_operator():
+    # Was an internal error (FX code `0 += ...`): the frame ran as Python.
+    cnt = CompileCounter()
+    x = torch.arange(-3, 3)
+    got = cdynamo.optimize(cnt)(int_plus_equals_tensor)(x)
+    ref = int_plus_equals_tensor(x)
+    torch.testing.assert_close(got, ref)
+    assert cnt.frame_count == 1

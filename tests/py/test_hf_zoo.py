@@ -1,0 +1,153 @@
+# test_hf_zoo.py — owns the transformers model-zoo tests (issue 11): installed library models built from small configs, compiled whole, compared with eager and with torch._dynamo's graph counts.
+"""transformers is installed into the interpreter's own site-packages by scripts/setup.sh (the layout that once
+made cdynamo capture nothing). Per model: eval outputs equal eager; one training step's loss and gradients equal
+eager; graphs counted against torch._dynamo's (which makes one per model); recompiles over same-shape calls.
+Where cdynamo is not at torch._dynamo's level yet the test is ``xfail(strict=True)`` with today's numbers, so
+an improvement fails the suite until the marker goes (and a regression beyond today's numbers fails it too)."""
+import copy
+import logging
+import warnings
+
+import pytest
+import torch
+import torch._dynamo
+import torch._dynamo.testing
+
+import cdynamo
+from cdynamo.testing import CompileCounter, CompileCounterWithBackend
+
+transformers = pytest.importorskip("transformers")
+from hf_zoo_models import MODELS  # noqa: E402
+
+logging.getLogger("transformers").setLevel(logging.ERROR)
+
+# Graphs cdynamo makes on the first eval call today (torch._dynamo: 1 for each). A count above these fails.
+GRAPHS_TODAY = {"bert": 10, "gpt2": 11, "t5": 49, "llama": 6, "distilbert": 11, "vit": 12}
+# Models whose same-shape calls still recompile frames (issue 11, item 4: objects new on each call are
+# guarded by identity).
+RECOMPILE = {"bert", "gpt2", "t5", "llama"}
+
+
+@pytest.fixture(autouse=True)
+def _reset():
+    cdynamo.reset()
+    torch._dynamo.reset()
+    yield
+    cdynamo.reset()
+    torch._dynamo.reset()
+
+
+def _build(name):
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model, make_inputs = MODELS[name]()
+    return model, make_inputs
+
+
+def _main(out):
+    return out["last_hidden_state"] if "last_hidden_state" in out else out["logits"]
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_eval_equals_eager(name, backend):
+    model, make_inputs = _build(name)
+    model.eval()
+    cm = cdynamo.optimize(backend)(model)
+    with torch.no_grad():
+        for seed in range(3):
+            ref = model(**make_inputs(seed))
+            got = cm(**make_inputs(seed))
+            assert type(got) is type(ref) and list(got.keys()) == list(ref.keys())
+            torch.testing.assert_close(_main(got), _main(ref), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_training_step_equals_eager(name):
+    model, make_inputs = _build(name)
+    model.train()
+    twin = copy.deepcopy(model)
+    cm = cdynamo.optimize("eager")(twin)
+    results = []
+    for m in (model, cm):
+        torch.manual_seed(1)  # dropout draws the same masks in both
+        out = m(**make_inputs(0))
+        loss = _main(out).float().pow(2).mean()
+        loss.backward()
+        results.append((loss.detach(), {k: p.grad for k, p in (m._orig_mod if m is cm else m).named_parameters()
+                                         if p.grad is not None}))
+    (l0, g0), (l1, g1) = results
+    torch.testing.assert_close(l1, l0, atol=1e-4, rtol=1e-4)
+    assert g1.keys() == g0.keys() and g0
+    for k in g0:
+        torch.testing.assert_close(g1[k], g0[k], atol=1e-4, rtol=1e-4)
+
+
+def _graphs(name):
+    model, make_inputs = _build(name)
+    model.eval()
+    cnt = CompileCounter()
+    with torch.no_grad():
+        cdynamo.optimize(cnt)(model)(**make_inputs(0))
+    return cnt.frame_count, cnt.op_count
+
+
+def _dynamo_graphs(name):
+    model, make_inputs = _build(name)
+    model.eval()
+    cnt = torch._dynamo.testing.CompileCounter()
+    with torch.no_grad():
+        torch.compile(model, backend=cnt)(**make_inputs(0))
+    return cnt.frame_count, cnt.op_count
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_graph_count_not_above_today(name):
+    graphs, ops = _graphs(name)
+    assert 0 < graphs <= GRAPHS_TODAY[name]
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=f"issue 11: {GRAPHS_TODAY[n]} graphs, torch._dynamo 1"))
+    for n in sorted(MODELS)])
+def test_graph_count_as_dynamo(name):
+    graphs, _ = _graphs(name)
+    dgraphs, _ = _dynamo_graphs(name)
+    assert graphs <= dgraphs
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="issue 11 item 4: recompiles on same-shape calls"))
+    if n in RECOMPILE else n
+    for n in sorted(MODELS)])
+def test_no_recompile_on_same_shapes(name):
+    model, make_inputs = _build(name)
+    model.eval()
+    cnt = CompileCounter()
+    cm = cdynamo.optimize(cnt)(model)
+    with torch.no_grad():
+        cm(**make_inputs(0))
+        first = cnt.frame_count
+        for seed in range(1, 6):
+            cm(**make_inputs(seed))
+    assert cnt.frame_count == first
+
+
+def test_models_come_from_site_packages():
+    # The layout that made cdynamo capture nothing: transformers inside the interpreter's stdlib tree.
+    import sysconfig
+    assert transformers.__file__.startswith(sysconfig.get_paths()["purelib"])
+    assert _graphs("distilbert")[0] > 0
+
+
+@pytest.mark.parametrize("name", ["bert"])
+def test_aot_eager_graphs_counted(name):
+    model, make_inputs = _build(name)
+    model.eval()
+    cnt = CompileCounterWithBackend("aot_eager")
+    with torch.no_grad():
+        got = cdynamo.optimize(cnt)(model)(**make_inputs(0))
+        ref = model(**make_inputs(0))
+    torch.testing.assert_close(_main(got), _main(ref), atol=1e-5, rtol=1e-5)
+    assert 0 < cnt.frame_count <= GRAPHS_TODAY[name]
