@@ -140,11 +140,89 @@ Tracer::Status Tracer::run() {
 }
 
 void Tracer::will_mutate(const ValuePtr& c) {
+  objects_written = true;
   bool saved = false;
   for (const auto& u : undo_) saved = saved || u.value == c;
   if (!saved) undo_.push_back(Undo{c, c->items, c->keys, c->self});
   if (c->source && c->obj && std::find(mutated.begin(), mutated.end(), c) == mutated.end()) mutated.push_back(c);
 }
+
+void Tracer::realize(const ValuePtr& v) {
+  if (!v) return;
+  if (v->pending_id) {
+    std::shared_ptr<guards::Guard> g = std::move(v->pending_id);
+    guards.add(std::move(*g));
+  }
+  for (const auto& item : v->items) realize(item);  // containers built in the trace hold no cycles
+  if (v->self && v->self != v) realize(v->self);
+}
+
+namespace {
+// How instruction kinds look at the values on top of the stack, for identity guards: only moving values
+// (locals, stack shuffles, tuples and lists built from them, the return value) does not depend on which
+// objects they are.
+enum class Use : uint8_t { Move, AttrRead, One, Two, Three, CallN, ArgN, Arg2N, ArgN1, CallEx, Format, Write, All };
+
+const std::vector<Use>& use_table() {
+  static const std::vector<Use> table = [] {
+    std::vector<Use> t(256, Use::All);
+    auto set = [&](std::initializer_list<const char*> names, Use u) {
+      for (const char* n : names) {
+        int op = bytecode::opcode_by_name(n);
+        if (op >= 0 && op < 256) t[static_cast<size_t>(op)] = u;
+      }
+    };
+    set({"NOP", "RESUME", "CACHE", "EXTENDED_ARG", "LOAD_FAST", "STORE_FAST", "DELETE_FAST", "LOAD_CONST",
+         "POP_TOP", "COPY", "SWAP", "PUSH_NULL", "PRECALL", "KW_NAMES", "LOAD_DEREF", "STORE_DEREF",
+         "LOAD_CLOSURE", "MAKE_CELL", "COPY_FREE_VARS", "LOAD_GLOBAL", "STORE_GLOBAL", "BUILD_TUPLE",
+         "BUILD_LIST", "LIST_APPEND", "RETURN_VALUE", "JUMP_FORWARD", "JUMP_BACKWARD",
+         "JUMP_BACKWARD_NO_INTERRUPT"},
+        Use::Move);
+    set({"LOAD_ATTR", "LOAD_METHOD"}, Use::AttrRead);
+    set({"GET_ITER", "FOR_ITER", "UNPACK_SEQUENCE", "UNPACK_EX", "LIST_EXTEND", "SET_ADD", "SET_UPDATE",
+         "DICT_UPDATE", "DICT_MERGE", "LIST_TO_TUPLE", "BEFORE_WITH", "UNARY_NEGATIVE", "UNARY_POSITIVE",
+         "UNARY_INVERT", "UNARY_NOT", "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_FORWARD_IF_FALSE",
+         "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE", "POP_JUMP_FORWARD_IF_NONE",
+         "POP_JUMP_FORWARD_IF_NOT_NONE", "POP_JUMP_BACKWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE",
+         "JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP"},
+        Use::One);
+    set({"BINARY_OP", "COMPARE_OP", "BINARY_SUBSCR", "CONTAINS_OP", "IS_OP", "MAP_ADD"}, Use::Two);
+    set({"STORE_ATTR", "DELETE_ATTR", "STORE_SUBSCR", "DELETE_SUBSCR"}, Use::Write);
+    set({"CALL"}, Use::CallN);
+    set({"BUILD_SET", "BUILD_STRING", "BUILD_SLICE"}, Use::ArgN);
+    set({"BUILD_MAP"}, Use::Arg2N);
+    set({"BUILD_CONST_KEY_MAP"}, Use::ArgN1);
+    set({"CALL_FUNCTION_EX"}, Use::CallEx);
+    set({"FORMAT_VALUE"}, Use::Format);
+    return t;
+  }();
+  return table;
+}
+
+// Number of top-of-stack values `inst` may look at by identity (-1: all); notes writes to objects.
+int identity_uses(Tracer& t, const bytecode::Instruction& inst) {
+  switch (use_table()[static_cast<size_t>(inst.opcode & 0xff)]) {
+    case Use::Move: return 0;
+    // Attribute reads are guarded through the attribute's own source, given the type, unless some object
+    // was written in this trace: then a read through another object could be the written one.
+    case Use::AttrRead: return t.objects_written ? 1 : 0;
+    case Use::One: return 1;
+    case Use::Two: return 2;
+    case Use::Three: return 3;
+    case Use::Write:
+      t.objects_written = true;
+      return 3;  // STORE_SUBSCR's three; STORE_ATTR / DELETE_* look at fewer, and more is only stricter
+    case Use::CallN: return inst.arg + 2;
+    case Use::ArgN: return inst.arg;
+    case Use::Arg2N: return 2 * inst.arg;
+    case Use::ArgN1: return inst.arg + 1;
+    case Use::CallEx: return (inst.arg & 1) ? 4 : 3;
+    case Use::Format: return (inst.arg & 0x04) ? 2 : 1;
+    case Use::All: return -1;
+  }
+  return -1;
+}
+}  // namespace
 
 void Tracer::execute_one() {
   if (pc >= bc.insts.size()) unsupported("fell off the end of the bytecode");
@@ -152,6 +230,9 @@ void Tracer::execute_one() {
   if (inst.pos.line >= 0) lineno_ = inst.pos.line;
   Handler h = handler_table()[inst.opcode & 0xff];
   if (!h) unsupported(std::string("opcode ") + bytecode::opname(inst.opcode) + " is not supported yet");
+  int uses = identity_uses(*this, inst);
+  size_t nuse = uses < 0 || static_cast<size_t>(uses) > stack.size() ? stack.size() : static_cast<size_t>(uses);
+  for (size_t k = stack.size() - nuse; k < stack.size(); ++k) realize(stack[k]);
   size_t before = pc;
   size_t nodes = graph.mark();
   h(*this, inst);
@@ -314,6 +395,18 @@ std::string placeholder_name(const guards::Source& s) {
 }
 }  // namespace
 
+namespace {
+// A plain instance of a Python class (not a class, module, function or nn.Module): its identity is
+// guarded only once the trace uses the object (see Value::pending_id).
+bool lazy_identity(py::handle value) {
+  PyObject* v = value.ptr();
+  PyTypeObject* type = Py_TYPE(v);
+  if (!(type->tp_flags & Py_TPFLAGS_HEAPTYPE) || PyType_Check(v) || PyModule_Check(v)) return false;
+  PyObject* module_cls = PyRefs::get().nn_module.ptr();  // borrowed (process lifetime)
+  return !PyType_Check(module_cls) || !PyType_IsSubtype(type, reinterpret_cast<PyTypeObject*>(module_cls));
+}
+}  // namespace
+
 ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
   PyObject* v = value.ptr();
   // A container that holds itself (x = []; x.append(x)) or a huge nest of them is not modelled: bounded
@@ -370,9 +463,17 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
     if (!PyTuple_CheckExact(v)) out->obj = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(v)));
     return out;
   }
-  // Any other object: pinned by identity (sound; attribute reads add their own guards).
-  guards.add(guards::id_match(src, v));
-  return Value::object(py::reinterpret_borrow<py::object>(value), src);
+  // A plain instance of a Python class: its type now, its identity on first use (Tracer::realize), so an
+  // object made anew on each call that the trace only moves (a result passed on to a continuation, a value
+  // returned) does not recompile. Anything else: pinned by identity (attribute reads add their own guards).
+  ValuePtr out = Value::object(py::reinterpret_borrow<py::object>(value), src);
+  if (lazy_identity(value)) {
+    guards.add(guards::type_match(src, v));
+    out->pending_id = std::make_shared<guards::Guard>(guards::id_match(src, v));
+  } else {
+    guards.add(guards::id_match(src, v));
+  }
+  return out;
 }
 
 ValuePtr Tracer::wrap_container(py::handle value, SourcePtr src) {

@@ -111,6 +111,9 @@ class Tracer {
   bool stopped = false;
   bool conditional_break = false;    // Break on POP_JUMP_*_IF_TRUE/FALSE of a tensor (top of stack)
   int steps = 0;                     // jumps taken (bounds loops unrolled at trace time)
+  // Some object's attributes or items were written in this trace: from now on an attribute read of an
+  // object from the frame pins its identity (another object read earlier could be the same one at run time).
+  bool objects_written = false;
 
   // --- helpers for handlers ---
   void push(ValuePtr v) { stack.push_back(std::move(v)); }
@@ -173,6 +176,8 @@ class Tracer {
   // instruction failing halfway leaves no change behind, and records a container from the frame in
   // `mutated`.
   void will_mutate(const ValuePtr& c);
+  // Installs the pending identity guards of `v` and of everything it holds (items, a method's receiver).
+  void realize(const ValuePtr& v);
   // Lists, tuples and sets (lists.cpp): their methods, set(), and the set / dict operators.
   ValuePtr call_list_method(ValuePtr l, const std::string& name, std::vector<ValuePtr> args,
                             std::vector<std::pair<std::string, ValuePtr>> kwargs);

@@ -11,6 +11,10 @@
 #include "graph/graph.h"
 #include "guards/source.h"
 
+namespace cdynamo::guards {
+struct Guard;
+}
+
 namespace cdynamo::interp {
 
 namespace py = pybind11;
@@ -56,6 +60,10 @@ struct Value {
   std::vector<py::object> keys;     // Dict: hashable constant keys, parallel to `items`
   int cell_slot = -1;               // LOAD_CLOSURE result: the cell of this local slot of the traced frame
   bool made_in_trace = false;       // Object: a function made by MAKE_FUNCTION during the trace
+  // Object read from the frame (a plain instance): its identity guard, not yet installed. Moving the value
+  // (locals, stack, tuples, a continuation, the return) needs only its type (TYPE_MATCH, installed at
+  // once); the first use that may depend on which object it is installs this (Tracer::realize).
+  std::shared_ptr<guards::Guard> pending_id;
   std::vector<ValuePtr> closure;    // made function: the captured cells' values (snapshot, see ops_functions)
 
   static ValuePtr tensor(graph::Node* n, py::object example, py::object device, SourcePtr src = nullptr);

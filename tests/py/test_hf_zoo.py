@@ -25,7 +25,7 @@ logging.getLogger("transformers").setLevel(logging.ERROR)
 GRAPHS_TODAY = {"bert": 10, "gpt2": 11, "t5": 49, "llama": 6, "distilbert": 11, "vit": 12}
 # Models whose same-shape calls still recompile frames (issue 11, item 4: objects new on each call are
 # guarded by identity).
-RECOMPILE = {"bert", "gpt2", "t5", "llama"}
+RECOMPILE = {"gpt2", "t5", "llama"}
 
 
 @pytest.fixture(autouse=True)
