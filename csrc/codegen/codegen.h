@@ -18,6 +18,9 @@ namespace py = pybind11;
 struct Resume {
   std::string name;
   py::object code;
+  // The continuation closes over the frame's cells (its code has free variables): the rewritten frame
+  // makes the function itself (MAKE_FUNCTION with the cells) instead of loading a published global.
+  bool closure = false;
 };
 
 struct BreakCode {

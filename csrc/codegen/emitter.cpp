@@ -152,8 +152,14 @@ void Emitter::set_varnames(py::list names, int argcount) {
   argcount_ = argcount;
 }
 
+void Emitter::set_freevars(py::tuple freevars) { freevars_ = std::move(freevars); }
+
 py::object Emitter::finish(bool flatten_args, const std::string& name) {
   py::dict overrides;
+  if (freevars_) {
+    overrides["co_cellvars"] = py::tuple();
+    overrides["co_freevars"] = freevars_;
+  }
   if (added_locals_ > 0 && (code_->co_ncellvars || code_->co_nfreevars)) {
     // Locals come before the cells and free variables in the frame: those slots moved up. (A cell that
     // is also an argument keeps its argument slot.)

@@ -39,6 +39,9 @@ class Emitter {
   int add_local(const std::string& name);
   // Replaces co_varnames (and argument layout) in finish(): the first `argcount` names are arguments.
   void set_varnames(py::list names, int argcount);
+  // Makes every cell and free variable of the code a free variable named `freevars` (in this order) and
+  // the code cell-less: for continuations, which close over the cells of the frame they continue.
+  void set_freevars(py::tuple freevars);
 
   // New reference: the original code with this instruction list and pools, taking its arguments all
   // positionally (co_argcount = every argument slot, no *args/**kwargs flags) when `flatten_args`.
@@ -50,6 +53,7 @@ class Emitter {
   py::list consts_;
   py::list varnames_;
   bool varnames_changed_ = false;
+  py::object freevars_;  // set_freevars(), or empty
   int added_locals_ = 0;
   std::unordered_map<const guards::Source*, int> base_slots_;  // bases held in temporaries (load_inputs)  // add_local() calls: cell / free variable slots move up by this many
   int argcount_ = -1;

@@ -19,6 +19,19 @@ namespace {
 
 int nlocals_of(const Tracer& t) { return static_cast<int>(t.code->co_nlocals); }
 
+// A cell or free variable slot (read and written through LOAD_DEREF / STORE_DEREF, shared with closures).
+bool is_deref_slot(PyCodeObject* code, int slot) {
+  return (compat::code_localsplus_kind(code, slot) & (compat::kFastCell | compat::kFastFree)) != 0;
+}
+
+// The cell and free variable slots of `code`, in slot order.
+std::vector<int> deref_slots(PyCodeObject* code) {
+  std::vector<int> out;
+  for (int s = 0; s < compat::code_nlocalsplus(code); ++s)
+    if (is_deref_slot(code, s)) out.push_back(s);
+  return out;
+}
+
 bool is_conditional(const Tracer& t) { return t.conditional_break; }
 
 // Stack items consumed by the breaking instruction (it runs as Python in the rewritten code).
@@ -52,6 +65,7 @@ LocalState local_state(const Tracer& t, int slot) {
   if (!v) return slot < nargs ? LocalState::Delete : LocalState::Untouched;
   const guards::Source* s = v->source.get();
   if (slot < nargs && s && s->kind == guards::Source::Kind::Local && s->index == slot) return LocalState::Unchanged;
+  if (s && s->kind == guards::Source::Kind::Closure && s->index == slot) return LocalState::Unchanged;
   return LocalState::Store;
 }
 
@@ -96,7 +110,7 @@ std::vector<int> passed_locals(const Tracer& t, const Origin& o, size_t target) 
   const std::vector<char>& live = o.info->live[target];
   std::vector<int> out;
   for (int s = 0; s < static_cast<int>(live.size()); ++s) {
-    if (!live[static_cast<size_t>(s)]) continue;
+    if (!live[static_cast<size_t>(s)] || is_deref_slot(o.code, s)) continue;  // cells go in the closure
     int slot = o.slot(s);
     LocalState st = local_state(t, slot);
     bool bound = st == LocalState::Store || st == LocalState::Unchanged || (st == LocalState::Untouched && slot < nargs);
@@ -160,8 +174,11 @@ Resume make_resume(const Origin& o, size_t target, const std::vector<char>& null
   r.name = "__resume_at_" + std::to_string(src.insts[target]->offset) + "_" + std::to_string(++counter);
   py::tuple old_names = py::handle(reinterpret_cast<PyObject*>(o.code)).attr("co_varnames");
   int nlocals = static_cast<int>(old_names.size());
+  // The origin's cells and free variables become the continuation's free variables (its closure is the
+  // rewritten frame's cells); its plain locals become arguments (live ones) and locals.
+  const std::vector<int> derefs = deref_slots(o.code);
   py::list names;
-  std::vector<int> remap(nlocals, -1);
+  std::vector<int> remap(static_cast<size_t>(compat::code_nlocalsplus(o.code)), -1);
   int nstack_args = 0;
   for (size_t i = 0; i < null_at.size(); ++i)
     if (!null_at[i]) names.append(py::str("___stack" + std::to_string(nstack_args++)));
@@ -171,17 +188,28 @@ Resume make_resume(const Origin& o, size_t target, const std::vector<char>& null
   }
   int argcount = static_cast<int>(names.size());
   for (int slot = 0; slot < nlocals; ++slot) {
-    if (remap[slot] >= 0) continue;
+    if (remap[slot] >= 0 || is_deref_slot(o.code, slot)) continue;
     remap[slot] = static_cast<int>(names.size());
     names.append(old_names[slot]);
   }
+  py::list freevars;
+  for (int slot : derefs) {
+    remap[static_cast<size_t>(slot)] = static_cast<int>(names.size() + freevars.size());
+    freevars.append(py::reinterpret_borrow<py::object>(compat::code_localsplus_name(o.code, slot)));
+  }
   std::vector<int> kept;
   bytecode::Bytecode body = clone_reachable(*o.info, target, kept);
-  const int load_fast = bytecode::opcode_by_name("LOAD_FAST");
-  const int store_fast = bytecode::opcode_by_name("STORE_FAST");
-  const int delete_fast = bytecode::opcode_by_name("DELETE_FAST");
+  static const std::vector<int> local_ops = {
+      bytecode::opcode_by_name("LOAD_FAST"), bytecode::opcode_by_name("STORE_FAST"),
+      bytecode::opcode_by_name("DELETE_FAST"), bytecode::opcode_by_name("LOAD_DEREF"),
+      bytecode::opcode_by_name("STORE_DEREF"), bytecode::opcode_by_name("DELETE_DEREF"),
+      bytecode::opcode_by_name("LOAD_CLOSURE"), bytecode::opcode_by_name("LOAD_CLASSDEREF")};
   for (auto& i : body.insts)
-    if (i->opcode == load_fast || i->opcode == store_fast || i->opcode == delete_fast) i->arg = remap.at(i->arg);
+    if (std::find(local_ops.begin(), local_ops.end(), i->opcode) != local_ops.end()) {
+      int to = remap.at(static_cast<size_t>(i->arg));
+      if (to < 0) throw interp::Unsupported("a continuation reads a slot it does not have");
+      i->arg = to;
+    }
   size_t entry_at = static_cast<size_t>(std::find(kept.begin(), kept.end(), static_cast<int>(target)) - kept.begin());
   bytecode::Instruction* entry = body.insts[entry_at].get();
   size_t at = 0;
@@ -190,6 +218,7 @@ Resume make_resume(const Origin& o, size_t target, const std::vector<char>& null
     i->pos = entry->pos;
     return i;
   };
+  if (!derefs.empty()) pro("COPY_FREE_VARS", static_cast<int>(derefs.size()));
   pro("RESUME", 0);
   int k = 0;
   for (char is_null : null_at) {
@@ -203,10 +232,18 @@ Resume make_resume(const Origin& o, size_t target, const std::vector<char>& null
   info->origin_index.assign(at, -1);
   info->origin_index.insert(info->origin_index.end(), kept.begin(), kept.end());
   info->slot_in_resume = remap;
+  info->owned_free.assign(names.size() + freevars.size(), 0);
+  for (int slot : derefs)
+    if (!(compat::code_localsplus_kind(o.code, slot) & compat::kFastFree))
+      info->owned_free[static_cast<size_t>(remap[static_cast<size_t>(slot)])] = 1;
 
   Emitter e(o.code);
   e.bc = std::move(body);
   e.set_varnames(names, argcount);
+  if (!derefs.empty()) {
+    e.set_freevars(py::tuple(freevars));
+    r.closure = true;
+  }
   r.code = e.finish(true, r.name);
   set_resume_info(reinterpret_cast<PyCodeObject*>(r.code.ptr()), info);
   return r;
@@ -222,12 +259,36 @@ void emit_deep_stack(Rebuilder& rb, const Tracer& t, size_t ndeep) {
   }
 }
 
+// Pushes [NULL, continuation]: the published global, or for a continuation with a closure, the function
+// made here from its code and the rewritten frame's cells (origin cell/free slot s is the frame's o.slot(s)).
+void emit_resume_fn(Emitter& e, const Resume& r, const Origin& o) {
+  if (!r.closure) {
+    e.emit("LOAD_GLOBAL", (e.name_index(r.name) << 1) | 1);
+    return;
+  }
+  e.emit("PUSH_NULL");
+  const std::vector<int> derefs = deref_slots(o.code);
+  for (int s : derefs) e.emit("LOAD_CLOSURE", o.slot(s));
+  e.emit("BUILD_TUPLE", static_cast<int>(derefs.size()));
+  e.load_const(r.code);
+  e.emit("MAKE_FUNCTION", 0x08);
+}
+
+// Slots whose final value the rewritten frame stores before calling the continuation: plain locals below
+// co_nlocals, cells, and free variables the frame owns (a continuation's cells of its origin).
+bool rebuilt_slot(const Tracer& t, int slot) {
+  int kind = compat::code_localsplus_kind(t.code, slot);
+  if (kind & compat::kFastFree) return t.owns_free(slot);
+  return (kind & compat::kFastCell) || slot < nlocals_of(t);
+}
+
 }  // namespace
 
 std::vector<ValuePtr> break_values(const Tracer& t) {
   std::vector<ValuePtr> values(t.stack.begin(), t.stack.end());
-  for (size_t slot = 0; slot < t.locals.size() && static_cast<int>(slot) < nlocals_of(t); ++slot)
-    if (local_state(t, static_cast<int>(slot)) == LocalState::Store) values.push_back(t.locals[slot]);
+  for (size_t slot = 0; slot < t.locals.size(); ++slot)
+    if (rebuilt_slot(t, static_cast<int>(slot)) && local_state(t, static_cast<int>(slot)) == LocalState::Store)
+      values.push_back(t.locals[slot]);
   return values;
 }
 
@@ -236,7 +297,6 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
   BreakCode out;
   size_t pc = t.pc;
   const bytecode::Instruction& inst = *t.bc.insts[pc];
-  int nlocals = nlocals_of(t);
   const Origin origin = origin_of(t);
   bool cond = is_conditional(t);
   int consumed = cond ? 1 : consumed_by(inst);
@@ -274,13 +334,15 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
     for (const auto& v : rebuilt)
       if (reads_frame_locals(v)) rb.pin(v->kind == VKind::Method ? v->self : v);
   }
-  for (int slot = 0; slot < nlocals; ++slot) {
+  for (int slot = 0; slot < static_cast<int>(t.locals.size()); ++slot) {
+    if (!rebuilt_slot(t, slot)) continue;
+    bool cell = is_deref_slot(t.code, slot);  // written into the frame's cell (which closures share)
     LocalState st = local_state(t, slot);
     if (st == LocalState::Store) {
       rb.push(t.locals[slot]);
-      e.emit("STORE_FAST", slot);
+      e.emit(cell ? "STORE_DEREF" : "STORE_FAST", slot);
     } else if (st == LocalState::Delete) {
-      e.emit("DELETE_FAST", slot);
+      e.emit(cell ? "DELETE_DEREF" : "DELETE_FAST", slot);
     }
   }
   std::vector<char> deep_null(ndeep);
@@ -309,7 +371,7 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
       std::vector<int> passed = passed_locals(t, origin, tgt);
       Resume r = make_resume(origin, tgt, deep_null, passed, counter);
       size_t first = e.bc.insts.size();
-      e.emit("LOAD_GLOBAL", (e.name_index(r.name) << 1) | 1);
+      emit_resume_fn(e, r, origin);
       if (b == 1) j->target = e.bc.insts[first].get();
       emit_deep_stack(rb, t, ndeep);
       if (tmp >= 0) e.emit("DELETE_FAST", tmp);
@@ -337,7 +399,7 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
       null_at.insert(null_at.end(), static_cast<size_t>(pushed), 0);
     }
     Resume r = make_resume(origin, next, null_at, passed, counter);
-    e.emit("LOAD_GLOBAL", (e.name_index(r.name) << 1) | 1);
+    emit_resume_fn(e, r, origin);
     emit_deep_stack(rb, t, ndeep);
     // The breaking instruction's own operands, then the instruction itself, run as Python.
     // [NULL, method] before a CALL is rebuilt as LOAD_METHOD ([function, self]), which CALL takes the same

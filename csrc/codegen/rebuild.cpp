@@ -320,6 +320,8 @@ void Rebuilder::push(const ValuePtr& v, int above) {
     case VKind::Object:
       if (v->made_in_trace)
         throw interp::Unsupported("a function made in the trace cannot be passed back to Python yet");
+      if (!v->name.empty() && v->name[0] == '<')  // super(), functools.partial, ... modelled by the trace
+        throw interp::Unsupported("a " + v->name + " value cannot be rebuilt at a graph break yet");
       if (v->self) {  // a bound method: its receiver, then the attribute again
         push(v->self, above);
         e_.emit("LOAD_ATTR", e_.name_index(v->name));

@@ -23,7 +23,9 @@ struct OriginInfo {
 struct ResumeInfo {
   py::object origin;                // the user's code object (strong reference)
   std::vector<int> origin_index;    // per instruction of the continuation: its index in origin's bc (-1: prologue)
-  std::vector<int> slot_in_resume;  // per local slot of origin (< co_nlocals): its slot in the continuation
+  std::vector<int> slot_in_resume;  // per localsplus slot of origin: its slot in the continuation (cells: free)
+  std::vector<char> owned_free;     // per localsplus slot of the continuation: a free variable holding a cell
+                                    // of the origin (not one of the origin's own free variables)
 };
 
 // Both live in the code object's co_extra (an index of codegen's own) and die with it.

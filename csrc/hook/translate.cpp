@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "codegen/codegen.h"
+#include "codegen/resume_info.h"
 #include "interp/skip_files.h"
 #include "hook/eval_frame.h"
 #include "hook/graph_call.h"
@@ -218,6 +219,7 @@ std::shared_ptr<CacheEntry> translate(compat::Frame* frame, PyObject* cb, CodeEx
       return e;
     }
     interp::Tracer t(code, fv);
+    if (const codegen::ResumeInfo* ri = codegen::resume_info(code)) t.owned_free = ri->owned_free;
     auto status = t.run();
     if (status == interp::Tracer::Status::Unsupported) {
       const auto& stop = t.stop_info();
@@ -334,14 +336,15 @@ std::shared_ptr<CacheEntry> translate(compat::Frame* frame, PyObject* cb, CodeEx
     }
     py::list resume_listing;
     for (const auto& r : resumes) {
+      if (text)
+        resume_listing.append(py::make_tuple(r.name, bytecode::format(reinterpret_cast<PyCodeObject*>(r.code.ptr()))));
+      if (r.closure) continue;  // made by the rewritten frame from its cells, not published
       PyObject* fn = PyFunction_New(r.code.ptr(), globals);  // new reference
       if (!fn) throw py::error_already_set();
       int rc = PyDict_SetItemString(globals, r.name.c_str(), fn);
       Py_DECREF(fn);
       if (rc < 0) throw py::error_already_set();
       injected.names.push_back(r.name);
-      if (text)
-        resume_listing.append(py::make_tuple(r.name, bytecode::format(reinterpret_cast<PyCodeObject*>(r.code.ptr()))));
     }
 
     if (has_graph) extra->had_graph = true;

@@ -65,7 +65,7 @@ void store_deref(Tracer& t, const Instruction& i) {
     return;
   }
   int kind = compat::code_localsplus_kind(t.code, i.arg);
-  if (kind & compat::kFastFree)
+  if ((kind & compat::kFastFree) && !t.owns_free(i.arg))
     t.unsupported("assignment to the free variable '" + t.local_name(i.arg) + "' (nonlocal) of a real closure");
   t.locals[static_cast<size_t>(i.arg)] = std::move(v);
   t.local_loaded[static_cast<size_t>(i.arg)] = 1;

@@ -260,10 +260,20 @@ bool Tracer::in_user_try(size_t index) const {
 
 bool Tracer::breakable(size_t index, std::string* why) const {
   const bytecode::Instruction* inst = bc.insts[index].get();
-  if (code->co_ncellvars > 0 || code->co_nfreevars > 0) {
-    *why = "graph breaks in functions with closures or cells are not supported yet";
-    return false;
-  }
+  // Cells are rebuilt by STORE_DEREF in the rewritten frame and handed to the continuation as its
+  // closure; a function made in this trace that captures one (its Cell value) cannot be rebuilt.
+  for (const auto& box : cell_boxes)
+    if (box) {
+      *why = "a function made before the break captures a cell variable";
+      return false;
+    }
+  // Zero-argument super() reads the frame's first argument, which a continuation's first argument is not.
+  for (int s = 0; s < compat::code_nlocalsplus(code); ++s)
+    if ((compat::code_localsplus_kind(code, s) & compat::kFastFree) &&
+        py::str(compat::code_localsplus_name(code, s)).cast<std::string>() == "__class__") {
+      *why = "graph breaks in methods that call super() without arguments are not supported yet";
+      return false;
+    }
   for (const auto& e : bc.exception_table) {
     int s = bc.index_of(e.start), t = bc.index_of(e.end);
     if (static_cast<int>(index) >= s && static_cast<int>(index) <= t) {

@@ -114,6 +114,12 @@ class Tracer {
   // Some object's attributes or items were written in this trace: from now on an attribute read of an
   // object from the frame pins its identity (another object read earlier could be the same one at run time).
   bool objects_written = false;
+  // Free-variable slots whose cell only this frame uses (a continuation's closure over the cells of the
+  // frame it continues): assignments to them are traced like local stores and written back at a break.
+  std::vector<char> owned_free;
+  bool owns_free(int slot) const {
+    return static_cast<size_t>(slot) < owned_free.size() && owned_free[static_cast<size_t>(slot)];
+  }
 
   // --- helpers for handlers ---
   void push(ValuePtr v) { stack.push_back(std::move(v)); }
