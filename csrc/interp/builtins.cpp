@@ -34,6 +34,22 @@ bool only_kwargs(const Kwargs& kwargs, std::initializer_list<const char*> allowe
 }
 
 // The Python type of a value whose type the trace knows exactly (containers, constants), or nullptr.
+// True if isinstance(obj, clsinfo) is decided by type(obj) alone (see the isinstance rule).
+bool type_only_instance_check(py::handle obj, py::handle clsinfo) {
+  static PyObject* class_attr = PyUnicode_InternFromString("__class__");  // owned, process lifetime
+  static PyObject* abc_meta = py::object(py::module_::import("abc").attr("ABCMeta")).release().ptr();  // owned
+  if (_PyType_Lookup(Py_TYPE(obj.ptr()), class_attr) != _PyType_Lookup(&PyBaseObject_Type, class_attr)) return false;
+  auto plain = [&](PyObject* c) {
+    return PyType_Check(c) && (Py_IS_TYPE(c, &PyType_Type) || Py_TYPE(c) == reinterpret_cast<PyTypeObject*>(abc_meta));
+  };
+  if (PyTuple_Check(clsinfo.ptr())) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(clsinfo.ptr()); ++i)
+      if (!plain(PyTuple_GET_ITEM(clsinfo.ptr(), i))) return false;
+    return true;
+  }
+  return plain(clsinfo.ptr());
+}
+
 PyObject* known_type(const ValuePtr& v) {
   switch (v->kind) {
     case VKind::Tuple: return v->obj ? v->obj.ptr() : reinterpret_cast<PyObject*>(&PyTuple_Type);
@@ -234,6 +250,12 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
   }
   if (name == "isinstance" && args.size() == 2 && kwargs.empty()) {
     PyObject* type = known_type(args[0]);
+    // An object from the frame (its type guarded: TYPE_MATCH, or ID_MATCH), when isinstance depends on its
+    // type alone: the default __class__, and classes whose metaclass is type or ABCMeta (no Protocol
+    // checks reading attributes).
+    if (!type && args[0]->kind == VKind::Object && args[0]->source && !args[0]->self && foldable(args[1]) &&
+        type_only_instance_check(args[0]->obj, args[1]->as_python()))
+      type = reinterpret_cast<PyObject*>(Py_TYPE(args[0]->obj.ptr()));
     if (type && foldable(args[1])) {
       int r = PyObject_IsSubclass(type, args[1]->as_python().ptr());
       if (r < 0) throw py::error_already_set();

@@ -144,6 +144,23 @@ ValuePtr Tracer::fold_call(py::handle f, const std::string& what, const std::vec
   unsupported(what + " produced " + std::string(Py_TYPE(r.ptr())->tp_name));
 }
 
+ValuePtr Tracer::signature_of(const ValuePtr& fn, const std::vector<ValuePtr>& args,
+                              const std::vector<std::pair<std::string, ValuePtr>>& kwargs) {
+  // inspect.signature(f) of a Python function, or of a method bound to an object of the frame: computed
+  // now (the function is guarded by identity, a method through its receiver's class), a constant.
+  static PyObject* signature = py::object(py::module_::import("inspect").attr("signature")).release().ptr();
+  if (fn->kind != VKind::Object || fn->obj.ptr() != signature || args.size() != 1 || !kwargs.empty()) return nullptr;
+  const ValuePtr& f = args[0];
+  if (f->kind != VKind::Object || !f->obj || !PyFunction_Check(f->obj.ptr()) || f->made_in_trace) return nullptr;
+  py::object target = f->obj;
+  if (f->self) {
+    if (f->self->kind != VKind::Object || !f->self->obj || (!f->name.empty() && f->name[0] == '<')) return nullptr;
+    target = py::reinterpret_steal<py::object>(PyMethod_New(f->obj.ptr(), f->self->obj.ptr()));  // new
+    if (!target) throw py::error_already_set();
+  }
+  return Value::constant(py::handle(signature)(target));
+}
+
 ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
                       std::vector<std::pair<std::string, ValuePtr>> kwargs) {
   if (fn->kind == VKind::Method && fn->self->kind == VKind::Tuple && fn->self->obj &&
@@ -176,6 +193,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
   }
   if (fn->kind == VKind::Method) return call_tensor_method(fn->self, fn->name, std::move(args), std::move(kwargs));
   if (fn->kind == VKind::Object && fn->name == "<partial>") return call_partial(fn, std::move(args), std::move(kwargs));
+  if (ValuePtr sig = signature_of(fn, args, kwargs)) return sig;
   if (fn->name == "<noop>" && args.empty() && kwargs.empty()) return Value::constant(py::none());
   if (fn->kind == VKind::Object && fn->name == "<super_getattribute>") return generic_getattr(fn->self, args, kwargs);
   if (fn->kind == VKind::Object && fn->name.rfind("<super_dict_", 0) == 0)

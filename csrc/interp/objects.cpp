@@ -34,6 +34,10 @@ ValuePtr bound_method(Tracer& t, const ValuePtr& self, py::handle func, const st
 
 }  // namespace
 
+ValuePtr Tracer::method_of(const ValuePtr& self, py::handle func, const std::string& name) {
+  return bound_method(*this, self, func, name);
+}
+
 ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
   py::handle o = obj->obj;
   if (!obj->source) unsupported("attribute '" + name + "' of " + obj->describe() + " (an object without a source)");
@@ -89,7 +93,9 @@ ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
     unsupported("attribute '" + name + "' of " + obj->describe() + " could not be read");
   }
   py::object value = py::reinterpret_steal<py::object>(v);
-  if (PyMethod_Check(v) || PyCFunction_Check(v))
+  // A builtin function stored on the object (self.act = F.gelu) is a plain function; a bound method of
+  // another kind (a C method of some object) is not modelled.
+  if (PyCFunction_Check(v) && PyCFunction_GET_SELF(v) && !PyModule_Check(PyCFunction_GET_SELF(v)))
     unsupported("attribute '" + name + "' of " + obj->describe() + " is a bound method of another kind");
   return wrap(value, guards::Source::attr(obj->source, name));
 }

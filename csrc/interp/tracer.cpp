@@ -212,7 +212,22 @@ int identity_uses(Tracer& t, const bytecode::Instruction& inst) {
     case Use::Write:
       t.objects_written = true;
       return 3;  // STORE_SUBSCR's three; STORE_ATTR / DELETE_* look at fewer, and more is only stricter
-    case Use::CallN: return inst.arg + 2;
+    case Use::CallN: {
+      // isinstance / issubclass / type of an object depend on its type (guarded at wrap) only.
+      size_t at = static_cast<size_t>(inst.arg) + 1;
+      if (t.stack.size() >= at) {
+        const ValuePtr& fn = t.stack[t.stack.size() - at];
+        if (fn && fn->kind == VKind::Object && fn->obj) {
+          PyObject* f = fn->obj.ptr();
+          if (f == reinterpret_cast<PyObject*>(&PyType_Type)) return 0;
+          if (PyCFunction_Check(f)) {
+            auto& b = PyRefs::get().builtins;
+            if (fn->obj.is(b.attr("isinstance")) || fn->obj.is(b.attr("issubclass"))) return 0;
+          }
+        }
+      }
+      return inst.arg + 2;
+    }
     case Use::ArgN: return inst.arg;
     case Use::Arg2N: return 2 * inst.arg;
     case Use::ArgN1: return inst.arg + 1;
@@ -473,6 +488,22 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
     if (!PyTuple_CheckExact(v)) out->obj = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(v)));
     return out;
   }
+  // A bound method made anew on each call (`f(self.method)`): its receiver and its function, when the
+  // function is what the receiver's class holds under its name (so `self.name` rebuilds it), not by identity.
+  if (PyMethod_Check(v) && PyFunction_Check(PyMethod_GET_FUNCTION(v))) {
+    PyObject* func = PyMethod_GET_FUNCTION(v);  // borrowed
+    PyObject* self_obj = PyMethod_GET_SELF(v);  // borrowed
+    py::str fname = py::reinterpret_borrow<py::object>(func).attr("__name__");
+    PyObject* inst_dict = nullptr;  // borrowed
+    if (PyObject** dp = _PyObject_GetDictPtr(self_obj)) inst_dict = *dp;
+    bool shadowed = inst_dict && PyDict_Check(inst_dict) && PyDict_GetItemWithError(inst_dict, fname.ptr());
+    if (PyErr_Occurred()) throw py::error_already_set();
+    if (!shadowed && _PyType_Lookup(Py_TYPE(self_obj), fname.ptr()) == func) {
+      guards.add(guards::type_match(src, v));
+      ValuePtr self = wrap(self_obj, guards::Source::attr(src, "__self__"));
+      return method_of(self, func, fname.cast<std::string>());
+    }
+  }
   // A plain instance of a Python class: its type now, its identity on first use (Tracer::realize), so an
   // object made anew on each call that the trace only moves (a result passed on to a continuation, a value
   // returned) does not recompile. Anything else: pinned by identity (attribute reads add their own guards).
@@ -608,6 +639,10 @@ ValuePtr Tracer::load_attr(const ValuePtr& obj, const std::string& name) {
         unsupported("constant has no attribute '" + name + "'");
       }
       if (is_constant_object(a)) return Value::constant(a);
+      // A Signature's parameters: a read-only view of the Signature's own (immutable) mapping.
+      if (name == "parameters" && Py_IS_TYPE(a.ptr(), &PyDictProxy_Type) &&
+          std::string(Py_TYPE(obj->obj.ptr())->tp_name) == "Signature")
+        return Value::constant(a);
       if (PyCFunction_Check(a.ptr()) || Py_TYPE(a.ptr()) == &PyMethodDescr_Type ||
           std::string(Py_TYPE(a.ptr())->tp_name) == "builtin_function_or_method")
         return Value::object(a);

@@ -149,6 +149,12 @@ class Tracer {
   ValuePtr load_global(const std::string& name);
   // Attribute read on a symbolic value.
   ValuePtr load_attr(const ValuePtr& obj, const std::string& name);
+  // `self.name` bound to the Python function `func` found on self's class (guarded through
+  // `self.__class__.name`); rebuilt as that attribute of self.
+  ValuePtr method_of(const ValuePtr& self, py::handle func, const std::string& name);
+  // inspect.signature(f) answered at trace time (calls.cpp), or nullptr when `fn` is not that call.
+  ValuePtr signature_of(const ValuePtr& fn, const std::vector<ValuePtr>& args,
+                        const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
 
   // Calls; args in call order, kwargs by name.
   ValuePtr call(const ValuePtr& fn, std::vector<ValuePtr> args, std::vector<std::pair<std::string, ValuePtr>> kwargs);

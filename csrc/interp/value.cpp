@@ -177,6 +177,18 @@ bool is_constant_object(py::handle o) {
       if (!is_constant_object(e)) return false;
     return true;
   }
+  // inspect.Signature / Parameter (immutable by contract) and Parameter.empty (a marker class).
+  static PyObject* inspect_consts = nullptr;
+  static PyObject* inspect_empty = nullptr;
+  if (!inspect_consts) {
+    py::module_ inspect = py::module_::import("inspect");
+    inspect_empty = py::object(inspect.attr("Parameter").attr("empty")).release().ptr();  // process lifetime
+    inspect_consts = py::make_tuple(inspect.attr("Signature"), inspect.attr("Parameter")).release().ptr();
+  }
+  if (o.ptr() == inspect_empty) return true;
+  if (PyObject_TypeCheck(o.ptr(), reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(inspect_consts, 0))) ||
+      PyObject_TypeCheck(o.ptr(), reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(inspect_consts, 1))))
+    return true;
   // torch.dtype, torch.device, torch.layout, torch.memory_format, torch.Size (a tuple of ints)
   static PyObject* torch_consts = nullptr;
   if (!torch_consts) {

@@ -250,3 +250,98 @@ def test_mapping_mixin_contains_is_inlined():
     assert cnt.frame_count == 1 and cnt.op_count == 1  # `in` and [] traced: one graph, the multiplication
     torch.testing.assert_close(opt(x, "missing"), x)  # no tensor op on this path: runs as Python
     torch.testing.assert_close(opt(x, "scaled"), x * 2.0)
+
+
+# ---- isinstance on objects, functions stored on modules, bound methods passed in, inspect.signature ----
+
+class _CacheA:
+    def __init__(self):
+        self.n = 1
+
+
+class _CacheB(_CacheA):
+    pass
+
+
+def _isinstance_branch(x, cache):
+    if isinstance(cache, _CacheB):
+        return x - 1
+    return x + 1
+
+
+def test_isinstance_on_an_object_is_answered_from_its_type():
+    cnt = CompileCounter()
+    opt = cdynamo.optimize(cnt)(_isinstance_branch)
+    x = torch.zeros(2)
+    for _ in range(3):
+        assert torch.equal(opt(x, _CacheA()), x + 1)   # a new object each call: no recompile
+    assert cnt.frame_count == 1
+    assert torch.equal(opt(x, _CacheB()), x - 1)       # another type: recompiles, right branch
+    assert cnt.frame_count == 2
+
+
+class _Act(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.act = torch.nn.functional.gelu            # a builtin function stored on the module
+
+    def forward(self, x):
+        return self.act(x) * 2
+
+
+def test_builtin_function_stored_on_a_module_is_traced():
+    cnt = CompileCounter()
+    m = _Act()
+    x = torch.randn(4)
+    torch.testing.assert_close(cdynamo.optimize(cnt)(m)(x), m(x))
+    assert cnt.frame_count == 1 and cnt.op_count == 2
+
+
+class _Scaler(torch.nn.Module):
+    def __init__(self, s):
+        super().__init__()
+        self.s = s
+
+    def chunk(self, x):
+        return x * self.s
+
+
+def _apply(fn, x):
+    return fn(x) + 1
+
+
+def test_bound_method_argument_guarded_by_receiver_not_identity():
+    cnt = CompileCounter()
+    opt = cdynamo.optimize(cnt)(_apply)
+    m = _Scaler(2.0)
+    x = torch.ones(3)
+    for _ in range(3):
+        torch.testing.assert_close(opt(m.chunk, x), x * 2 + 1)   # m.chunk is a new object on each call
+    assert cnt.frame_count == 1
+    torch.testing.assert_close(opt(_Scaler(5.0).chunk, x), x * 5 + 1)
+
+
+def _nargs(fn, x):
+    import inspect
+    n = len(inspect.signature(fn).parameters)
+    return x * n
+
+
+def _one(a):
+    return a
+
+
+def _two(a, b):
+    return a
+
+
+def test_inspect_signature_is_a_trace_time_constant():
+    cnt = CompileCounter()
+    opt = cdynamo.optimize(cnt)(_nargs)
+    x = torch.ones(2)
+    torch.testing.assert_close(opt(_one, x), x)
+    torch.testing.assert_close(opt(_two, x), x * 2)              # another function: its own signature
+    torch.testing.assert_close(opt(_Scaler(1.0).chunk, x), x)   # bound: `self` not counted
+    assert cnt.frame_count == 3
+    ex = cdynamo.explain(_nargs)(_one, x)
+    assert ex.graph_count == 1 and not ex.break_reasons
