@@ -453,7 +453,12 @@ ValuePtr Tracer::call_tensor_method(const ValuePtr& self, const std::string& nam
   if (!guards::is_tensor(result.ptr()) && !PyTuple_Check(result.ptr()) && !PyList_Check(result.ptr()))
     unsupported("Tensor." + name + " returned " + std::string(Py_TYPE(result.ptr())->tp_name) + ", not a tensor");
   graph::Node* n = graph.call_method(name, std::move(gargs), std::move(gkwargs), result);
-  return wrap_result(n, result, device);
+  ValuePtr out = wrap_result(n, result, device);
+  // An in-place method returns its receiver: a tensor of the frame stays that object when rebuilt (a
+  // backend may hand back a copy of a mutated input, aot_eager with aliased inputs does).
+  if (name.size() > 1 && name.back() == '_' && name[name.size() - 2] != '_' && out->is_tensor() && self->source)
+    out->source = self->source;
+  return out;
 }
 
 ValuePtr Tracer::apply_operator(py::handle op, std::vector<ValuePtr> args) {
@@ -504,7 +509,14 @@ ValuePtr Tracer::apply_operator(py::handle op, std::vector<ValuePtr> args) {
   if (!guards::is_tensor(result.ptr()))
     unsupported("operator." + name + " on tensors returned " + std::string(Py_TYPE(result.ptr())->tp_name));
   graph::Node* n = graph.call_function(py::reinterpret_borrow<py::object>(op), std::move(gargs), {}, result);
-  return wrap_result(n, result, device);
+  ValuePtr out = wrap_result(n, result, device);
+  // `x += 1` on a tensor is in place and gives back x itself (see call_tensor_method).
+  static const std::unordered_set<std::string> inplace = {"iadd", "iand", "ifloordiv", "ilshift", "imatmul",
+                                                          "imod", "imul", "ior", "ipow", "irshift", "isub",
+                                                          "itruediv", "ixor"};
+  if (inplace.count(name) && out->is_tensor() && args[0]->is_tensor() && args[0]->source)
+    out->source = args[0]->source;
+  return out;
 }
 
 void Tracer::setitem(const ValuePtr& container, const ValuePtr& key, const ValuePtr& value) {

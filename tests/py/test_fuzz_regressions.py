@@ -233,6 +233,38 @@ def test_aot_eager_graph_exception_loses_input_mutation():
     check(*REPROS["aot_eager_graph_exception_loses_input_mutation"])
 
 
+# Bug 8 (aot_eager): `obj.w -= 1` where obj.w is the argument x, after a break, in a graph whose inputs are x and a
+# view of x: the in-place result was rebuilt from the graph's output, which aot_eager (synthetic base for the
+# aliased inputs) hands back as a new tensor, so obj.w stopped being x. An in-place op's result is its receiver.
+# Seeds 11484, 16476 (call 3, aliased arguments).
+class _Box:
+    pass
+
+
+def _inplace_on_aliased_input(x, obj):
+    t2 = x.reshape(-1).reshape(x.shape)
+    k3 = (t2 > 0).sum().item()
+    b6 = t2.sort(dim=0)[0]
+    obj.w -= 1
+    y = obj.w.mul_(2)
+    return k3, b6, y
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_inplace_result_on_aliased_input_keeps_identity(backend):
+    opt = cdynamo.optimize(backend)(_inplace_on_aliased_input)
+    g = torch.Generator().manual_seed(0)
+    x, o = torch.randn(3, 2, generator=g), _Box()
+    o.w = torch.randn(3, 2, generator=g)
+    opt(x, o)
+    for fn in (_inplace_on_aliased_input, opt):
+        x, o = torch.randn(3, 2, generator=torch.Generator().manual_seed(1)), _Box()
+        o.w = x
+        k3, b6, y = fn(x, o)
+        assert o.w is x and y is x
+        torch.testing.assert_close(x, (torch.randn(3, 2, generator=torch.Generator().manual_seed(1)) - 1) * 2)
+
+
 # What torch.compile (same torch, same backend) does on each repro: None where it matches eager.
 TORCH_COMPILE_DIFFERS = {
     "del_unbound_local_does_not_raise": "raises InternalTorchDynamoError (KeyError: t), not UnboundLocalError",
