@@ -140,7 +140,7 @@ Tracer::Status Tracer::run() {
 }
 
 void Tracer::will_mutate(const ValuePtr& c) {
-  objects_written = true;
+  if (c->source) items_written = true;  // a container of the frame (one the trace made cannot alias one)
   bool saved = false;
   for (const auto& u : undo_) saved = saved || u.value == c;
   if (!saved) undo_.push_back(Undo{c, c->items, c->keys, c->self});
@@ -182,10 +182,12 @@ const std::vector<Use>& use_table() {
     set({"GET_ITER", "FOR_ITER", "UNPACK_SEQUENCE", "UNPACK_EX", "LIST_EXTEND", "SET_ADD", "SET_UPDATE",
          "DICT_UPDATE", "DICT_MERGE", "LIST_TO_TUPLE", "BEFORE_WITH", "UNARY_NEGATIVE", "UNARY_POSITIVE",
          "UNARY_INVERT", "UNARY_NOT", "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_FORWARD_IF_FALSE",
-         "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE", "POP_JUMP_FORWARD_IF_NONE",
-         "POP_JUMP_FORWARD_IF_NOT_NONE", "POP_JUMP_BACKWARD_IF_NONE", "POP_JUMP_BACKWARD_IF_NOT_NONE",
-         "JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP"},
+         "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE", "JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP"},
         Use::One);
+    // `x is None` jumps: a lazily wrapped object is never None (its guarded type decides).
+    set({"POP_JUMP_FORWARD_IF_NONE", "POP_JUMP_FORWARD_IF_NOT_NONE", "POP_JUMP_BACKWARD_IF_NONE",
+         "POP_JUMP_BACKWARD_IF_NOT_NONE"},
+        Use::Move);
     set({"BINARY_OP", "COMPARE_OP", "BINARY_SUBSCR", "CONTAINS_OP", "IS_OP", "MAP_ADD"}, Use::Two);
     set({"STORE_ATTR", "DELETE_ATTR", "STORE_SUBSCR", "DELETE_SUBSCR"}, Use::Write);
     set({"CALL"}, Use::CallN);
@@ -205,13 +207,33 @@ int identity_uses(Tracer& t, const bytecode::Instruction& inst) {
     case Use::Move: return 0;
     // Attribute reads are guarded through the attribute's own source, given the type, unless some object
     // was written in this trace: then a read through another object could be the written one.
-    case Use::AttrRead: return t.objects_written ? 1 : 0;
+    case Use::AttrRead:
+      return t.items_written || (!t.written_attrs.empty() &&
+                                 t.written_attrs.count(py::str(t.name_at(inst.arg)).cast<std::string>()))
+                 ? 1
+                 : 0;
     case Use::One: return 1;
-    case Use::Two: return 2;
+    case Use::Two:
+      // `obj is None` (or any constant): an object wrapped lazily is a plain instance, never a constant, so
+      // its guarded type decides.
+      if (inst.opcode == bytecode::opcode_by_name("IS_OP") && t.stack.size() >= 2 &&
+          (t.stack[t.stack.size() - 1]->is_const() || t.stack[t.stack.size() - 2]->is_const()))
+        return 0;
+      return 2;
     case Use::Three: return 3;
-    case Use::Write:
-      t.objects_written = true;
-      return 3;  // STORE_SUBSCR's three; STORE_ATTR / DELETE_* look at fewer, and more is only stricter
+    case Use::Write: {
+      // The written object (and a subscript's key) is pinned; the value stored is only moved. Writes to what
+      // the trace made itself (no Source) cannot reach an object of the frame.
+      static const int store_attr = bytecode::opcode_by_name("STORE_ATTR");
+      static const int delete_attr = bytecode::opcode_by_name("DELETE_ATTR");
+      bool attr = inst.opcode == store_attr || inst.opcode == delete_attr;
+      size_t target_depth = attr ? 1 : 2;
+      if (t.stack.size() < target_depth || t.stack[t.stack.size() - target_depth]->source) {
+        if (attr) t.written_attrs.insert(py::str(t.name_at(inst.arg)).cast<std::string>());
+        else t.items_written = true;
+      }
+      return static_cast<int>(target_depth);
+    }
     case Use::CallN: {
       // isinstance / issubclass / type of an object depend on its type (guarded at wrap) only.
       size_t at = static_cast<size_t>(inst.arg) + 1;
@@ -219,6 +241,9 @@ int identity_uses(Tracer& t, const bytecode::Instruction& inst) {
         const ValuePtr& fn = t.stack[t.stack.size() - at];
         if (fn && fn->kind == VKind::Object && fn->obj) {
           PyObject* f = fn->obj.ptr();
+          // A Python function (or a method bound to a value) is inlined: its arguments are only bound to its
+          // parameters here, and its own instructions pin what they look at.
+          if (PyFunction_Check(f) && (!fn->self || fn->name.empty() || fn->name[0] != '<')) return 0;
           if (f == reinterpret_cast<PyObject*>(&PyType_Type)) return 0;
           if (PyCFunction_Check(f)) {
             auto& b = PyRefs::get().builtins;
@@ -245,12 +270,15 @@ void Tracer::execute_one() {
   if (inst.pos.line >= 0) lineno_ = inst.pos.line;
   Handler h = handler_table()[inst.opcode & 0xff];
   if (!h) unsupported(std::string("opcode ") + bytecode::opname(inst.opcode) + " is not supported yet");
+  // Identity guards of the values this instruction looks at are installed once it has run: an instruction
+  // that stops the trace (a graph break) runs as Python and needs none.
   int uses = identity_uses(*this, inst);
   size_t nuse = uses < 0 || static_cast<size_t>(uses) > stack.size() ? stack.size() : static_cast<size_t>(uses);
-  for (size_t k = stack.size() - nuse; k < stack.size(); ++k) realize(stack[k]);
+  std::vector<ValuePtr> used(stack.end() - static_cast<long>(nuse), stack.end());
   size_t before = pc;
   size_t nodes = graph.mark();
   h(*this, inst);
+  for (const auto& v : used) realize(v);
   // A graph op that raises at run time (an error shape propagation cannot see, such as max() of an empty
   // tensor) raises from the graph call, outside the frame's try blocks: their handlers would be skipped.
   if (graph.mark() != nodes && in_user_try(before))
@@ -421,12 +449,17 @@ std::string placeholder_name(const guards::Source& s) {
 }  // namespace
 
 namespace {
-// A plain instance of a Python class (not a class, module, function or nn.Module): its identity is
-// guarded only once the trace uses the object (see Value::pending_id).
+// A plain instance (of a Python class, or a C object such as a context-variable token), not a class,
+// module, function, method or nn.Module: its identity is guarded only once the trace uses the object (see
+// Value::pending_id).
 bool lazy_identity(py::handle value) {
   PyObject* v = value.ptr();
   PyTypeObject* type = Py_TYPE(v);
-  if (!(type->tp_flags & Py_TPFLAGS_HEAPTYPE) || PyType_Check(v) || PyModule_Check(v)) return false;
+  if (PyType_Check(v) || PyModule_Check(v) || PyFunction_Check(v) || PyCFunction_Check(v) || PyMethod_Check(v) ||
+      PyCode_Check(v) || type == &PyMethodDescr_Type || type == &PyWrapperDescr_Type ||
+      type == &PyClassMethodDescr_Type || type == &PyGetSetDescr_Type || type == &PyMemberDescr_Type ||
+      type == &PyProperty_Type || type == &PyClassMethod_Type || type == &PyStaticMethod_Type)
+    return false;
   PyObject* module_cls = PyRefs::get().nn_module.ptr();  // borrowed (process lifetime)
   return !PyType_Check(module_cls) || !PyType_IsSubtype(type, reinterpret_cast<PyTypeObject*>(module_cls));
 }

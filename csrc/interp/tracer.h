@@ -5,6 +5,7 @@
 
 #include <array>
 #include <unordered_map>
+#include <unordered_set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -111,9 +112,12 @@ class Tracer {
   bool stopped = false;
   bool conditional_break = false;    // Break on POP_JUMP_*_IF_TRUE/FALSE of a tensor (top of stack)
   int steps = 0;                     // jumps taken (bounds loops unrolled at trace time)
-  // Some object's attributes or items were written in this trace: from now on an attribute read of an
-  // object from the frame pins its identity (another object read earlier could be the same one at run time).
-  bool objects_written = false;
+  // Writes to objects of the frame in this trace: attribute names assigned or deleted, and whether any
+  // container (or item of an object) was written. From then on, reading such an attribute (any attribute
+  // after a container write, which could be an object's __dict__) pins the object's identity: another object
+  // read earlier could be the written one at run time.
+  std::unordered_set<std::string> written_attrs;
+  bool items_written = false;
   // Free-variable slots whose cell only this frame uses (a continuation's closure over the cells of the
   // frame it continues): assignments to them are traced like local stores and written back at a break.
   std::vector<char> owned_free;

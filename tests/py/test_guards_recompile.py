@@ -349,3 +349,41 @@ def test_guard_printout_shows_type_match():
     ex = cdynamo.explain(pass_through)(torch.ones(2), Out(1))
     text = "\n".join(str(g) for g in ex.out_guards)
     assert "local 'o' TYPE_MATCH" in text and "local 'o' ID_MATCH" not in text
+
+
+def _read_v(o):
+    return o.v
+
+
+def through_helper(x, o, holder):
+    if o is None:
+        return x
+    holder.last = o            # the stored value is only moved
+    return x * _read_v(o)      # the helper is inlined: its attribute read is guarded, not o's identity
+
+
+def test_inlined_call_store_and_none_test_do_not_pin_identity():
+    opt, cnt = compiled(through_helper)
+    x = torch.ones(2)
+    h = Out(0)
+    for v in (2, 2, 2):
+        o = Out(v)
+        assert torch.equal(opt(x, o, h), x * v) and h.last is o
+    assert cnt.frame_count == 1
+    assert torch.equal(opt(x, Out(7), h), x * 7)   # the attribute's own guard fails: recompiles
+    assert cnt.frame_count == 2
+    assert torch.equal(opt(x, None, h), x)         # no tensor op on that path: no graph
+
+
+def breaks_on_object_call(x, o):
+    y = x + 1
+    r = o.v.bit_length()           # a C method of an attribute: breaks; o needs no identity guard for it
+    return y * r
+
+
+def test_break_instruction_pins_nothing():
+    opt, cnt = compiled(breaks_on_object_call)
+    x = torch.ones(2)
+    for _ in range(3):
+        assert torch.equal(opt(x, Out(4)), (x + 1) * 3)
+    assert cnt.frame_count <= 2
