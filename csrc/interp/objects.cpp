@@ -418,7 +418,6 @@ void Tracer::store_attr(const ValuePtr& obj, const std::string& name, const Valu
     unsupported("attribute assignment on " + obj->describe());
   if (value->kind == VKind::Iter || value->kind == VKind::Null || value->kind == VKind::Cell || value->made_in_trace)
     unsupported("attribute assignment of " + value->describe());
-  written_attrs.insert(name);  // setattr() reaches here too, not only STORE_ATTR
   attr_stores.push_back({obj, name, value});
 }
 

@@ -161,7 +161,8 @@ namespace {
 // How instruction kinds look at the values on top of the stack, for identity guards: only moving values
 // (locals, stack shuffles, tuples and lists built from them, the return value) does not depend on which
 // objects they are.
-enum class Use : uint8_t { Move, AttrRead, One, Two, Three, CallN, ArgN, Arg2N, ArgN1, CallEx, Format, Write, All };
+enum class Use : uint8_t { Move, AttrRead, One, Two, Three, CallN, ArgN, Arg2N, ArgN1, CallEx, Format, Write, Spread,
+                           All };
 
 const std::vector<Use>& use_table() {
   static const std::vector<Use> table = [] {
@@ -179,8 +180,9 @@ const std::vector<Use>& use_table() {
          "JUMP_BACKWARD_NO_INTERRUPT"},
         Use::Move);
     set({"LOAD_ATTR", "LOAD_METHOD"}, Use::AttrRead);
-    set({"GET_ITER", "FOR_ITER", "UNPACK_SEQUENCE", "UNPACK_EX", "LIST_EXTEND", "SET_ADD", "SET_UPDATE",
-         "DICT_UPDATE", "DICT_MERGE", "LIST_TO_TUPLE", "BEFORE_WITH", "UNARY_NEGATIVE", "UNARY_POSITIVE",
+    // Building argument tuples and dicts (`f(self, *args, **kw)`) moves the items of tuples, lists and dicts.
+    set({"LIST_EXTEND", "DICT_UPDATE", "DICT_MERGE", "LIST_TO_TUPLE"}, Use::Spread);
+    set({"GET_ITER", "FOR_ITER", "UNPACK_SEQUENCE", "UNPACK_EX", "SET_ADD", "SET_UPDATE", "BEFORE_WITH", "UNARY_NEGATIVE", "UNARY_POSITIVE",
          "UNARY_INVERT", "UNARY_NOT", "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_FORWARD_IF_FALSE",
          "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE", "JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP"},
         Use::One);
@@ -207,11 +209,10 @@ int identity_uses(Tracer& t, const bytecode::Instruction& inst) {
     case Use::Move: return 0;
     // Attribute reads are guarded through the attribute's own source, given the type, unless some object
     // was written in this trace: then a read through another object could be the written one.
-    case Use::AttrRead:
-      return t.items_written || (!t.written_attrs.empty() &&
-                                 t.written_attrs.count(py::str(t.name_at(inst.arg)).cast<std::string>()))
-                 ? 1
-                 : 0;
+    // Attribute reads are guarded through the attribute's own source, given the type; one written earlier in
+    // the trace through another object is guarded by aliasing (Tracer::load_attr). After a container of
+    // the frame was written (which could be an object's __dict__), the object is pinned.
+    case Use::AttrRead: return t.items_written ? 1 : 0;
     case Use::One: return 1;
     case Use::Two:
       // `obj is None` (or any constant): an object wrapped lazily is a plain instance, never a constant, so
@@ -222,16 +223,13 @@ int identity_uses(Tracer& t, const bytecode::Instruction& inst) {
       return 2;
     case Use::Three: return 3;
     case Use::Write: {
-      // The written object (and a subscript's key) is pinned; the value stored is only moved. Writes to what
-      // the trace made itself (no Source) cannot reach an object of the frame.
+      // An attribute store pins nothing (reads of that attribute through other objects are guarded by
+      // aliasing, Tracer::load_attr); a deletion or a subscript store pins its target (and key). Writes to
+      // what the trace made itself (no Source) cannot reach an object of the frame.
       static const int store_attr = bytecode::opcode_by_name("STORE_ATTR");
-      static const int delete_attr = bytecode::opcode_by_name("DELETE_ATTR");
-      bool attr = inst.opcode == store_attr || inst.opcode == delete_attr;
-      size_t target_depth = attr ? 1 : 2;
-      if (t.stack.size() < target_depth || t.stack[t.stack.size() - target_depth]->source) {
-        if (attr) t.written_attrs.insert(py::str(t.name_at(inst.arg)).cast<std::string>());
-        else t.items_written = true;
-      }
+      if (inst.opcode == store_attr) return 0;
+      size_t target_depth = inst.opcode == bytecode::opcode_by_name("DELETE_ATTR") ? 1 : 2;
+      if (t.stack.size() < target_depth || t.stack[t.stack.size() - target_depth]->source) t.items_written = true;
       return static_cast<int>(target_depth);
     }
     case Use::CallN: {
@@ -256,7 +254,22 @@ int identity_uses(Tracer& t, const bytecode::Instruction& inst) {
     case Use::ArgN: return inst.arg;
     case Use::Arg2N: return 2 * inst.arg;
     case Use::ArgN1: return inst.arg + 1;
-    case Use::CallEx: return (inst.arg & 1) ? 4 : 3;
+    case Use::Spread: {
+      const ValuePtr& top = t.stack.empty() ? nullptr : t.stack.back();
+      bool built = top && (top->kind == VKind::Tuple || top->kind == VKind::List || top->kind == VKind::Dict);
+      return built ? 0 : 1;
+    }
+    case Use::CallEx: {
+      // f(*args, **kwargs) of a Python function: inlined, as CALL (its instructions pin what they use).
+      size_t depth = (inst.arg & 1) ? 3 : 2;
+      if (t.stack.size() >= depth) {
+        const ValuePtr& fn = t.stack[t.stack.size() - depth];
+        if (fn && fn->kind == VKind::Object && fn->obj && PyFunction_Check(fn->obj.ptr()) &&
+            (!fn->self || fn->name.empty() || fn->name[0] != '<'))
+          return 0;
+      }
+      return (inst.arg & 1) ? 4 : 3;
+    }
     case Use::Format: return (inst.arg & 0x04) ? 2 : 1;
     case Use::All: return -1;
   }
@@ -455,7 +468,10 @@ namespace {
 bool lazy_identity(py::handle value) {
   PyObject* v = value.ptr();
   PyTypeObject* type = Py_TYPE(v);
-  if (PyType_Check(v) || PyModule_Check(v) || PyFunction_Check(v) || PyCFunction_Check(v) || PyMethod_Check(v) ||
+  // A builtin method bound to an object (made anew on each attribute read) is lazy too; a builtin function
+  // (its self a module, or none) is pinned.
+  bool builtin_fn = PyCFunction_Check(v) && (!PyCFunction_GET_SELF(v) || PyModule_Check(PyCFunction_GET_SELF(v)));
+  if (PyType_Check(v) || PyModule_Check(v) || PyFunction_Check(v) || builtin_fn || PyMethod_Check(v) ||
       PyCode_Check(v) || type == &PyMethodDescr_Type || type == &PyWrapperDescr_Type ||
       type == &PyClassMethodDescr_Type || type == &PyGetSetDescr_Type || type == &PyMemberDescr_Type ||
       type == &PyProperty_Type || type == &PyClassMethod_Type || type == &PyStaticMethod_Type)
@@ -636,6 +652,14 @@ ValuePtr Tracer::load_global(const std::string& name) {
 }
 
 ValuePtr Tracer::load_attr(const ValuePtr& obj, const std::string& name) {
+  // The same attribute assigned earlier in this trace through another value: whether that value is this
+  // object decides what the read gives, so it is guarded (the same object, or a different one).
+  if (obj->kind == VKind::Object && obj->source)
+    for (const auto& st : attr_stores)
+      if (st.obj && st.obj.get() != obj.get() && st.obj->source && st.name == name &&
+          alias_checked_.insert({st.obj.get(), obj.get()}).second)
+        guards.add(st.obj->obj.is(obj->obj) ? guards::same_object(st.obj->source, obj->source)
+                                            : guards::no_aliasing({st.obj->source, obj->source}));
   // An attribute this trace assigned reads back the assigned value (the store is replayed later).
   if (obj->kind == VKind::Object)
     for (auto it = attr_stores.rbegin(); it != attr_stores.rend(); ++it)

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <unordered_map>
+#include <set>
 #include <unordered_set>
 #include <string>
 #include <utility>
@@ -112,11 +113,8 @@ class Tracer {
   bool stopped = false;
   bool conditional_break = false;    // Break on POP_JUMP_*_IF_TRUE/FALSE of a tensor (top of stack)
   int steps = 0;                     // jumps taken (bounds loops unrolled at trace time)
-  // Writes to objects of the frame in this trace: attribute names assigned or deleted, and whether any
-  // container (or item of an object) was written. From then on, reading such an attribute (any attribute
-  // after a container write, which could be an object's __dict__) pins the object's identity: another object
-  // read earlier could be the written one at run time.
-  std::unordered_set<std::string> written_attrs;
+  // Whether a container of the frame (or an item of an object) was written in this trace: from then on an
+  // attribute read pins the object's identity (the container could be its __dict__).
   bool items_written = false;
   // Free-variable slots whose cell only this frame uses (a continuation's closure over the cells of the
   // frame it continues): assignments to them are traced like local stores and written back at a break.
@@ -297,6 +295,8 @@ class Tracer {
     return static_cast<size_t>(slot) < cell_boxes.size() ? cell_boxes[static_cast<size_t>(slot)] : nullptr;
   }
   Status status_ = Status::Running;
+  // (stored-through value, read-through value) pairs whose aliasing is already guarded (load_attr).
+  std::set<std::pair<const Value*, const Value*>> alias_checked_;
   StopInfo stop_;
   int lineno_ = -1;
 };

@@ -387,3 +387,40 @@ def test_break_instruction_pins_nothing():
     for _ in range(3):
         assert torch.equal(opt(x, Out(4)), (x + 1) * 3)
     assert cnt.frame_count <= 2
+
+
+def fill(x, o, *rest, **kw):
+    o.v = x * 2                 # writes a fresh object: pinned by nothing
+    o.w = o.v + 1               # read back through the same value
+    return o
+
+
+def init_like(x, o):
+    return fill(x, *(o,), **{})  # the *args / **kwargs call form ModelOutput.__init__ uses
+
+
+def test_writes_to_a_fresh_object_each_call_do_not_recompile():
+    opt, cnt = compiled(init_like)
+    for _ in range(4):
+        x = torch.randn(2)
+        o = opt(x, Out(0))
+        torch.testing.assert_close(o.w, x * 2 + 1)
+    assert cnt.frame_count == 1
+
+
+def write_a_read_b(x, a, b):
+    a.v = 5
+    return x * b.v
+
+
+def test_read_after_write_through_another_object_guards_aliasing():
+    opt, cnt = compiled(write_a_read_b)
+    x = torch.ones(2)
+    assert torch.equal(opt(x, Out(1), Out(2)), x * 2)
+    assert torch.equal(opt(x, Out(1), Out(2)), x * 2)   # new distinct objects: no recompile
+    assert cnt.frame_count == 1
+    c = Out(3)
+    assert torch.equal(opt(x, c, c), x * 5)             # the same object: the aliasing guard fails
+    assert cnt.frame_count == 2
+    ex = cdynamo.explain(write_a_read_b)(x, Out(1), Out(2))
+    assert any("ALIASING" in g for g in ex.out_guards)
