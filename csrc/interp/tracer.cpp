@@ -162,7 +162,12 @@ namespace {
 // (locals, stack shuffles, tuples and lists built from them, the return value) does not depend on which
 // objects they are.
 enum class Use : uint8_t { Move, AttrRead, One, Two, Three, CallN, ArgN, Arg2N, ArgN1, CallEx, Format, Write, Spread,
-                           All };
+                           Lookup, Iterate, All };
+
+// A tuple, list or dict the trace models item by item (not an object of the frame with its own methods).
+bool modelled_container(const ValuePtr& v) {
+  return v && (v->kind == VKind::Tuple || v->kind == VKind::List || v->kind == VKind::Dict);
+}
 
 const std::vector<Use>& use_table() {
   static const std::vector<Use> table = [] {
@@ -182,7 +187,8 @@ const std::vector<Use>& use_table() {
     set({"LOAD_ATTR", "LOAD_METHOD"}, Use::AttrRead);
     // Building argument tuples and dicts (`f(self, *args, **kw)`) moves the items of tuples, lists and dicts.
     set({"LIST_EXTEND", "DICT_UPDATE", "DICT_MERGE", "LIST_TO_TUPLE"}, Use::Spread);
-    set({"GET_ITER", "FOR_ITER", "UNPACK_SEQUENCE", "UNPACK_EX", "SET_ADD", "SET_UPDATE", "BEFORE_WITH", "UNARY_NEGATIVE", "UNARY_POSITIVE",
+    set({"GET_ITER", "FOR_ITER", "UNPACK_SEQUENCE", "UNPACK_EX"}, Use::Iterate);
+    set({"SET_ADD", "SET_UPDATE", "BEFORE_WITH", "UNARY_NEGATIVE", "UNARY_POSITIVE",
          "UNARY_INVERT", "UNARY_NOT", "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_FORWARD_IF_FALSE",
          "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE", "JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP"},
         Use::One);
@@ -190,12 +196,13 @@ const std::vector<Use>& use_table() {
     set({"POP_JUMP_FORWARD_IF_NONE", "POP_JUMP_FORWARD_IF_NOT_NONE", "POP_JUMP_BACKWARD_IF_NONE",
          "POP_JUMP_BACKWARD_IF_NOT_NONE"},
         Use::Move);
-    set({"BINARY_OP", "COMPARE_OP", "BINARY_SUBSCR", "CONTAINS_OP", "IS_OP", "MAP_ADD"}, Use::Two);
+    set({"BINARY_OP", "COMPARE_OP", "IS_OP", "MAP_ADD"}, Use::Two);
+    set({"BINARY_SUBSCR", "CONTAINS_OP"}, Use::Lookup);
     set({"STORE_ATTR", "DELETE_ATTR", "STORE_SUBSCR", "DELETE_SUBSCR"}, Use::Write);
     set({"CALL"}, Use::CallN);
     set({"BUILD_SET", "BUILD_STRING", "BUILD_SLICE"}, Use::ArgN);
     set({"BUILD_MAP"}, Use::Arg2N);
-    set({"BUILD_CONST_KEY_MAP"}, Use::ArgN1);
+    set({"BUILD_CONST_KEY_MAP"}, Use::Move);  // constant keys; the values are moved into the dict
     set({"CALL_FUNCTION_EX"}, Use::CallEx);
     set({"FORMAT_VALUE"}, Use::Format);
     return t;
@@ -234,9 +241,12 @@ int identity_uses(Tracer& t, const bytecode::Instruction& inst) {
     }
     case Use::CallN: {
       // isinstance / issubclass / type of an object depend on its type (guarded at wrap) only.
-      size_t at = static_cast<size_t>(inst.arg) + 1;
+      // The callable: above a NULL, or (3.11's method form, a comprehension's `f(iter)`) the item below the
+      // arguments and `self`.
+      size_t at = static_cast<size_t>(inst.arg) + 2;
       if (t.stack.size() >= at) {
-        const ValuePtr& fn = t.stack[t.stack.size() - at];
+        const ValuePtr& below = t.stack[t.stack.size() - at];
+        const ValuePtr& fn = below && below->kind == VKind::Null ? t.stack[t.stack.size() - at + 1] : below;
         if (fn && fn->kind == VKind::Object && fn->obj) {
           PyObject* f = fn->obj.ptr();
           // A Python function (or a method bound to a value) is inlined: its arguments are only bound to its
@@ -246,6 +256,10 @@ int identity_uses(Tracer& t, const bytecode::Instruction& inst) {
           if (PyCFunction_Check(f)) {
             auto& b = PyRefs::get().builtins;
             if (fn->obj.is(b.attr("isinstance")) || fn->obj.is(b.attr("issubclass"))) return 0;
+            // getattr(obj, name[, default]) is an attribute read (see Use::AttrRead).
+            if ((inst.arg == 2 || inst.arg == 3) && fn->obj.is(b.attr("getattr")) && !t.items_written) return 0;
+            // len() of a modelled tuple / list / dict counts its items without looking at them.
+            if (inst.arg == 1 && fn->obj.is(b.attr("len")) && modelled_container(t.stack.back())) return 0;
           }
         }
       }
@@ -254,6 +268,21 @@ int identity_uses(Tracer& t, const bytecode::Instruction& inst) {
     case Use::ArgN: return inst.arg;
     case Use::Arg2N: return 2 * inst.arg;
     case Use::ArgN1: return inst.arg + 1;
+    case Use::Lookup: {
+      // d[k] / seq[i] with a constant key moves one item out; `k in d` looks at the keys only. (`x in seq`
+      // compares items, by identity for plain objects: pinned.)
+      if (t.stack.size() < 2) return -1;
+      const ValuePtr& top = t.stack[t.stack.size() - 1];
+      const ValuePtr& below = t.stack[t.stack.size() - 2];
+      static const int subscr = bytecode::opcode_by_name("BINARY_SUBSCR");
+      if (inst.opcode == subscr) return modelled_container(below) && top->is_const() ? 0 : 2;
+      return top->kind == VKind::Dict && below->is_const() ? 0 : 2;
+    }
+    case Use::Iterate: {
+      // Iterating (or unpacking) a modelled tuple / list / dict, or an iterator over one, moves its items.
+      const ValuePtr& top = t.stack.empty() ? nullptr : t.stack.back();
+      return modelled_container(top) || (top && top->kind == VKind::Iter) ? 0 : 1;
+    }
     case Use::Spread: {
       const ValuePtr& top = t.stack.empty() ? nullptr : t.stack.back();
       bool built = top && (top->kind == VKind::Tuple || top->kind == VKind::List || top->kind == VKind::Dict);

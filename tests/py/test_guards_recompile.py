@@ -424,3 +424,30 @@ def test_read_after_write_through_another_object_guards_aliasing():
     assert cnt.frame_count == 2
     ex = cdynamo.explain(write_a_read_b)(x, Out(1), Out(2))
     assert any("ALIASING" in g for g in ex.out_guards)
+
+
+class _Layer:
+    def __init__(self, sliding):
+        self.is_sliding = sliding
+
+
+class _Cache:
+    def __init__(self):
+        self.layers = [_Layer(True), _Layer(False)]
+
+
+def cache_flags(x, cache, kwargs):
+    flags = [getattr(layer, "is_sliding", False) for layer in cache.layers]
+    n = len(cache.layers)
+    return x * (sum(flags) + n) if "scale" in kwargs else x
+
+
+def test_iteration_len_getattr_and_key_tests_do_not_pin_items():
+    opt, cnt = compiled(cache_flags)
+    x = torch.ones(2)
+    for _ in range(3):
+        assert torch.equal(opt(x, _Cache(), {"scale": 1}), x * 3)   # a new cache and new layers each call
+    assert cnt.frame_count == 1
+    c = _Cache()
+    c.layers[1].is_sliding = True
+    assert torch.equal(opt(x, c, {"scale": 1}), x * 4)             # the attribute's guard catches the change
