@@ -95,6 +95,7 @@ void drop_dead_entries(CodeExtra* extra) {
     }
     std::shared_ptr<CacheEntry> e = std::move(v[i]);
     v.erase(v.begin() + static_cast<std::ptrdiff_t>(i));
+    ++extra->dead_drops;
     drop_injected(*e);  // e itself dies here (or when a caller running it lets go)
   }
 }

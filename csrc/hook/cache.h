@@ -39,6 +39,7 @@ struct CodeExtra {
   bool generated = false;  // produced by cdynamo: run as is
   bool warned = false;     // the recompile-limit warning was given
   bool had_graph = false;  // some entry of this code ever captured a graph
+  int dead_drops = 0;      // entries dropped because an object they were compiled for died
   std::string last_failure;
   ~CodeExtra();
 };

@@ -173,6 +173,25 @@ std::shared_ptr<CacheEntry> translate(compat::Frame* frame, PyObject* cb, CodeEx
   const bool text = flag(cb, "wants_text", true);  // printouts for logs and explain, else skipped
   try {
     drop_dead_entries(extra);  // objects they were compiled for died: they free a recompile slot
+    // ... unless that happens on (nearly) every call: a frame compiled for objects made anew on each call
+    // would be traced again on every call. Past 4x the recompile limit of such drops it runs as Python.
+    if (extra->entries.empty() && extra->dead_drops >= 4 * recompile_limit()) {
+      if (strict) {
+        raise_unsupported("recompile limit reached for " + py::str(code->co_name).cast<std::string>() + ": " +
+                          std::to_string(extra->dead_drops) +
+                          " compiles for objects that died after the call; last guard failure: " +
+                          extra->last_failure);
+        return nullptr;
+      }
+      py::dict info = base_info(code);
+      info["reason"] = std::to_string(extra->dead_drops) +
+                       " compiles for objects that died after the call (an object made anew on each call is "
+                       "guarded by identity); the frame runs as Python from now on";
+      info["kind"] = "recompile_limit";
+      report(cb, "on_fallback", info);
+      extra->skip = true;
+      return nullptr;
+    }
     if (!extra->entries.empty()) {
       int limit = recompile_limit();
       if (static_cast<int>(extra->entries.size()) >= limit) {

@@ -451,3 +451,21 @@ def test_iteration_len_getattr_and_key_tests_do_not_pin_items():
     c = _Cache()
     c.layers[1].is_sliding = True
     assert torch.equal(opt(x, c, {"scale": 1}), x * 4)             # the attribute's guard catches the change
+
+
+def test_compiles_for_objects_dying_after_each_call_are_capped():
+    # `a is b` pins both objects; fresh ones each call drop the entry (it can never match again) and compile
+    # anew: past 4x the recompile limit of such drops the frame runs as Python, with one warning.
+    import gc
+    opt, cnt = compiled(identity_test)
+    x = torch.zeros(2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(6 * cdynamo.config.recompile_limit):
+            a, b = Out(1), Out(2)
+            assert torch.equal(opt(x, a, b), x - 1)
+            del a, b
+            gc.collect()
+    assert 4 * cdynamo.config.recompile_limit <= cnt.frame_count <= 4 * cdynamo.config.recompile_limit + 1
+    msgs = [str(w.message) for w in caught if "died after the call" in str(w.message)]
+    assert len(msgs) == 1
