@@ -139,8 +139,21 @@ Tracer::Status Tracer::run() {
   return status_;
 }
 
+bool Tracer::may_hold_attributes(const ValuePtr& c) const {
+  // Writing it could change an object's attributes: anything of the frame (an object's items, a dict that
+  // may be some object's __dict__), except what cannot be one: lists, sets, tuples, what the trace made (no
+  // Source), and the frame's own **kwargs dict (made fresh by the call).
+  if (!c || !c->source) return false;
+  if (c->kind == VKind::List || c->kind == VKind::Set || c->kind == VKind::Tuple) return false;
+  if (c->kind == VKind::Dict && (code->co_flags & CO_VARKEYWORDS) && c->source->kind == guards::Source::Kind::Local) {
+    int varkw = code->co_argcount + code->co_kwonlyargcount + ((code->co_flags & CO_VARARGS) ? 1 : 0);
+    if (c->source->index == varkw) return false;
+  }
+  return true;
+}
+
 void Tracer::will_mutate(const ValuePtr& c) {
-  if (c->source) items_written = true;  // a container of the frame (one the trace made cannot alias one)
+  if (may_hold_attributes(c)) items_written = true;
   bool saved = false;
   for (const auto& u : undo_) saved = saved || u.value == c;
   if (!saved) undo_.push_back(Undo{c, c->items, c->keys, c->self});
@@ -169,6 +182,17 @@ bool modelled_container(const ValuePtr& v) {
   return v && (v->kind == VKind::Tuple || v->kind == VKind::List || v->kind == VKind::Dict);
 }
 
+// A callee the trace inlines, so that its arguments are only bound to parameters: a Python function (or a
+// method bound to a value), or an nn.Module (its forward). Its own instructions pin what they use.
+bool inlined_callee(const ValuePtr& fn) {
+  if (!fn || fn->kind != VKind::Object || !fn->obj) return false;
+  PyObject* f = fn->obj.ptr();
+  if (PyFunction_Check(f)) return !fn->self || fn->name.empty() || fn->name[0] != '<';
+  PyObject* module_cls = PyRefs::get().nn_module.ptr();  // borrowed (process lifetime)
+  return !fn->self && PyType_Check(module_cls) &&
+         PyType_IsSubtype(Py_TYPE(f), reinterpret_cast<PyTypeObject*>(module_cls));
+}
+
 const std::vector<Use>& use_table() {
   static const std::vector<Use> table = [] {
     std::vector<Use> t(256, Use::All);
@@ -181,7 +205,7 @@ const std::vector<Use>& use_table() {
     set({"NOP", "RESUME", "CACHE", "EXTENDED_ARG", "LOAD_FAST", "STORE_FAST", "DELETE_FAST", "LOAD_CONST",
          "POP_TOP", "COPY", "SWAP", "PUSH_NULL", "PRECALL", "KW_NAMES", "LOAD_DEREF", "STORE_DEREF",
          "LOAD_CLOSURE", "MAKE_CELL", "COPY_FREE_VARS", "LOAD_GLOBAL", "STORE_GLOBAL", "BUILD_TUPLE",
-         "BUILD_LIST", "LIST_APPEND", "RETURN_VALUE", "JUMP_FORWARD", "JUMP_BACKWARD",
+         "BUILD_LIST", "LIST_APPEND", "RETURN_VALUE", "YIELD_VALUE", "JUMP_FORWARD", "JUMP_BACKWARD",
          "JUMP_BACKWARD_NO_INTERRUPT"},
         Use::Move);
     set({"LOAD_ATTR", "LOAD_METHOD"}, Use::AttrRead);
@@ -236,7 +260,8 @@ int identity_uses(Tracer& t, const bytecode::Instruction& inst) {
       static const int store_attr = bytecode::opcode_by_name("STORE_ATTR");
       if (inst.opcode == store_attr) return 0;
       size_t target_depth = inst.opcode == bytecode::opcode_by_name("DELETE_ATTR") ? 1 : 2;
-      if (t.stack.size() < target_depth || t.stack[t.stack.size() - target_depth]->source) t.items_written = true;
+      if (t.stack.size() < target_depth || t.may_hold_attributes(t.stack[t.stack.size() - target_depth]))
+        t.items_written = true;
       return static_cast<int>(target_depth);
     }
     case Use::CallN: {
@@ -249,9 +274,7 @@ int identity_uses(Tracer& t, const bytecode::Instruction& inst) {
         const ValuePtr& fn = below && below->kind == VKind::Null ? t.stack[t.stack.size() - at + 1] : below;
         if (fn && fn->kind == VKind::Object && fn->obj) {
           PyObject* f = fn->obj.ptr();
-          // A Python function (or a method bound to a value) is inlined: its arguments are only bound to its
-          // parameters here, and its own instructions pin what they look at.
-          if (PyFunction_Check(f) && (!fn->self || fn->name.empty() || fn->name[0] != '<')) return 0;
+          if (inlined_callee(fn)) return 0;
           if (f == reinterpret_cast<PyObject*>(&PyType_Type)) return 0;
           if (PyCFunction_Check(f)) {
             auto& b = PyRefs::get().builtins;
@@ -266,7 +289,14 @@ int identity_uses(Tracer& t, const bytecode::Instruction& inst) {
       return inst.arg + 2;
     }
     case Use::ArgN: return inst.arg;
-    case Use::Arg2N: return 2 * inst.arg;
+    case Use::Arg2N: {
+      // BUILD_MAP: with constant keys the values are only moved into the dict.
+      size_t n = 2 * static_cast<size_t>(inst.arg);
+      if (t.stack.size() < n) return -1;
+      for (size_t k = t.stack.size() - n; k < t.stack.size(); k += 2)
+        if (!t.stack[k]->is_const()) return static_cast<int>(n);
+      return 0;
+    }
     case Use::ArgN1: return inst.arg + 1;
     case Use::Lookup: {
       // d[k] / seq[i] with a constant key moves one item out; `k in d` looks at the keys only. (`x in seq`
@@ -292,10 +322,7 @@ int identity_uses(Tracer& t, const bytecode::Instruction& inst) {
       // f(*args, **kwargs) of a Python function: inlined, as CALL (its instructions pin what they use).
       size_t depth = (inst.arg & 1) ? 3 : 2;
       if (t.stack.size() >= depth) {
-        const ValuePtr& fn = t.stack[t.stack.size() - depth];
-        if (fn && fn->kind == VKind::Object && fn->obj && PyFunction_Check(fn->obj.ptr()) &&
-            (!fn->self || fn->name.empty() || fn->name[0] != '<'))
-          return 0;
+        if (inlined_callee(t.stack[t.stack.size() - depth])) return 0;
       }
       return (inst.arg & 1) ? 4 : 3;
     }

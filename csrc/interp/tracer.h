@@ -192,6 +192,8 @@ class Tracer {
   void will_mutate(const ValuePtr& c);
   // Installs the pending identity guards of `v` and of everything it holds (items, a method's receiver).
   void realize(const ValuePtr& v);
+  // True if writing into `c` could change attributes of an object of the frame (see items_written).
+  bool may_hold_attributes(const ValuePtr& c) const;
   // Lists, tuples and sets (lists.cpp): their methods, set(), and the set / dict operators.
   ValuePtr call_list_method(ValuePtr l, const std::string& name, std::vector<ValuePtr> args,
                             std::vector<std::pair<std::string, ValuePtr>> kwargs);

@@ -469,3 +469,28 @@ def test_compiles_for_objects_dying_after_each_call_are_capped():
     assert 4 * cdynamo.config.recompile_limit <= cnt.frame_count <= 4 * cdynamo.config.recompile_limit + 1
     msgs = [str(w.message) for w in caught if "died after the call" in str(w.message)]
     assert len(msgs) == 1
+
+
+class _UsesCache(torch.nn.Module):
+    def forward(self, x, cache=None, **kwargs):
+        flags = all(layer.is_sliding is not None for layer in cache.layers)   # a generator: yields move
+        return x * len(cache.layers) if flags else x
+
+
+class _Outer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = _UsesCache()
+
+    def forward(self, x, cache):
+        return self.inner(x, cache=cache, **{"extra": 1})   # a module call: its arguments are only bound
+
+
+def test_module_call_arguments_and_generator_items_are_not_pinned():
+    cnt = CompileCounter()
+    m = _Outer()
+    opt = cdynamo.optimize(cnt)(m)
+    x = torch.ones(2)
+    for _ in range(3):
+        torch.testing.assert_close(opt(x, _Cache()), x * 2)
+    assert cnt.frame_count == 1

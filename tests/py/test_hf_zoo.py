@@ -25,7 +25,7 @@ logging.getLogger("transformers").setLevel(logging.ERROR)
 GRAPHS_TODAY = {"bert": 3, "gpt2": 4, "t5": 46, "llama": 5, "distilbert": 2, "vit": 1}
 # Models whose same-shape calls still recompile frames (issue 11, item 4: objects new on each call are
 # guarded by identity).
-RECOMPILE = {"gpt2", "t5", "llama"}
+RECOMPILE = {"t5", "llama"}
 
 
 @pytest.fixture(autouse=True)
