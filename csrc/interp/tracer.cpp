@@ -174,12 +174,20 @@ namespace {
 // How instruction kinds look at the values on top of the stack, for identity guards: only moving values
 // (locals, stack shuffles, tuples and lists built from them, the return value) does not depend on which
 // objects they are.
-enum class Use : uint8_t { Move, AttrRead, One, Two, Three, CallN, ArgN, Arg2N, ArgN1, CallEx, Format, Write, Spread,
-                           Lookup, Iterate, All };
+enum class Use : uint8_t {
+  Move, AttrRead, One, Two, Is, CallN, ArgN, Arg2N, ArgN1, CallEx, Format, StoreAttr, DeleteAttr, WriteItem, Spread,
+  Subscript, Contains, Iterate, All
+};
 
 // A tuple, list or dict the trace models item by item (not an object of the frame with its own methods).
 bool modelled_container(const ValuePtr& v) {
   return v && (v->kind == VKind::Tuple || v->kind == VKind::List || v->kind == VKind::Dict);
+}
+
+// An instance of torch.nn.Module, by its type (no Python code runs).
+bool module_instance(PyObject* o) {
+  PyObject* module_cls = PyRefs::get().nn_module.ptr();  // borrowed (process lifetime)
+  return PyType_Check(module_cls) && PyType_IsSubtype(Py_TYPE(o), reinterpret_cast<PyTypeObject*>(module_cls));
 }
 
 // A callee the trace inlines, so that its arguments are only bound to parameters: a Python function (or a
@@ -188,10 +196,29 @@ bool inlined_callee(const ValuePtr& fn) {
   if (!fn || fn->kind != VKind::Object || !fn->obj) return false;
   PyObject* f = fn->obj.ptr();
   if (PyFunction_Check(f)) return !fn->self || fn->name.empty() || fn->name[0] != '<';
-  PyObject* module_cls = PyRefs::get().nn_module.ptr();  // borrowed (process lifetime)
-  return !fn->self && PyType_Check(module_cls) &&
-         PyType_IsSubtype(Py_TYPE(f), reinterpret_cast<PyTypeObject*>(module_cls));
+  return !fn->self && module_instance(f);
 }
+
+// The callee of CALL n: above a NULL, or (3.11's method form, a comprehension's `f(iter)`) the item below
+// the arguments and `self`; nullptr when the stack is too short.
+const ValuePtr* call_callee(const Tracer& t, int nargs) {
+  size_t at = static_cast<size_t>(nargs) + 2;
+  if (t.stack.size() < at) return nullptr;
+  const ValuePtr& below = t.stack[t.stack.size() - at];
+  return below && below->kind == VKind::Null ? &t.stack[t.stack.size() - at + 1] : &below;
+}
+
+// Builtins whose call looks at an object's type (guarded at wrap), or its attributes (guarded through
+// their sources), not at which object it is. Borrowed from builtins (process lifetime).
+struct TypeOnlyBuiltins {
+  PyObject *isinstance, *issubclass, *len;
+  TypeOnlyBuiltins() {
+    py::object b = PyRefs::get().builtins;
+    isinstance = b.attr("isinstance").ptr();
+    issubclass = b.attr("issubclass").ptr();
+    len = b.attr("len").ptr();
+  }
+};
 
 const std::vector<Use>& use_table() {
   static const std::vector<Use> table = [] {
@@ -220,9 +247,13 @@ const std::vector<Use>& use_table() {
     set({"POP_JUMP_FORWARD_IF_NONE", "POP_JUMP_FORWARD_IF_NOT_NONE", "POP_JUMP_BACKWARD_IF_NONE",
          "POP_JUMP_BACKWARD_IF_NOT_NONE"},
         Use::Move);
-    set({"BINARY_OP", "COMPARE_OP", "IS_OP", "MAP_ADD"}, Use::Two);
-    set({"BINARY_SUBSCR", "CONTAINS_OP"}, Use::Lookup);
-    set({"STORE_ATTR", "DELETE_ATTR", "STORE_SUBSCR", "DELETE_SUBSCR"}, Use::Write);
+    set({"BINARY_OP", "COMPARE_OP", "MAP_ADD"}, Use::Two);
+    set({"IS_OP"}, Use::Is);
+    set({"BINARY_SUBSCR"}, Use::Subscript);
+    set({"CONTAINS_OP"}, Use::Contains);
+    set({"STORE_ATTR"}, Use::StoreAttr);
+    set({"DELETE_ATTR"}, Use::DeleteAttr);
+    set({"STORE_SUBSCR", "DELETE_SUBSCR"}, Use::WriteItem);
     set({"CALL"}, Use::CallN);
     set({"BUILD_SET", "BUILD_STRING", "BUILD_SLICE"}, Use::ArgN);
     set({"BUILD_MAP"}, Use::Arg2N);
@@ -236,55 +267,45 @@ const std::vector<Use>& use_table() {
 
 // Number of top-of-stack values `inst` may look at by identity (-1: all); notes writes to objects.
 int identity_uses(Tracer& t, const bytecode::Instruction& inst) {
-  switch (use_table()[static_cast<size_t>(inst.opcode & 0xff)]) {
+  const Use use = use_table()[static_cast<size_t>(inst.opcode & 0xff)];
+  switch (use) {
     case Use::Move: return 0;
-    // Attribute reads are guarded through the attribute's own source, given the type, unless some object
-    // was written in this trace: then a read through another object could be the written one.
     // Attribute reads are guarded through the attribute's own source, given the type; one written earlier in
     // the trace through another object is guarded by aliasing (Tracer::load_attr). After a container of
     // the frame was written (which could be an object's __dict__), the object is pinned.
     case Use::AttrRead: return t.items_written ? 1 : 0;
     case Use::One: return 1;
-    case Use::Two:
+    case Use::Two: return 2;
+    case Use::Is:
       // `obj is None` (or any constant): an object wrapped lazily is a plain instance, never a constant, so
       // its guarded type decides.
-      if (inst.opcode == bytecode::opcode_by_name("IS_OP") && t.stack.size() >= 2 &&
-          (t.stack[t.stack.size() - 1]->is_const() || t.stack[t.stack.size() - 2]->is_const()))
+      if (t.stack.size() >= 2 && (t.stack[t.stack.size() - 1]->is_const() || t.stack[t.stack.size() - 2]->is_const()))
         return 0;
       return 2;
-    case Use::Three: return 3;
-    case Use::Write: {
-      // An attribute store pins nothing (reads of that attribute through other objects are guarded by
-      // aliasing, Tracer::load_attr); a deletion or a subscript store pins its target (and key). Writes to
-      // what the trace made itself (no Source) cannot reach an object of the frame.
-      static const int store_attr = bytecode::opcode_by_name("STORE_ATTR");
-      if (inst.opcode == store_attr) return 0;
-      size_t target_depth = inst.opcode == bytecode::opcode_by_name("DELETE_ATTR") ? 1 : 2;
+    // An attribute store pins nothing (reads of that attribute through other objects are guarded by aliasing,
+    // Tracer::load_attr); a deletion or a subscript store pins its target (and key). Writes to what the trace
+    // made itself (no Source) cannot reach an object of the frame.
+    case Use::StoreAttr: return 0;
+    case Use::DeleteAttr:
+    case Use::WriteItem: {
+      size_t target_depth = use == Use::DeleteAttr ? 1 : 2;
       if (t.stack.size() < target_depth || t.may_hold_attributes(t.stack[t.stack.size() - target_depth]))
         t.items_written = true;
       return static_cast<int>(target_depth);
     }
     case Use::CallN: {
-      // isinstance / issubclass / type of an object depend on its type (guarded at wrap) only.
-      // The callable: above a NULL, or (3.11's method form, a comprehension's `f(iter)`) the item below the
-      // arguments and `self`.
-      size_t at = static_cast<size_t>(inst.arg) + 2;
-      if (t.stack.size() >= at) {
-        const ValuePtr& below = t.stack[t.stack.size() - at];
-        const ValuePtr& fn = below && below->kind == VKind::Null ? t.stack[t.stack.size() - at + 1] : below;
-        if (fn && fn->kind == VKind::Object && fn->obj) {
-          PyObject* f = fn->obj.ptr();
-          if (inlined_callee(fn)) return 0;
-          if (f == reinterpret_cast<PyObject*>(&PyType_Type)) return 0;
-          if (PyCFunction_Check(f)) {
-            auto& b = PyRefs::get().builtins;
-            if (fn->obj.is(b.attr("isinstance")) || fn->obj.is(b.attr("issubclass"))) return 0;
-            // getattr(obj, name[, default]) is an attribute read (see Use::AttrRead).
-            if ((inst.arg == 2 || inst.arg == 3) && fn->obj.is(b.attr("getattr")) && !t.items_written) return 0;
-            // len() of a modelled tuple / list / dict counts its items without looking at them.
-            if (inst.arg == 1 && fn->obj.is(b.attr("len")) && modelled_container(t.stack.back())) return 0;
-          }
-        }
+      const ValuePtr* callee = call_callee(t, inst.arg);
+      const ValuePtr& fn = callee ? *callee : nullptr;
+      if (fn && fn->kind == VKind::Object && fn->obj) {
+        PyObject* f = fn->obj.ptr();
+        if (inlined_callee(fn)) return 0;
+        if (f == reinterpret_cast<PyObject*>(&PyType_Type)) return 0;  // type(obj): its class, guarded
+        static const TypeOnlyBuiltins builtins;
+        if (f == builtins.isinstance || f == builtins.issubclass) return 0;
+        // getattr(obj, name[, default]) is an attribute read (see Use::AttrRead).
+        if ((inst.arg == 2 || inst.arg == 3) && f == PyRefs::get().getattr_fn.ptr() && !t.items_written) return 0;
+        // len() of a modelled tuple / list / dict counts its items without looking at them.
+        if (inst.arg == 1 && f == builtins.len && modelled_container(t.stack.back())) return 0;
       }
       return inst.arg + 2;
     }
@@ -298,28 +319,22 @@ int identity_uses(Tracer& t, const bytecode::Instruction& inst) {
       return 0;
     }
     case Use::ArgN1: return inst.arg + 1;
-    case Use::Lookup: {
-      // d[k] / seq[i] with a constant key moves one item out; `k in d` looks at the keys only. (`x in seq`
-      // compares items, by identity for plain objects: pinned.)
+    // d[k] / seq[i] with a constant key moves one item out; `k in d` looks at the keys only. (`x in seq`
+    // compares items, by identity for plain objects: pinned.)
+    case Use::Subscript:
       if (t.stack.size() < 2) return -1;
-      const ValuePtr& top = t.stack[t.stack.size() - 1];
-      const ValuePtr& below = t.stack[t.stack.size() - 2];
-      static const int subscr = bytecode::opcode_by_name("BINARY_SUBSCR");
-      if (inst.opcode == subscr) return modelled_container(below) && top->is_const() ? 0 : 2;
-      return top->kind == VKind::Dict && below->is_const() ? 0 : 2;
-    }
+      return modelled_container(t.stack[t.stack.size() - 2]) && t.stack.back()->is_const() ? 0 : 2;
+    case Use::Contains:
+      if (t.stack.size() < 2) return -1;
+      return t.stack.back()->kind == VKind::Dict && t.stack[t.stack.size() - 2]->is_const() ? 0 : 2;
     case Use::Iterate: {
       // Iterating (or unpacking) a modelled tuple / list / dict, or an iterator over one, moves its items.
       const ValuePtr& top = t.stack.empty() ? nullptr : t.stack.back();
       return modelled_container(top) || (top && top->kind == VKind::Iter) ? 0 : 1;
     }
-    case Use::Spread: {
-      const ValuePtr& top = t.stack.empty() ? nullptr : t.stack.back();
-      bool built = top && (top->kind == VKind::Tuple || top->kind == VKind::List || top->kind == VKind::Dict);
-      return built ? 0 : 1;
-    }
+    case Use::Spread: return !t.stack.empty() && modelled_container(t.stack.back()) ? 0 : 1;
     case Use::CallEx: {
-      // f(*args, **kwargs) of a Python function: inlined, as CALL (its instructions pin what they use).
+      // f(*args, **kwargs) of a callee the trace inlines, as for CALL.
       size_t depth = (inst.arg & 1) ? 3 : 2;
       if (t.stack.size() >= depth) {
         if (inlined_callee(t.stack[t.stack.size() - depth])) return 0;
@@ -532,8 +547,7 @@ bool lazy_identity(py::handle value) {
       type == &PyClassMethodDescr_Type || type == &PyGetSetDescr_Type || type == &PyMemberDescr_Type ||
       type == &PyProperty_Type || type == &PyClassMethod_Type || type == &PyStaticMethod_Type)
     return false;
-  PyObject* module_cls = PyRefs::get().nn_module.ptr();  // borrowed (process lifetime)
-  return !PyType_Check(module_cls) || !PyType_IsSubtype(type, reinterpret_cast<PyTypeObject*>(module_cls));
+  return !module_instance(v);
 }
 }  // namespace
 

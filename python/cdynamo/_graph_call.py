@@ -54,26 +54,32 @@ def _schema_mutable(target):
     return bool(schema is not None and getattr(schema, "is_mutable", False))
 
 
-def _may_write(node, name):
+def _known_write(node, name):
+    """A torch op that writes some of its operands (in-place forms, ``out=``, running statistics, ...)."""
     target = node.target
-    if node.op == "call_module":
-        return True
-    if node.op == "call_function" and target in _INPLACE_OPERATORS:
+    if node.op == "call_function" and (target in _INPLACE_OPERATORS or _schema_mutable(target)):
         return True
     if name.endswith("_") and not name.endswith("__"):
         return True
     if name in _MAY_WRITE_NAMES:
         return True
-    if node.kwargs.get("out") is not None or node.kwargs.get("inplace") is True:
+    return node.kwargs.get("out") is not None or node.kwargs.get("inplace") is True
+
+
+def _opaque(node):
+    """A callee outside torch (a module call, an allow_in_graph function): it may write what it is given."""
+    if node.op == "call_module":
         return True
-    if node.op == "call_function":
-        if _schema_mutable(target):
-            return True
-        owner = getattr(target, "__objclass__", None)  # a Tensor method descriptor: its class is torch's
-        module = getattr(owner if owner is not None else target, "__module__", None) or ""
-        if not module.startswith(_PURE_MODULES) and id(target) not in _PURE_IDS:
-            return True  # an allow_in_graph callee (or anything opaque) may write what it is given
-    return False
+    if node.op != "call_function":
+        return False
+    target = node.target
+    owner = getattr(target, "__objclass__", None)  # a Tensor method descriptor: its class is torch's
+    module = getattr(owner if owner is not None else target, "__module__", None) or ""
+    return not module.startswith(_PURE_MODULES) and id(target) not in _PURE_IDS
+
+
+def _may_write(node, name):
+    return _known_write(node, name) or _opaque(node)
 
 
 def _draws_random(node, name):
@@ -96,11 +102,8 @@ _WRITTEN_OPERANDS = {"batch_norm": ((1, 2), ("running_mean", "running_var")),
 
 def _written(node, name):
     """The nodes a writing node may write (a superset)."""
-    if node.op == "call_module" or (node.op == "call_function" and name not in _MAY_WRITE_NAMES
-                                    and not name.endswith("_") and node.target not in _INPLACE_OPERATORS
-                                    and node.kwargs.get("out") is None and node.kwargs.get("inplace") is not True
-                                    and not _schema_mutable(node.target)):
-        return [a for a in node.all_input_nodes]  # opaque: everything it is given
+    if node.op == "call_module" or not _known_write(node, name):
+        return list(node.all_input_nodes)  # opaque: everything it is given
     if name in _WRITTEN_OPERANDS:
         pos, kw = _WRITTEN_OPERANDS[name]
         out = [node.args[i] for i in pos if i < len(node.args)] + [node.kwargs[k] for k in kw if k in node.kwargs]
@@ -114,16 +117,16 @@ def _written(node, name):
     return [a for a in flat if hasattr(a, "op")]
 
 
-def _written_inputs(gm):
-    """Indices of the placeholders a call of ``gm`` may write (through views and unknown ops: a superset)."""
+def _written_inputs(gm, writers):
+    """Indices of the placeholders a call of ``gm`` may write through the nodes ``writers`` (through views and
+    unknown ops: a superset)."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     index = {n: i for i, n in enumerate(placeholders)}
     hit = set()
     seen = set()
     stack = []
-    for node in gm.graph.nodes:
-        if node.op in ("call_function", "call_method", "call_module") and _may_write(node, _name(node.target)):
-            stack.extend(_written(node, _name(node.target)))
+    for node in writers:
+        stack.extend(_written(node, _name(node.target)))
     while stack:
         n = stack.pop()
         if n in seen:
@@ -145,17 +148,19 @@ def error_policy(gm, has_effects=False):
     (``has_effects``) would otherwise be lost. Without such effects a failed in-order write (backend eager)
     is what eager leaves behind, and the error propagates as it is.
     """
-    writes = random = False
+    writers = []
+    random = False
     for node in gm.graph.nodes:
         if node.op not in ("call_function", "call_method", "call_module"):
             continue
         if node.kwargs.get("generator") is not None:
             return (PROPAGATE, None, None, None)
         name = _name(node.target)
-        writes = writes or _may_write(node, name)
+        if _may_write(node, name):
+            writers.append(node)
         random = random or _draws_random(node, name)
-    policy = CHECK_VERSIONS if writes else CLEAN
-    mask = _written_inputs(gm) if writes and has_effects else None
+    policy = CHECK_VERSIONS if writers else CLEAN
+    mask = _written_inputs(gm, writers) if writers and has_effects else None
     if mask is not None and not any(mask):
         mask = None
     return (policy, save_rng if random else None, restore_rng if random else None, mask)
