@@ -29,6 +29,17 @@ def cdynamo_reset():
     cdynamo.reset()
 
 
+@pytest.fixture
+def cdynamo_and_dynamo_reset():
+    """cdynamo_reset, and torch._dynamo's caches too (files that compare with torch.compile)."""
+    import torch._dynamo
+    cdynamo.reset()
+    torch._dynamo.reset()
+    yield
+    cdynamo.reset()
+    torch._dynamo.reset()
+
+
 # A test that hangs (e.g. a deadlock in the frame hook) dumps every thread's stack and ends the run, so it
 # fails fast instead of eating CI's time budget. CDYNAMO_TEST_TIMEOUT=0 turns this off (e.g. for gdb).
 _TIMEOUT = float(os.environ.get("CDYNAMO_TEST_TIMEOUT", "300"))

@@ -28,13 +28,7 @@ GRAPHS_TODAY = {"bert": 3, "gpt2": 4, "t5": 46, "llama": 5, "distilbert": 2, "vi
 RECOMPILE = {"t5", "llama"}
 
 
-@pytest.fixture(autouse=True)
-def _reset():
-    cdynamo.reset()
-    torch._dynamo.reset()
-    yield
-    cdynamo.reset()
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("cdynamo_and_dynamo_reset")
 
 
 def _build(name):

@@ -19,13 +19,7 @@ from cdynamo.exc import CdynamoWarning
 from cdynamo.testing import CompileCounter
 
 
-@pytest.fixture(autouse=True)
-def _reset():
-    cdynamo.reset()
-    torch._dynamo.reset()
-    yield
-    cdynamo.reset()
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("cdynamo_and_dynamo_reset")
 
 
 # ---------------------------------------------------------------- the zoo
