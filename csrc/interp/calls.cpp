@@ -268,6 +268,19 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
     case CallKind::CompilingQuery:
       if (!args.empty() || !kwargs.empty()) unsupported(callable_name(f) + " with arguments");
       return Value::constant(py::bool_(true));
+    case CallKind::TorchAssert: {
+      // A condition known while tracing (a guarded size compared with a constant) that holds: no effect.
+      // A false or run-time (tensor) condition runs as Python, which raises or checks it.
+      ValuePtr cond = !args.empty() ? args[0] : nullptr;
+      for (const auto& kv : kwargs)
+        if (kv.first == "condition") cond = kv.second;
+      if (!cond || cond->kind != VKind::Const || args.size() + kwargs.size() != 2)
+        unsupported("torch._assert on a condition known only at run time");
+      int truth = PyObject_IsTrue(cond->obj.ptr());
+      if (truth < 0) PyErr_Clear();
+      if (truth != 1) unsupported("torch._assert whose condition is false while tracing");
+      return Value::constant(py::none());
+    }
     case CallKind::TorchMetadata:
     case CallKind::Operator:
     case CallKind::PureBuiltin: {

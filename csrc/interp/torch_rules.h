@@ -22,6 +22,7 @@ enum class CallKind {
   AutocastQuery,   // torch.is_autocast_enabled / is_autocast_cpu_enabled: folded under an AUTOCAST guard
   TorchFunctionQuery,  // torch._C._has_torch_function*: false for plain tensors
   CompilingQuery,  // torch.compiler.is_compiling / torch._dynamo.is_compiling: True while tracing
+  TorchAssert,     // torch._assert(cond, msg): nothing when cond is a true constant
   AllowedInGraph,  // user callable registered with cdynamo.allow_in_graph
   Disallowed,      // user callable registered with cdynamo.disallow_in_graph
   Unknown,

@@ -9,6 +9,7 @@ import sysconfig
 
 import pytest
 import torch
+import torch._dynamo.testing
 
 import cdynamo
 from cdynamo.testing import CompileCounter
@@ -107,3 +108,33 @@ def test_is_compiling_is_true_while_tracing():
     x = torch.randn(3)
     torch.testing.assert_close(cdynamo.optimize("eager")(fn)(x), x + 1)
     torch.testing.assert_close(fn(x), x - 1)
+
+
+def test_torch_assert_on_known_condition_is_no_op():
+    # timm's PatchEmbed: `_assert(H == self.img_size[0], msg)` on a guarded size: one graph, as torch._dynamo.
+    from torch import _assert
+
+    def fn(x):
+        _assert(x.shape[0] == 4, "rows")
+        torch._assert(condition=x.shape[1] == 3, message="cols")
+        return x.relu() + 1
+
+    cnt = CompileCounter()
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(cdynamo.optimize(cnt)(fn)(x), fn(x))
+    assert (cnt.frame_count, cnt.op_count) == (1, 2)
+    dcnt = torch._dynamo.testing.CompileCounter()
+    torch.compile(fn, backend=dcnt)(x)
+    assert dcnt.frame_count == 1
+
+
+def test_torch_assert_failing_raises_as_eager():
+    def fn(x):
+        y = x * 2
+        torch._assert(x.shape[0] == 5, "need five rows")
+        return y
+
+    with pytest.raises(AssertionError, match="need five rows"):
+        cdynamo.optimize("eager")(fn)(torch.randn(4))
+    with pytest.raises(AssertionError, match="need five rows"):
+        cdynamo.optimize("eager", nopython=False)(fn)(torch.randn(4))
