@@ -18,6 +18,7 @@ CALLS = 6  # same-shape calls counted for recompiles
 def _zoo():
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sys.path.insert(0, os.path.join(here, "tests", "py"))
+    import vision_shim  # noqa: F401  (transformers' model classes import torchvision when it is installed)
     import hf_zoo_models
     return hf_zoo_models.MODELS
 

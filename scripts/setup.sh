@@ -39,6 +39,12 @@ need=()
 # transformers: the model zoo's library models (tests/py/test_hf_zoo.py); it does not depend on torch.
 "$PY" -c 'import transformers, sys; sys.exit(transformers.__version__ != "5.24.0")' >/dev/null 2>&1 \
   || need+=("transformers==5.24.0")
+# timm's model zoo (tests/py/test_timm_zoo.py): timm's runtime deps (transformers brings most of them) and pillow
+# (torchvision.datasets imports PIL); timm and torchvision themselves go in below, with --no-deps.
+"$PY" -c 'import huggingface_hub' >/dev/null 2>&1 || need+=(huggingface_hub)
+"$PY" -c 'import safetensors' >/dev/null 2>&1 || need+=(safetensors)
+"$PY" -c 'import yaml' >/dev/null 2>&1 || need+=(pyyaml)
+"$PY" -c 'import PIL' >/dev/null 2>&1 || need+=(pillow)
 "$PY" -c 'import scikit_build_core' >/dev/null 2>&1 || need+=("scikit-build-core>=0.10")
 "$PY" -c 'import pybind11' >/dev/null 2>&1 || need+=("pybind11>=2.12")
 command -v cmake >/dev/null 2>&1 || need+=("cmake>=3.20")
@@ -47,7 +53,23 @@ if [ ${#need[@]} -gt 0 ]; then
   say "pip installing: ${need[*]}"
   pip_install "${need[@]}"
 else
-  say "pytest, numpy, scipy, transformers, scikit-build-core, pybind11, cmake, ninja: present"
+  say "pytest, numpy, scipy, transformers, pillow, scikit-build-core, pybind11, cmake, ninja: present"
+fi
+# timm and torchvision both depend on torch: --no-deps, so pip never replaces the pinned torch (torchvision's
+# only wheel for torch 2.13, 0.28.0, is a CUDA build whose C++ extension does not load with the CPU torch;
+# tests/py/vision_shim.py makes its Python part import). Checked by version: `import timm` needs the shim.
+pinned_version() { "$PY" -c 'import importlib.metadata as m, sys
+try: v = m.version(sys.argv[1])
+except m.PackageNotFoundError: v = None
+sys.exit(v != sys.argv[2])' "$1" "$2" >/dev/null 2>&1; }
+nodeps=()
+pinned_version timm 1.0.22 || nodeps+=("timm==1.0.22")
+pinned_version torchvision 0.28.0 || nodeps+=("torchvision==0.28.0")
+if [ ${#nodeps[@]} -gt 0 ]; then
+  say "pip installing (--no-deps): ${nodeps[*]}"
+  pip_install --no-deps "${nodeps[@]}"
+else
+  say "timm, torchvision: present"
 fi
 
 # 4. System packages: a C++ compiler and GoogleTest headers.

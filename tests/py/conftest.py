@@ -1,5 +1,5 @@
 # conftest.py — owns making pytest use the installed cdynamo (never python/ of the source tree), the
-# cdynamo_reset fixture and the per-test hang limit.
+# cdynamo_reset fixture, the per-test hang limit and loading vision_shim before any test imports torchvision.
 import faulthandler
 import os
 import sys
@@ -16,6 +16,7 @@ for _name in [m for m in sys.modules if m == "cdynamo" or m.startswith("cdynamo.
         del sys.modules[_name]
 
 import cdynamo  # noqa: E402
+import vision_shim  # noqa: E402,F401  (before anything imports torchvision: timm, transformers)
 
 if os.path.abspath(cdynamo.__file__).startswith(_SRC + os.sep):
     raise RuntimeError(f"tests must import the installed cdynamo, got {cdynamo.__file__}; run bash scripts/setup.sh")
