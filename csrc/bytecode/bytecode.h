@@ -96,6 +96,8 @@ Assembled assemble(const Bytecode& bc, int firstlineno);
 
 // Maximum stack depth of `bc` by flow analysis (including exception handlers).
 int stack_depth(const Bytecode& bc);
+// The same, also filling `depth` with the stack depth before each instruction (INT_MIN: unreachable).
+int stack_depths(const Bytecode& bc, std::vector<int>& depth);
 
 // Returns a new reference: `base.replace(co_code=..., co_exceptiontable=..., co_linetable=...,
 // co_stacksize=...)` plus any extra keyword overrides in `overrides` (a dict, borrowed, may be nullptr).

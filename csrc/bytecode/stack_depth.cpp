@@ -26,6 +26,11 @@ std::string where(const Bytecode& bc, size_t i) {
 }  // namespace
 
 int stack_depth(const Bytecode& bc) {
+  std::vector<int> depth;
+  return stack_depths(bc, depth);
+}
+
+int stack_depths(const Bytecode& bc, std::vector<int>& depth) {
   const size_t n = bc.insts.size();
   std::unordered_map<const Instruction*, size_t> index;
   index.reserve(n);
@@ -46,7 +51,7 @@ int stack_depth(const Bytecode& bc) {
     for (size_t i = s; i <= en && i < n; ++i) handlers[i].push_back(k);
   }
 
-  std::vector<int> depth(n, INT_MIN);
+  depth.assign(n, INT_MIN);
   std::vector<size_t> work;
   int max_depth = 0;
   auto push = [&](size_t i, int d, size_t from) {

@@ -119,17 +119,30 @@ std::vector<int> passed_locals(const Tracer& t, const Origin& o, size_t target) 
   return out;
 }
 
+// A tail call to the chain continuation of a cut, in a continuation's copy of the origin.
+struct Tail {
+  bytecode::Instruction* first;       // its first instruction (jumps to the cut land here)
+  bytecode::Instruction* load_chain;  // LOAD_CONST of the chain's code (argument patched by make_resume)
+  size_t cut;                         // origin index of the cut
+};
+
 // A copy of the instructions of `src` reachable from `entry` (program order kept); `kept` gets the index in
-// `src` of each copied instruction. Code before a continuation's entry that no path reaches again is
-// dropped, so a function with N breaks does not make N copies of its whole body.
-bytecode::Bytecode clone_reachable(const OriginInfo& src, size_t entry, std::vector<int>& kept) {
+// `src` of each copied instruction (-1 for instructions made here). Code before a continuation's entry that
+// no path reaches again is dropped, so a function with N breaks does not make N copies of its whole body.
+// In a long function the copy also stops at the cuts of its window plan (other than `entry`): each cut
+// reached becomes `return chain(live locals)` (listed in `tails`), the rest of the body being the chain's.
+bytecode::Bytecode clone_reachable(const OriginInfo& src, size_t entry, std::vector<int>& kept,
+                                   std::vector<Tail>& tails) {
   const size_t n = src.bc.insts.size();
+  const WindowPlan& plan = src.windows;
+  auto is_cut = [&](size_t k) { return plan.any() && k != entry && plan.cut[k]; };
   std::vector<char> reach(n, 0);
   std::vector<size_t> work{entry};
   reach[entry] = 1;
   while (!work.empty()) {
     size_t i = work.back();
     work.pop_back();
+    if (is_cut(i)) continue;
     for (size_t s : src.succ[i])
       if (!reach[s]) {
         reach[s] = 1;
@@ -141,6 +154,25 @@ bytecode::Bytecode clone_reachable(const OriginInfo& src, size_t entry, std::vec
   for (size_t k = 0; k < n; ++k) {
     if (!reach[k]) continue;
     const auto& i = src.bc.insts[k];
+    if (is_cut(k)) {
+      auto add = [&](const char* op, int arg) {
+        bytecode::Instruction* c = out.append(bytecode::opcode_by_name(op), arg);
+        c->pos = i->pos;
+        kept.push_back(-1);
+        return c;
+      };
+      Tail tail{add("PUSH_NULL", 0), nullptr, k};
+      tail.load_chain = add("LOAD_CONST", 0);
+      add("MAKE_FUNCTION", 0);
+      for (int slot : plan.args[k]) add("LOAD_FAST", slot);  // origin slots, remapped with the body's
+      const int nargs = static_cast<int>(plan.args[k].size());
+      add("PRECALL", nargs);
+      add("CALL", nargs);
+      add("RETURN_VALUE", 0);
+      map[k] = tail.first;
+      tails.push_back(tail);
+      continue;
+    }
     bytecode::Instruction* c = out.append(i->opcode, i->arg);
     c->offset = i->offset;
     c->pos = i->pos;
@@ -148,9 +180,10 @@ bytecode::Bytecode clone_reachable(const OriginInfo& src, size_t entry, std::vec
     kept.push_back(static_cast<int>(k));
   }
   for (size_t k = 0; k < n; ++k)
-    if (map[k] && src.bc.insts[k]->target) map[k]->target = map[static_cast<size_t>(src.bc.index_of(src.bc.insts[k]->target))];
+    if (map[k] && !is_cut(k) && src.bc.insts[k]->target)
+      map[k]->target = map[static_cast<size_t>(src.bc.index_of(src.bc.insts[k]->target))];
   // An exception entry keeps the reachable part of its range (contiguous in the copy: the range's
-  // instructions are consecutive in `src` and the copy keeps their order).
+  // instructions are consecutive in `src` and the copy keeps their order; cuts are outside every range).
   for (const auto& e : src.bc.exception_table) {
     int s = src.bc.index_of(e.start), t = src.bc.index_of(e.end);
     bytecode::Instruction *first = nullptr, *last = nullptr;
@@ -167,6 +200,28 @@ bytecode::Bytecode clone_reachable(const OriginInfo& src, size_t entry, std::vec
 // Builds `__resume_at_<offset>_<n>(stack..., locals...)` from the origin code: a prologue that rebuilds the
 // stack (NULLs where the original stack had them) and jumps into a copy of the origin's bytecode at
 // `target`; `passed` are origin slots. Records where its parts came from (resume_info).
+Resume make_resume(const Origin& o, size_t target, const std::vector<char>& null_at, const std::vector<int>& passed,
+                   int& counter);
+
+// The code of the chain continuation at `cut` (origin index), made once per origin and cut while one of
+// the continuations calling it lives: the origin's body from the cut (up to its next cuts), taking the
+// locals live at the cut.
+py::object chain_code(const Origin& o, size_t cut, int& counter) {
+  auto& chains = o.info->chains;
+  auto it = chains.find(cut);
+  if (it != chains.end()) {
+    PyObject* alive = PyWeakref_GetObject(it->second.ptr());  // borrowed; Py_None once dead
+    if (alive && alive != Py_None) return py::reinterpret_borrow<py::object>(alive);
+    PyErr_Clear();
+  }
+  Origin base{o.code, o.info, nullptr};
+  Resume r = make_resume(base, cut, {}, o.info->windows.args[cut], counter);
+  PyObject* ref = PyWeakref_NewRef(r.code.ptr(), nullptr);  // new reference
+  if (!ref) throw py::error_already_set();
+  chains[cut] = py::reinterpret_steal<py::object>(ref);
+  return r.code;
+}
+
 Resume make_resume(const Origin& o, size_t target, const std::vector<char>& null_at, const std::vector<int>& passed,
                    int& counter) {
   const bytecode::Bytecode& src = o.info->bc;
@@ -198,7 +253,8 @@ Resume make_resume(const Origin& o, size_t target, const std::vector<char>& null
     freevars.append(py::reinterpret_borrow<py::object>(compat::code_localsplus_name(o.code, slot)));
   }
   std::vector<int> kept;
-  bytecode::Bytecode body = clone_reachable(*o.info, target, kept);
+  std::vector<Tail> tails;
+  bytecode::Bytecode body = clone_reachable(*o.info, target, kept, tails);
   static const std::vector<int> local_ops = {
       bytecode::opcode_by_name("LOAD_FAST"), bytecode::opcode_by_name("STORE_FAST"),
       bytecode::opcode_by_name("DELETE_FAST"), bytecode::opcode_by_name("LOAD_DEREF"),
@@ -239,6 +295,11 @@ Resume make_resume(const Origin& o, size_t target, const std::vector<char>& null
 
   Emitter e(o.code);
   e.bc = std::move(body);
+  info->tail_cut.assign(e.bc.insts.size(), -1);
+  for (const Tail& tail : tails) {
+    tail.load_chain->arg = e.const_index(chain_code(o, tail.cut, counter));
+    info->tail_cut[static_cast<size_t>(e.bc.index_of(tail.first))] = static_cast<int>(tail.cut);
+  }
   e.set_varnames(names, argcount);
   if (!derefs.empty()) {
     e.set_freevars(py::tuple(freevars));
@@ -298,8 +359,10 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
   size_t pc = t.pc;
   const bytecode::Instruction& inst = *t.bc.insts[pc];
   const Origin origin = origin_of(t);
-  bool cond = is_conditional(t);
-  int consumed = cond ? 1 : consumed_by(inst);
+  // The end of a continuation's window: the frame's state goes to the chain continuation of the cut.
+  const int cut = origin.resume && pc < origin.resume->tail_cut.size() ? origin.resume->tail_cut[pc] : -1;
+  bool cond = cut < 0 && is_conditional(t);
+  int consumed = cut >= 0 ? 0 : cond ? 1 : consumed_by(inst);
   if (consumed < 0 || static_cast<size_t>(consumed) > t.stack.size())
     throw interp::Unsupported(std::string("cannot restart ") + bytecode::opname(inst.opcode) + " after a graph break");
   size_t ndeep = t.stack.size() - static_cast<size_t>(consumed);
@@ -359,7 +422,18 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
     e.emit("RETURN_VALUE");
   };
 
-  if (cond) {
+  if (cut >= 0) {
+    if (ndeep != 0) throw interp::Unsupported("a continuation window ends with values on the stack");
+    const std::vector<int>& args = origin.info->windows.args[static_cast<size_t>(cut)];
+    if (passed_locals(t, origin, static_cast<size_t>(cut)) != args)
+      throw interp::Unsupported("a local live after a continuation window is not bound");
+    e.emit("PUSH_NULL");
+    e.load_const(chain_code(origin, static_cast<size_t>(cut), counter));
+    e.emit("MAKE_FUNCTION", 0);
+    if (tmp >= 0) e.emit("DELETE_FAST", tmp);
+    rb.release();
+    call_resume(0, args);
+  } else if (cond) {
     rb.push(t.stack.back());
     std::string jump = bytecode::opname(inst.opcode);
     size_t p = jump.find("BACKWARD");

@@ -49,6 +49,7 @@ const OriginInfo& origin_info(PyCodeObject* code) {
     info->bc = bytecode::decode(code);
     info->succ = successors(info->bc);
     info->live = live_locals(info->bc, code->co_nlocals, info->succ);
+    info->windows = plan_windows(code, info->bc, info->succ, info->live);
     e->origin = std::move(info);
   }
   return *e->origin;

@@ -26,6 +26,8 @@ PyObject* frame_locals_dict(Frame* f);  // non-NULL only for class bodies / exec
 PyObject** frame_localsplus(Frame* f);
 // True once the frame has executed past its first instruction (resumed generators, re-entered frames).
 bool frame_started(Frame* f);
+// Python calls the thread can still make before RecursionError (the recursion limit minus the depth now).
+int recursion_headroom(PyThreadState* tstate);
 
 // Number of localsplus slots of a code object and the name of slot i (borrowed).
 int code_nlocalsplus(PyCodeObject* code);

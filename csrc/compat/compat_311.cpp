@@ -41,6 +41,8 @@ bool frame_started(Frame* f) {
   return f->prev_instr != _PyCode_CODE(f->f_code) - 1;
 }
 
+int recursion_headroom(PyThreadState* tstate) { return tstate->recursion_remaining; }
+
 int code_nlocalsplus(PyCodeObject* code) { return code->co_nlocalsplus; }
 PyObject* code_localsplus_name(PyCodeObject* code, int i) {
   return PyTuple_GET_ITEM(code->co_localsplusnames, i);  // borrowed

@@ -1,6 +1,8 @@
 // cache.cpp — owns code-extra storage, its registry for reset() and the cleanup of injected globals.
 #include "hook/cache.h"
 
+#include <algorithm>
+
 #include <stdexcept>
 #include <unordered_set>
 
@@ -98,6 +100,11 @@ void drop_dead_entries(CodeExtra* extra) {
     ++extra->dead_drops;
     drop_injected(*e);  // e itself dies here (or when a caller running it lets go)
   }
+}
+
+bool continuation_too_deep(PyThreadState* tstate) {
+  const int limit = Py_GetRecursionLimit();
+  return compat::recursion_headroom(tstate) < std::min(limit / 4, 200);
 }
 
 CodeExtra* get_extra(PyCodeObject* code) {

@@ -39,10 +39,15 @@ struct CodeExtra {
   bool generated = false;  // produced by cdynamo: run as is
   bool warned = false;     // the recompile-limit warning was given
   bool had_graph = false;  // some entry of this code ever captured a graph
+  bool continuation = false;  // a __resume_at_* code: runs compiled only with recursion headroom to spare
   int dead_drops = 0;      // entries dropped because an object they were compiled for died
   std::string last_failure;
   ~CodeExtra();
 };
+
+// Continuations nest one frame per graph break (eager runs the function in one frame): below this much
+// headroom a continuation runs as Python, so a chain of breaks never meets a RecursionError eager would not.
+bool continuation_too_deep(PyThreadState* tstate);
 
 // Keeps an extra alive for a scope (GIL held throughout).
 class ExtraPin {

@@ -174,6 +174,7 @@ PyObject* eval_frame(PyThreadState* tstate, compat::Frame* frame, int throwflag)
   if (extra) {
     if (extra->skip) return eval_library(tstate, frame, throwflag);
     if (extra->generated) return compat::eval_default(tstate, frame, throwflag);
+    if (extra->continuation && continuation_too_deep(tstate)) return compat::eval_default(tstate, frame, throwflag);
   } else if (!plain_function_code(code) || compat::frame_locals_dict(frame) || skip_by_file(code)) {
     try {
       ensure_extra(code)->skip = true;

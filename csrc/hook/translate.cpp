@@ -238,7 +238,18 @@ std::shared_ptr<CacheEntry> translate(compat::Frame* frame, PyObject* cb, CodeEx
       return e;
     }
     interp::Tracer t(code, fv);
-    if (const codegen::ResumeInfo* ri = codegen::resume_info(code)) t.owned_free = ri->owned_free;
+    if (const codegen::ResumeInfo* ri = codegen::resume_info(code)) {
+      extra->continuation = true;
+      if (continuation_too_deep(PyThreadState_Get())) {
+        // Not remembered: a later call from a shallower stack compiles it.
+        report_fallback(cb, code, "unsupported",
+                        "graph breaks nested too deep (each continues in a new frame): the rest of the "
+                        "function runs as Python near the recursion limit");
+        return nullptr;
+      }
+      t.owned_free = ri->owned_free;
+      t.window_end = ri->tail_cut;
+    }
     auto status = t.run();
     if (status == interp::Tracer::Status::Unsupported) {
       const auto& stop = t.stop_info();

@@ -90,6 +90,8 @@ Tracer::Status Tracer::run() {
         status_ = Status::Returned;
         break;
       }
+      if (at_window_end(pc))
+        unsupported("end of a continuation window (a very long function is continued in parts)");
       execute_one();
     } catch (const Unsupported& e) {
       if (stop_.reason.empty()) stop_.reason = e.what();
@@ -386,6 +388,7 @@ bool Tracer::in_user_try(size_t index) const {
 }
 
 bool Tracer::breakable(size_t index, std::string* why) const {
+  if (at_window_end(index)) return true;  // an empty stack outside loops and try blocks, by construction
   const bytecode::Instruction* inst = bc.insts[index].get();
   // Cells are rebuilt by STORE_DEREF in the rewritten frame and handed to the continuation as its
   // closure; a function made in this trace that captures one (its Cell value) cannot be rebuilt.

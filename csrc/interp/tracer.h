@@ -119,6 +119,10 @@ class Tracer {
   // Free-variable slots whose cell only this frame uses (a continuation's closure over the cells of the
   // frame it continues): assignments to them are traced like local stores and written back at a break.
   std::vector<char> owned_free;
+  // For a continuation of a long function: per instruction, >= 0 where its window ends (a tail call to the
+  // next part of the function starts); the trace stops there with a graph break.
+  std::vector<int> window_end;
+  bool at_window_end(size_t index) const { return index < window_end.size() && window_end[index] >= 0; }
   bool owns_free(int slot) const {
     return static_cast<size_t>(slot) < owned_free.size() && owned_free[static_cast<size_t>(slot)];
   }
