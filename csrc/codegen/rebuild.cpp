@@ -14,7 +14,8 @@ namespace {
 bool from_frame(const ValuePtr& v) { return v->is_container() && v->source && v->obj; }
 
 bool has_items(const ValuePtr& v) {
-  return v->kind == VKind::Tuple || v->kind == VKind::List || v->kind == VKind::Dict || v->kind == VKind::Instance;
+  return v->kind == VKind::Tuple || v->kind == VKind::List || v->kind == VKind::Dict || v->kind == VKind::Instance ||
+         v->kind == VKind::Record;
 }
 
 // The receiver a bound method value carries (a tensor method, or a method of an object the trace made):
@@ -108,9 +109,13 @@ PyObject* new_object_obj = nullptr;
 PyObject* write_back_obj = nullptr;
 
 py::handle new_object_fn() { return builtin_fn(&new_object_def, &new_object_obj); }
+
+PyObject* g_untraced_call = nullptr;  // borrowed (the hook stage keeps it for the process lifetime)
 py::handle write_back_fn() { return builtin_fn(&write_back_def, &write_back_obj); }
 
 }  // namespace
+
+void set_untraced_call(PyObject* fn) { g_untraced_call = fn; }
 
 std::vector<graph::Node*> collect_outputs(const std::vector<ValuePtr>& values) {
   std::vector<graph::Node*> out;
@@ -139,6 +144,7 @@ bool reads_locals(const ValuePtr& v, std::unordered_set<const interp::Value*>& s
     case VKind::Method:
       return reads_locals(v->self, seen);
     case VKind::Instance:
+    case VKind::Record:
       if (reads_locals(v->self, seen)) return true;
       break;
     case VKind::List:
@@ -182,7 +188,7 @@ void count_lists(const ValuePtr& v, std::unordered_map<const interp::Value*, int
     return;
   }
   if (!has_items(v) || from_frame(v)) return;
-  if (v->kind == VKind::List || v->kind == VKind::Dict || v->kind == VKind::Instance) {
+  if (v->kind == VKind::List || v->kind == VKind::Dict || v->kind == VKind::Instance || v->kind == VKind::Record) {
     if (n[v.get()]++ == 0) order.push_back(v.get());
     else return;  // its items were counted on first sight
   }
@@ -360,6 +366,22 @@ void Rebuilder::push(const ValuePtr& v, int above) {
       e_.emit("BUILD_MAP", static_cast<int>(v->items.size()));
       e_.emit("PRECALL", 2);
       e_.emit("CALL", 2);
+      return;
+    }
+    case VKind::Record: {  // untraced_call(cls, field=value, ...): ModelOutput's own __init__ runs, uncaptured
+      if (!g_untraced_call) throw interp::Unsupported("cannot make a ModelOutput object here");
+      e_.emit("PUSH_NULL");
+      e_.load_const(py::handle(g_untraced_call));
+      push(v->self, above + 2);
+      py::tuple names(v->keys.size());
+      for (size_t i = 0; i < v->keys.size(); ++i) {
+        names[i] = v->keys[i];
+        push(v->items[i], above + 3 + static_cast<int>(i));
+      }
+      const int n = static_cast<int>(v->items.size()) + 1;
+      e_.emit("KW_NAMES", e_.const_index(names));
+      e_.emit("PRECALL", n);
+      e_.emit("CALL", n);
       return;
     }
     case VKind::Null:

@@ -11,6 +11,10 @@
 
 namespace cdynamo::codegen {
 
+// The builtin that calls a function with capture off (made by the hook stage at import; the Rebuilder emits
+// calls to it to make the library objects the trace modelled). Borrowed: kept for the process lifetime.
+void set_untraced_call(PyObject* fn);
+
 class Rebuilder {
  public:
   // Graph output k is read either from a temporary local `out_slot` (>= 0) or, when out_slot < 0, from

@@ -1,6 +1,9 @@
 // graph_call.cpp — owns the GraphCall type: capture off and grad mode kept around a compiled graph, and the
-// clean-failure record (a graph that raised without writing its inputs or drawing random numbers).
+// clean-failure record (a graph that raised without writing its inputs or drawing random numbers), and the
+// untraced-call builtin rewritten code makes modelled library objects with.
 #include "hook/graph_call.h"
+
+#include "codegen/rebuild.h"
 
 #include <cstdint>
 #include <vector>
@@ -214,7 +217,35 @@ bool take_clean_failure(PyObject* graph) {
 
 void clear_clean_failure() { tl_clean_failure = nullptr; }
 
+namespace {
+
+// untraced_call(fn, *args, **kwargs): fn's call with capture off (frames it runs are not compiled). Rewritten
+// code makes the library objects the trace modelled this way (a ModelOutput's own __init__ and
+// __post_init__ are run, not traced again on every call).
+PyObject* untraced_call(PyObject*, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+  if (n < 1) {
+    PyErr_SetString(PyExc_TypeError, "untraced_call needs a callable");
+    return nullptr;
+  }
+  PyObject* prev = exchange_callback(nullptr);  // new reference (or NULL)
+  PyObject* result = PyObject_Vectorcall(args[0], args + 1, static_cast<size_t>(n - 1), kwnames);  // new reference
+  PyObject* none = exchange_callback(prev);
+  Py_XDECREF(none);
+  Py_XDECREF(prev);
+  return result;
+}
+
+PyMethodDef untraced_call_def = {"_cdynamo_untraced_call",
+                                 reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(untraced_call)),
+                                 METH_FASTCALL | METH_KEYWORDS, "Calls fn(*args, **kwargs) with capture off."};
+
+}  // namespace
+
 int init_graph_call() {
+  PyObject* untraced = PyCFunction_New(&untraced_call_def, nullptr);  // new reference, kept for the process
+  if (!untraced) return -1;
+  codegen::set_untraced_call(untraced);
   PyTypeObject& t = GraphCallType;
   t.tp_name = "cdynamo._C.GraphCall";
   t.tp_basicsize = sizeof(GraphCall);

@@ -57,7 +57,8 @@ PyObject* known_type(const ValuePtr& v) {
     case VKind::Dict: return reinterpret_cast<PyObject*>(&PyDict_Type);
     case VKind::Set: return reinterpret_cast<PyObject*>(v->obj ? &PyFrozenSet_Type : &PySet_Type);
     case VKind::Const: return reinterpret_cast<PyObject*>(Py_TYPE(v->obj.ptr()));
-    case VKind::Instance: return v->self->obj.ptr();
+    case VKind::Instance:
+    case VKind::Record: return v->self->obj.ptr();
     default: return nullptr;
   }
 }
@@ -270,7 +271,8 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
     if (args[0]->kind == VKind::Object && args[0]->source)  // guarded by identity through obj.__class__
       return wrap(reinterpret_cast<PyObject*>(Py_TYPE(args[0]->obj.ptr())),
                   guards::Source::attr(args[0]->source, "__class__"));
-    if (args[0]->kind == VKind::Instance && args[0]->self) return args[0]->self;  // made in the trace: its class
+    if ((args[0]->kind == VKind::Instance || args[0]->kind == VKind::Record) && args[0]->self)
+      return args[0]->self;  // made in the trace: its class
     for (const auto& in : inputs)
       if (args[0]->is_tensor() && in.node == args[0]->node)  // TENSOR_MATCH guards the exact type
         return Value::object(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(in.value.ptr()))));

@@ -188,6 +188,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
       case VKind::List:
       case VKind::Tuple: return call_list_method(fn->self, fn->name, std::move(args), std::move(kwargs));
       case VKind::Set: return call_set_method(fn->self, fn->name, std::move(args), std::move(kwargs));
+      case VKind::Record: return call_record_method(fn->self, fn->name, std::move(args), std::move(kwargs));
       default: break;
     }
   }
@@ -212,6 +213,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
   if (is_namedtuple_class(f)) return make_namedtuple(f, args, kwargs);
   if (fn->kind == VKind::Object && fn->source && !fn->self && is_plain_class(f))
     return make_instance(fn, std::move(args), std::move(kwargs));
+  if (fn->kind == VKind::Object && fn->source && !fn->self && is_record_class(f))
+    return make_record(fn, std::move(args), std::move(kwargs));
   if (ValuePtr r = call_builtin(bname, f, args, kwargs)) return r;
   if ((bname == "set" || bname == "frozenset") && kwargs.empty()) return make_set(args, bname == "frozenset");
   if (!bname.empty() && kwargs.empty()) {
@@ -220,6 +223,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
       return Value::constant(py::int_(args[0]->items.size()));
     if (bname == "len" && args.size() == 1 && args[0]->kind == VKind::Set)
       return Value::constant(py::int_(args[0]->keys.size()));
+    if (bname == "len" && args.size() == 1 && args[0]->kind == VKind::Record)
+      return Value::constant(py::int_(record_present(args[0]).size()));
     if (ValuePtr r = call_iter_builtin(bname, args)) return r;
   }
   // Methods of immutable constants ("a_b".split("_"), name.startswith(...)) fold on constant arguments.

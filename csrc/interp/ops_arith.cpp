@@ -51,6 +51,10 @@ void unary_not(Tracer& t, const Instruction&) {
 void binary_subscr(Tracer& t, const Instruction&) {
   ValuePtr key = t.pop();
   ValuePtr container = t.pop();
+  if (container->kind == VKind::Record) {
+    t.push(t.record_item(container, key));
+    return;
+  }
   if (t.dict_subscr(container, key)) return;
   if (ValuePtr child = t.module_item(container, key)) {
     t.push(child);

@@ -72,7 +72,7 @@ const std::unordered_set<std::string>& pure_builtins() {
   static const std::unordered_set<std::string> s = {
       "len", "isinstance", "issubclass", "abs", "min", "max", "round", "int", "float", "bool", "str", "tuple",
       "list", "sum", "any", "all", "type", "callable", "divmod", "pow", "sorted", "repr", "hash", "ord", "chr",
-      "complex", "hex", "oct", "bin", "format", "range"};
+      "complex", "hex", "oct", "bin", "format", "range", "slice"};
   return s;
 }
 

@@ -181,9 +181,10 @@ enum class Use : uint8_t {
   Subscript, Contains, Iterate, All
 };
 
-// A tuple, list or dict the trace models item by item (not an object of the frame with its own methods).
+// A tuple, list or dict the trace models item by item (not an object of the frame with its own methods), or
+// a ModelOutput the trace made (read only by field).
 bool modelled_container(const ValuePtr& v) {
-  return v && (v->kind == VKind::Tuple || v->kind == VKind::List || v->kind == VKind::Dict);
+  return v && (v->kind == VKind::Tuple || v->kind == VKind::List || v->kind == VKind::Dict || v->kind == VKind::Record);
 }
 
 // An instance of torch.nn.Module, by its type (no Python code runs).
@@ -275,7 +276,9 @@ int identity_uses(Tracer& t, const bytecode::Instruction& inst) {
     // Attribute reads are guarded through the attribute's own source, given the type; one written earlier in
     // the trace through another object is guarded by aliasing (Tracer::load_attr). After a container of
     // the frame was written (which could be an object's __dict__), the object is pinned.
-    case Use::AttrRead: return t.items_written ? 1 : 0;
+    case Use::AttrRead:
+      if (!t.stack.empty() && t.stack.back()->kind == VKind::Record) return 0;  // its fields, by name
+      return t.items_written ? 1 : 0;
     case Use::One: return 1;
     case Use::Two: return 2;
     case Use::Is:
@@ -298,10 +301,16 @@ int identity_uses(Tracer& t, const bytecode::Instruction& inst) {
     case Use::CallN: {
       const ValuePtr* callee = call_callee(t, inst.arg);
       const ValuePtr& fn = callee ? *callee : nullptr;
+      // A ModelOutput's own methods (to_tuple, get, keys, ...) move its fields out.
+      if (fn && fn->kind == VKind::Method && fn->self && fn->self->kind == VKind::Record) return 0;
       if (fn && fn->kind == VKind::Object && fn->obj) {
         PyObject* f = fn->obj.ptr();
         if (inlined_callee(fn)) return 0;
         if (f == reinterpret_cast<PyObject*>(&PyType_Type)) return 0;  // type(obj): its class, guarded
+        // Objects the trace makes: a plain class's __init__ is inlined, a ModelOutput's fields are the
+        // arguments, moved.
+        if (PyType_Check(f) && !fn->self && (is_record_class(fn->obj) || (fn->source && is_plain_class(fn->obj))))
+          return 0;
         static const TypeOnlyBuiltins builtins;
         if (f == builtins.isinstance || f == builtins.issubclass) return 0;
         // getattr(obj, name[, default]) is an attribute read (see Use::AttrRead).
@@ -740,6 +749,7 @@ ValuePtr Tracer::load_attr(const ValuePtr& obj, const std::string& name) {
   if (obj->kind == VKind::Object && obj->name == "<super>") return super_attr(obj, name);
   if (obj->kind == VKind::Tuple && obj->obj) return namedtuple_attr(obj, name);
   if (obj->kind == VKind::Instance) return instance_attr(obj, name);
+  if (obj->kind == VKind::Record) return record_attr(obj, name);
   switch (obj->kind) {
     case VKind::Tensor:
       return tensor_attr(*this, obj, name);

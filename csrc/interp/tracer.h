@@ -67,6 +67,8 @@ const HandlerTable& handler_table();
 // A class whose objects the trace can make: a Python class (type's instance) with object.__new__, an
 // instance __dict__, no __getattr__/__setattr__ of its own and only Python classes up to object.
 bool is_plain_class(py::handle cls);
+// A dataclass subclass of transformers' ModelOutput that keeps ModelOutput's behaviour (records.cpp).
+bool is_record_class(py::handle cls);
 // Sets keyword `name` in `kwargs` (replacing an existing one in place); returns true if it replaced one.
 bool set_kwarg(std::vector<std::pair<std::string, ValuePtr>>& kwargs, const std::string& name, ValuePtr value);
 // True for classes made by collections.namedtuple / typing.NamedTuple (direct tuple subclasses with _fields).
@@ -239,6 +241,16 @@ class Tracer {
                          std::vector<std::pair<std::string, ValuePtr>> kwargs);
   ValuePtr instance_attr(const ValuePtr& inst, const std::string& name);
   std::string describe_class(const ValuePtr& cls) const;
+  // transformers ModelOutput objects made in the trace (records.cpp): construction from the dataclass
+  // fields, reads by attribute (fields, properties), key, index and slice, and their dict/tuple methods.
+  ValuePtr make_record(const ValuePtr& cls, std::vector<ValuePtr> args,
+                       std::vector<std::pair<std::string, ValuePtr>> kwargs);
+  ValuePtr record_attr(const ValuePtr& rec, const std::string& name);
+  ValuePtr record_item(const ValuePtr& rec, const ValuePtr& key);
+  ValuePtr call_record_method(const ValuePtr& rec, const std::string& name, std::vector<ValuePtr> args,
+                              std::vector<std::pair<std::string, ValuePtr>> kwargs);
+  bool record_none(const ValuePtr& v) const;
+  std::vector<size_t> record_present(const ValuePtr& rec) const;  // indices of the fields not None
   // obj.name = value on an object of the frame: recorded and replayed after the graph, in program order.
   void store_attr(const ValuePtr& obj, const std::string& name, const ValuePtr& value);
   // `a <op> b` for set operators (| & - ^ and their in-place forms) on sets and `|` on dicts; nullptr

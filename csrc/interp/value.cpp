@@ -139,6 +139,7 @@ std::string Value::describe() const {
     case VKind::Set: return "set of " + std::to_string(keys.size());
     case VKind::Cell: return "cell";
     case VKind::Instance: return "new " + py::str(self->obj.attr("__qualname__")).cast<std::string>() + " object";
+    case VKind::Record: return "new " + py::str(self->obj.attr("__qualname__")).cast<std::string>() + " output";
   }
   return "?";
 }

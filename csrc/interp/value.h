@@ -38,6 +38,9 @@ enum class VKind {
            // it has a Source (and `obj`, the real dict)
   Instance,  // an object of a plain Python class made in the trace: its class value in `self`, its
              // attributes in `keys` (names) / `items` (values), insertion ordered
+  Record,  // a transformers ModelOutput (dataclass and dict) made in the trace, read-only: its class value in
+           // `self`, its dataclass fields in `keys` (names, field order) / `items` (values, None included);
+           // as a dict it holds the fields that are not None (records.cpp)
   Cell,    // a closure cell shared by a frame of the trace and the functions made in it; content in `self`
   Set,     // a set of constants (`keys`, insertion ordered); from the frame when it has a Source (and `obj`)
 };

@@ -1,0 +1,193 @@
+# test_model_outputs.py — owns the tests of transformers ModelOutput objects made in a trace (Record values): construction, reads by attribute / key / index / slice and dict methods, the object rebuilt where it reaches Python, compared with eager and torch._dynamo.
+"""ModelOutput is an OrderedDict subclass and a dataclass whose __init__ / __post_init__ / __setattr__ use
+dataclasses.fields and super().__setitem__. cdynamo models the object by its fields instead of tracing that
+code (as a dict it holds the fields that are not None, in field order) and makes the real object, with the
+same field values, where it reaches Python (returned, stored, live at a graph break)."""
+import dataclasses
+from typing import Optional
+
+import pytest
+import torch
+import torch._dynamo
+import torch._dynamo.testing
+
+import cdynamo
+from cdynamo.testing import CompileCounter
+
+transformers = pytest.importorskip("transformers")
+from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPast, BaseModelOutputWithPooling  # noqa: E402
+from transformers.utils import ModelOutput  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("cdynamo_and_dynamo_reset")
+
+
+def _same(a, b):
+    """Equal results: ModelOutputs by type, keys and values; tensors exactly."""
+    assert type(a) is type(b)
+    if isinstance(a, ModelOutput):
+        assert list(a.keys()) == list(b.keys())
+        for f in dataclasses.fields(a):
+            _same(getattr(a, f.name), getattr(b, f.name))
+    elif isinstance(a, (tuple, list)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            _same(x, y)
+    elif isinstance(a, torch.Tensor):
+        assert torch.equal(a, b)
+    else:
+        assert a == b
+
+
+def _graphs(fn, *args):
+    cnt = CompileCounter()
+    got = cdynamo.optimize(cnt)(fn)(*args)
+    dcnt = torch._dynamo.testing.CompileCounter()
+    torch.compile(fn, backend=dcnt)(*args)
+    return got, cnt.frame_count, dcnt.frame_count
+
+
+def test_made_read_and_returned_in_one_graph():
+    def fn(x):
+        h = x.relu()
+        out = BaseModelOutput(last_hidden_state=h, hidden_states=(h, h * 2))
+        pooled = BaseModelOutputWithPooling(last_hidden_state=out[0] + 1, pooler_output=out.last_hidden_state.sum(0))
+        return pooled, out.to_tuple()[1][1], out["last_hidden_state"], len(out), out.get("attentions", 5)
+
+    x = torch.randn(3, 4)
+    got, graphs, dgraphs = _graphs(fn, x)
+    _same(got, fn(x))
+    assert graphs == dgraphs == 1
+
+
+def test_none_fields_are_not_keys():
+    def fn(x):
+        out = BaseModelOutputWithPast(last_hidden_state=x * 2, cache=None, hidden_states=None, attentions=(x,))
+        return (out.to_tuple(), out[1], out[-1], out[0:2], list(out.keys()), tuple(out.values()),
+                [k for k, _ in out.items()], "hidden_states" in out, "attentions" in out, out.hidden_states,
+                out.get("hidden_states"), len(out))
+
+    x = torch.randn(4)
+    got, graphs, _ = _graphs(fn, x)
+    _same(got, fn(x))
+    assert graphs == 1
+
+
+def test_old_cache_names():
+    # The metaclass wrapper renames past_key_values= to cache=; the property and the key read it back.
+    class Cache:
+        pass
+
+    def fn(x, cache):
+        out = BaseModelOutputWithPast(last_hidden_state=x + 1, past_key_values=cache)
+        return out, out.past_key_values is cache, out["past_key_values"] is cache, out.cache is cache
+
+    x, cache = torch.randn(2), Cache()
+    got = cdynamo.optimize("eager")(fn)(x, cache)
+    ref = fn(x, cache)
+    assert got[1:] == ref[1:] == (True, True, True)
+    assert got[0].cache is cache and list(got[0].keys()) == list(ref[0].keys())
+
+
+def test_live_across_a_graph_break_and_shared():
+    class Holder:
+        pass
+
+    def fn(x, holder):
+        out = BaseModelOutput(last_hidden_state=x.sin(), attentions=(x.cos(),))
+        holder.last = out
+        print("graph break")
+        return out.last_hidden_state + out.attentions[0], out
+
+    x = torch.randn(5)
+    h_ref, h_got = Holder(), Holder()
+    ref = fn(x, h_ref)
+    cnt = CompileCounter()
+    got = cdynamo.optimize(cnt)(fn)(x, h_got)
+    _same(got, ref)
+    _same(h_got.last, h_ref.last)
+    assert h_got.last is got[1]  # one object, stored and returned, as in eager
+    assert cnt.frame_count == 2
+
+
+def test_passed_to_a_function_and_indexed():
+    def head(o):
+        return o[0] * 2, o.to_tuple()[1:]
+
+    def fn(x):
+        out = BaseModelOutput(last_hidden_state=x - 1, hidden_states=(x, x + 1))
+        a, rest = head(out)
+        return a, rest, out
+
+    x = torch.randn(3)
+    got, graphs, dgraphs = _graphs(fn, x)
+    _same(got, fn(x))
+    assert graphs == dgraphs == 1
+
+
+def test_fresh_objects_in_fields_do_not_recompile():
+    # A cache made anew on each call and put in a field is only moved: guarded by type, not identity.
+    class Cache:
+        def __init__(self):
+            self.seen = 0
+
+    def fn(x):
+        cache = Cache()
+        out = BaseModelOutputWithPast(last_hidden_state=x * 3, cache=cache)
+        return out[0], out.to_tuple()[0], out
+
+    cnt = CompileCounter()
+    opt = cdynamo.optimize(cnt)(fn)
+    for i in range(6):
+        x = torch.randn(4)
+        got, ref = opt(x), fn(x)
+        torch.testing.assert_close(got[0], ref[0])
+        assert type(got[2].cache) is Cache
+    assert cnt.frame_count == 1
+
+
+def test_missing_key_raises_as_eager():
+    def fn(x):
+        out = BaseModelOutput(last_hidden_state=x + 1)
+        return out["hidden_states"]
+
+    with pytest.raises(KeyError, match="hidden_states"):
+        cdynamo.optimize("eager")(fn)(torch.randn(2))
+    with pytest.raises(IndexError):
+        cdynamo.optimize("eager")(lambda x: BaseModelOutput(last_hidden_state=x)[3])(torch.randn(2))
+
+
+@dataclasses.dataclass
+class OverridingOutput(ModelOutput):
+    logits: Optional[torch.Tensor] = None
+    extra: Optional[torch.Tensor] = None
+
+    def __getitem__(self, k):  # not ModelOutput's: the object is not modelled, the frame still equals eager
+        return super().__getitem__(k) * 10 if k == "logits" else super().__getitem__(k)
+
+
+@dataclasses.dataclass
+class PlainOutput(ModelOutput):
+    logits: Optional[torch.Tensor] = None
+    extra: Optional[torch.Tensor] = None
+
+
+def test_subclass_overriding_a_method_is_not_modelled():
+    def fn(x):
+        out = OverridingOutput(logits=x + 1)
+        return out["logits"]
+
+    x = torch.randn(3)
+    torch.testing.assert_close(cdynamo.optimize("eager")(fn)(x), fn(x))
+
+
+def test_user_defined_output_class_and_lone_non_tensor_field():
+    def fn(x):
+        a = PlainOutput(logits=x.exp(), extra=None)
+        b = PlainOutput(logits=[("logits", x), ("extra", x + 1)])  # __post_init__'s iterator form
+        return a, b
+
+    x = torch.randn(2)
+    got, ref = cdynamo.optimize("eager")(fn)(x), fn(x)
+    _same(got[0], ref[0])
+    assert list(got[1].keys()) == list(ref[1].keys()) == ["logits", "extra"]
+    torch.testing.assert_close(got[1].extra, ref[1].extra)
