@@ -1,15 +1,15 @@
 # _callback.py — owns the Callback object the C++ frame hook calls (compile_graph, on_compiled, on_recompile,
-# on_fallback), the Python-side counters, and the once-per-code fallback warnings.
+# on_fallback), the Python-side counters (this module's and cdynamo.utils'), and the once-per-code fallback warnings.
 import collections
 import time
 import warnings
 
-from . import _core, _logging, config
+from . import _core, _logging, _verify, config, utils
 from .exc import BackendCompilerFailed, CdynamoWarning
 
 GuardFail = collections.namedtuple("GuardFail", ["reason", "orig_code"])
 
-# Python-side counters; cleared by cdynamo.reset().
+# Python-side counters; cleared by cdynamo.reset() (cdynamo.utils.counters, the public ones, are not).
 counters = collections.Counter()
 _warned = set()
 
@@ -23,6 +23,7 @@ _FALLBACK_WHAT = {
 def clear_state():
     counters.clear()
     _warned.clear()
+    utils.reset_compile_times()
 
 
 def _first_line(text):
@@ -60,23 +61,40 @@ class Callback:
         _core.refresh_disable_codes()  # torch._dynamo may have been imported since optimize()
         if _logging.is_enabled("graph"):
             _logging.emit("graph", _logging.format_graph(info, gm))
+        # Read before the backend runs: it may rewrite gm.
+        reference = _verify.eager_reference(gm, example_inputs) if config.verify_correctness else None
         t0 = time.perf_counter()
         try:
             compiled = self.backend(gm, list(example_inputs))
         except Exception as e:
             counters["backend_failures"] += 1
             raise BackendCompilerFailed(self.backend_name, e) from e
+        utils.record_compile_time("call_user_compiler", time.perf_counter() - t0)
         if not callable(compiled):
             err = TypeError(f"backend returned {type(compiled).__name__}, expected a callable")
             counters["backend_failures"] += 1
             raise BackendCompilerFailed(self.backend_name, err)
+        if reference is not None:
+            try:
+                _verify.check(compiled, example_inputs, reference, self.backend_name)
+            except Exception as e:
+                counters["backend_failures"] += 1
+                raise BackendCompilerFailed(self.backend_name, e) from e
         counters["graphs"] += 1
+        utils.counters["stats"]["unique_graphs"] += 1
+        utils.counters["stats"]["calls_captured"] += int(info.get("op_count", 0) or 0)
         if self.recorder is not None:
             self.recorder.on_graph(gm, example_inputs, info, time.perf_counter() - t0)
         return compiled
 
     def on_compiled(self, info):
         counters["frames"] += 1
+        utils.counters["frames"]["total"] += 1
+        utils.counters["frames"]["ok"] += 1
+        for reason in info.get("break_reasons") or ():
+            utils.counters["graph_break"][str(reason.get("reason", "?"))] += 1
+        if "compile_time_s" in info:
+            utils.record_compile_time("translate", info["compile_time_s"])
         if _logging.is_enabled("bytecode"):
             _logging.emit("bytecode", _logging.format_bytecode(info))
         if _logging.is_enabled("guards"):
@@ -88,6 +106,7 @@ class Callback:
 
     def on_recompile(self, info):
         counters["recompiles"] += 1
+        utils.counters["recompiles"][str(info.get("reason", "?"))] += 1
         _logging.emit("recompiles", _logging.format_recompile(info))
         if self.recorder is not None:
             self.recorder.on_recompile(info)
@@ -97,6 +116,7 @@ class Callback:
     def on_fallback(self, info):
         kind = info.get("kind", "internal")
         counters[f"fallback_{kind}"] += 1
+        utils.counters["frames"]["total"] += 1  # tried, not ok: the frame runs as Python
         if self.recorder is not None:
             self.recorder.on_fallback(info)
         if kind == "unsupported":
@@ -104,6 +124,7 @@ class Callback:
                 "reason": info.get("reason", "?"), "filename": info.get("co_filename", "?"),
                 "lineno": info.get("co_firstlineno", "?"), "line": ""}]
             for reason in reasons:
+                utils.counters["unimplemented"][str(reason.get("reason", "?"))] += 1
                 _logging.emit("graph_breaks", _logging.format_break(reason))
             return
         _logging.emit("graph_breaks", f"{_FALLBACK_WHAT.get(kind, kind)}: {info.get('reason', '?')}")

@@ -1,10 +1,14 @@
 # config.py — owns cdynamo's runtime options: validated get/set, aliases, and config.patch().
-"""cdynamo options.
+"""cdynamo options, named and defaulted as torch._dynamo.config's.
 
 Read and set them as attributes: ``cdynamo.config.recompile_limit = 4``. Unknown names raise
-AttributeError, values of the wrong type raise TypeError. ``config.patch(...)`` changes options
-for a ``with`` block or a decorated function. The C++ core reads ``recompile_limit`` on each
-recompile.
+AttributeError (on get and on set, as torch._dynamo.config), values of the wrong type raise TypeError.
+An alias (``cache_size_limit``) and its option (``recompile_limit``) are one value.
+``config.patch(...)`` changes options for a ``with`` block or a decorated function. The C++ core reads
+``recompile_limit`` on each recompile; the Python callback reads ``suppress_errors``, ``verbose`` and
+``verify_correctness`` on each event. ``accumulated_recompile_limit``, ``capture_scalar_outputs``,
+``capture_dynamic_output_shape_ops`` and ``traceable_tensor_subclasses`` are accepted and not read yet (see
+docs/python_api.md).
 """
 import contextlib
 import sys
@@ -13,12 +17,27 @@ import types
 # name -> (type, default, doc)
 _OPTIONS = {
     "recompile_limit": (int, 8, "cache entries per code object before it runs as plain Python"),
+    "accumulated_recompile_limit": (int, 256, "torch's limit over all entries of a code object; accepted, not "
+                                    "read: cdynamo's recompile_limit already counts every entry of a code object"),
     "suppress_errors": (bool, False, "silence the warning when a backend failure falls back to Python"),
     "verbose": (bool, False, "keep full multi-line reasons (tracebacks) in fallback warnings and errors"),
+    "verify_correctness": (bool, False, "run each captured graph as is and compiled by the backend on copies of "
+                           "its example inputs at compile time; a mismatch is a BackendCompilerFailed"),
+    "capture_scalar_outputs": (bool, False, "accepted, not read yet: Tensor.item() and friends graph-break "
+                               "(honoured by the dynamic-shapes work)"),
+    "capture_dynamic_output_shape_ops": (bool, False, "accepted, not read yet: ops with data-dependent output "
+                                         "shapes (nonzero, unique) graph-break (honoured by the dynamic-shapes work)"),
+    "traceable_tensor_subclasses": (set, set(), "accepted, not read (deprecated and unused in torch._dynamo too)"),
 }
-_ALIASES = {"cache_size_limit": "recompile_limit"}
+_ALIASES = {"cache_size_limit": "recompile_limit", "accumulated_cache_size_limit": "accumulated_recompile_limit"}
 
-_values = {name: spec[1] for name, spec in _OPTIONS.items()}
+
+def _default(name):
+    value = _OPTIONS[name][1]
+    return set(value) if isinstance(value, set) else value  # a fresh set: the default is never mutated
+
+
+_values = {name: _default(name) for name in _OPTIONS}
 
 
 def _canonical(name):
@@ -36,8 +55,10 @@ def _check(name, value):
         raise TypeError(f"cdynamo.config.{name} must be an int, got {type(value).__name__} {value!r}")
     if typ is bool and not isinstance(value, bool):
         raise TypeError(f"cdynamo.config.{name} must be a bool, got {type(value).__name__} {value!r}")
-    if name == "recompile_limit" and value < 1:
-        raise ValueError(f"cdynamo.config.recompile_limit must be >= 1, got {value}")
+    if typ is set and not isinstance(value, (set, frozenset)):
+        raise TypeError(f"cdynamo.config.{name} must be a set, got {type(value).__name__} {value!r}")
+    if name in ("recompile_limit", "accumulated_recompile_limit") and value < 1:
+        raise ValueError(f"cdynamo.config.{name} must be >= 1, got {value}")
 
 
 def to_dict():
@@ -47,7 +68,7 @@ def to_dict():
 
 def defaults():
     """Every option's default value."""
-    return {name: spec[1] for name, spec in _OPTIONS.items()}
+    return {name: _default(name) for name in _OPTIONS}
 
 
 class patch(contextlib.ContextDecorator):

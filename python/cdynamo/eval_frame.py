@@ -281,7 +281,8 @@ def run(fn=None):
 
 
 def reset():
-    """Forget every compiled frame (C++ caches and injected globals) and the Python-side counters."""
+    """Forget every compiled frame (C++ caches and injected globals), the compile times and the private counters;
+    cdynamo.utils.counters are kept, as torch._dynamo.reset() keeps torch._dynamo.utils.counters."""
     _core.C().reset()
     _callback.clear_state()
 
