@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "compat/compat.h"
+#include "hook/state.h"
 
 namespace cdynamo::hook {
 
@@ -100,6 +101,18 @@ void drop_dead_entries(CodeExtra* extra) {
     ++extra->dead_drops;
     drop_injected(*e);  // e itself dies here (or when a caller running it lets go)
   }
+}
+
+bool entry_serves(const CacheEntry& e, PyObject* cb) {
+  if (e.callback.ptr() == cb || !e.backend || cb == run_only()) return true;
+  PyObject* backend = PyObject_GetAttrString(cb, "backend");  // new reference
+  if (!backend) {
+    PyErr_Clear();
+    return false;
+  }
+  bool same = backend == e.backend.ptr();
+  Py_DECREF(backend);
+  return same;
 }
 
 bool continuation_too_deep(PyThreadState* tstate) {

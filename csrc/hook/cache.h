@@ -24,7 +24,15 @@ struct CacheEntry {
   int nargs = 0;               // argument slots passed positionally
   bool warned_rerun = false;   // warned that the graph raised where the frame, run as Python, did not
   std::string description;     // for logs: what the entry does
+  // Compiled for this callback and its backend (strong references): another backend's call compiles anew,
+  // as torch._dynamo's backend guard does; the same backend through another optimize() shares the entry.
+  py::object callback;
+  py::object backend;
 };
+
+// True if `e` may serve calls under callback `cb` (borrowed): its own callback, the same backend object,
+// or the run-only mode (cached code runs, nothing compiles).
+bool entry_serves(const CacheEntry& e, PyObject* cb);
 
 // Lifetimes: CPython owns a CodeExtra through the code object's extra slot; an eval_frame call using it
 // pins it (ExtraPin), and reset() or the code's death while it is pinned only detaches it (then the last

@@ -144,12 +144,12 @@ PyObject* eval_library(PyThreadState* tstate, compat::Frame* frame, int throwfla
 }
 
 // The first entry of `extra` whose globals and guards fit the frame, held while the caller uses it.
-std::shared_ptr<CacheEntry> find_entry(CodeExtra* extra, compat::Frame* frame) {
+std::shared_ptr<CacheEntry> find_entry(CodeExtra* extra, compat::Frame* frame, PyObject* cb) {
   if (extra->entries.empty()) return nullptr;
   guards::FrameView fv = frame_view(frame);
   for (size_t i = 0; i < extra->entries.size(); ++i) {  // by index: a guard running Python may append
     std::shared_ptr<CacheEntry> e = extra->entries[i];
-    if (e->globals.ptr() == fv.globals && e->guards.check(fv)) return e;
+    if (e->globals.ptr() == fv.globals && entry_serves(*e, cb) && e->guards.check(fv)) return e;
   }
   return nullptr;
 }
@@ -184,7 +184,7 @@ PyObject* eval_frame(PyThreadState* tstate, compat::Frame* frame, int throwflag)
   }
   if (extra && !extra->entries.empty()) {
     ExtraPin pin(extra);  // a guard may run Python, and that Python may reset() or compile this code
-    if (std::shared_ptr<CacheEntry> e = find_entry(extra, frame)) return run_entry(tstate, frame, e.get());
+    if (std::shared_ptr<CacheEntry> e = find_entry(extra, frame, cb)) return run_entry(tstate, frame, e.get());
   }
   if (cb == run_only()) return compat::eval_default(tstate, frame, throwflag);
   if (!extra) {
@@ -205,7 +205,7 @@ PyObject* eval_frame(PyThreadState* tstate, compat::Frame* frame, int throwflag)
       return nullptr;  // the wait was interrupted (KeyboardInterrupt): the user's error
     }
     // Another thread may have compiled this code while we waited: its entry may fit.
-    e = find_entry(extra, frame);
+    e = find_entry(extra, frame, cb);
     if (!e) {
       CallbackOff off;  // frames run while compiling (shape propagation, fx, the backend) are not captured
       e = translate(frame, off.callback(), extra);

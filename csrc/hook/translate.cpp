@@ -99,8 +99,13 @@ void report_fallback(PyObject* cb, PyCodeObject* code, const char* kind, const s
   report(cb, "on_fallback", info);
 }
 
-std::shared_ptr<CacheEntry> add_entry(CodeExtra* extra, compat::Frame* frame, guards::GuardSet guards) {
+std::shared_ptr<CacheEntry> add_entry(CodeExtra* extra, compat::Frame* frame, guards::GuardSet guards,
+                                      PyObject* cb) {
   auto e = std::make_shared<CacheEntry>();
+  e->callback = py::reinterpret_borrow<py::object>(cb);
+  PyObject* backend = PyObject_GetAttrString(cb, "backend");  // new reference
+  if (backend) e->backend = py::reinterpret_steal<py::object>(backend);
+  else PyErr_Clear();
   e->guards = std::move(guards);
   e->globals = py::reinterpret_borrow<py::object>(compat::frame_globals(frame));
   e->nargs = compat::code_total_args(compat::frame_code(frame));
@@ -230,7 +235,7 @@ std::shared_ptr<CacheEntry> translate(compat::Frame* frame, PyObject* cb, CodeEx
     if (guards::torch_function_mode_active()) {
       // Torch functions dispatch to the mode, which a graph would skip: plain Python while a mode is
       // active (the global-state guard fails once it is gone, and the code compiles then).
-      std::shared_ptr<CacheEntry> e = add_entry(extra, frame, guards::GuardSet());
+      std::shared_ptr<CacheEntry> e = add_entry(extra, frame, guards::GuardSet(), cb);
       e->guards.add(guards::grad_mode_guard());
       e->guards.add(guards::global_state_guard());
       e->description = "a TorchFunctionMode is active";
@@ -267,7 +272,7 @@ std::shared_ptr<CacheEntry> translate(compat::Frame* frame, PyObject* cb, CodeEx
       info["break_reasons"] = breaks;
       report(cb, "on_fallback", info);
       add_state_guards(t);
-      std::shared_ptr<CacheEntry> e = add_entry(extra, frame, std::move(t.guards));
+      std::shared_ptr<CacheEntry> e = add_entry(extra, frame, std::move(t.guards), cb);
       e->description = "unsupported: " + stop.reason;
       return e;
     }
@@ -323,7 +328,7 @@ std::shared_ptr<CacheEntry> translate(compat::Frame* frame, PyObject* cb, CodeEx
           return nullptr;
         }
         report_fallback(cb, code, "backend", std::string("backend failed: ") + err.what());
-        std::shared_ptr<CacheEntry> e = add_entry(extra, frame, std::move(t.guards));
+        std::shared_ptr<CacheEntry> e = add_entry(extra, frame, std::move(t.guards), cb);
         e->description = "backend failed";
         return e;
       }
@@ -353,7 +358,7 @@ std::shared_ptr<CacheEntry> translate(compat::Frame* frame, PyObject* cb, CodeEx
     } catch (const interp::Unsupported& u) {
       // The state at the break cannot be rebuilt as Python: the whole frame runs as Python.
       report_fallback(cb, code, "unsupported", std::string(u.what()) + " (at a graph break: " + located(stop) + ")");
-      std::shared_ptr<CacheEntry> e = add_entry(extra, frame, std::move(t.guards));
+      std::shared_ptr<CacheEntry> e = add_entry(extra, frame, std::move(t.guards), cb);
       e->description = "unsupported";
       return e;
     }
@@ -379,7 +384,7 @@ std::shared_ptr<CacheEntry> translate(compat::Frame* frame, PyObject* cb, CodeEx
 
     if (has_graph) extra->had_graph = true;
     py::list guard_list = text ? guard_strings(t.guards) : py::list();
-    std::shared_ptr<CacheEntry> e = add_entry(extra, frame, std::move(t.guards));
+    std::shared_ptr<CacheEntry> e = add_entry(extra, frame, std::move(t.guards), cb);
     e->code = new_code;
     if (has_graph) e->graph = graph_call;
     e->injected = std::move(injected.names);

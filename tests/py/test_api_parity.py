@@ -314,3 +314,38 @@ def test_verify_copies_keep_strides_and_overlap_and_share_nothing():
         assert torch.equal(y.detach(), x.detach()) and y.requires_grad == x.requires_grad and y.is_leaf
         if x.numel():
             assert y.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+
+
+def test_cache_is_kept_per_backend():
+    # A function compiled for one backend is compiled again for another (torch._dynamo's backend guard);
+    # the same backend through another optimize() reuses the compiled code.
+    def fn(x):
+        return x.sin() + 1
+
+    x = torch.randn(3)
+    a, b = CompileCounter(), CompileCounter()
+    cdynamo.optimize(a)(fn)(x)
+    cdynamo.optimize(b)(fn)(x)
+    cdynamo.optimize(a)(fn)(x)
+    assert (a.frame_count, b.frame_count) == (1, 1)
+    da, db = torch._dynamo.testing.CompileCounter(), torch._dynamo.testing.CompileCounter()
+    torch.compile(fn, backend=da)(x)
+    torch.compile(fn, backend=db)(x)
+    assert (da.frame_count, db.frame_count) == (1, 1)
+    with cdynamo.run():
+        torch.testing.assert_close(fn(x), x.sin() + 1)  # run-only: any cached entry serves
+
+
+def test_backend_failure_is_not_shared_with_other_backends():
+    def fn(x):
+        return x.cos() * 2
+
+    def broken(gm, example_inputs):
+        raise RuntimeError("backend down")
+
+    x = torch.randn(3)
+    with pytest.warns(Warning):
+        torch.testing.assert_close(cdynamo.optimize(broken)(fn)(x), fn(x))
+    cnt = CompileCounter()
+    cdynamo.optimize(cnt)(fn)(x)
+    assert cnt.frame_count == 1
