@@ -226,7 +226,7 @@ Resume make_resume(const Origin& o, size_t target, const std::vector<char>& null
                    int& counter) {
   const bytecode::Bytecode& src = o.info->bc;
   Resume r;
-  r.name = "__resume_at_" + std::to_string(src.insts[target]->offset) + "_" + std::to_string(++counter);
+  r.name = "__resume_at_" + std::to_string(src.insts[target]->offset) + "_c" + std::to_string(++counter);
   py::tuple old_names = py::handle(reinterpret_cast<PyObject*>(o.code)).attr("co_varnames");
   int nlocals = static_cast<int>(old_names.size());
   // The origin's cells and free variables become the continuation's free variables (its closure is the

@@ -304,7 +304,9 @@ std::shared_ptr<CacheEntry> translate(compat::Frame* frame, PyObject* cb, CodeEx
       for (auto* n : outs) out_args.push_back(graph::Arg::ref(n));
       t.graph.output(graph::Arg::tuple(std::move(out_args)));
       t.graph.verify();
-      name = "__compiled_fn_" + std::to_string(g_compiled_counter++);
+      // "_c": never one of torch._dynamo's names (__compiled_fn_<n>, __resume_at_<offset>_<n>), which it
+      // injects into the same module globals when both compile functions of one module.
+      name = "__compiled_fn_c" + std::to_string(g_compiled_counter++);
       py::object root = py::module_::import("torch.nn").attr("Module")();
       py::object gm = t.graph.to_fx(root);
       py::list example_inputs;

@@ -136,8 +136,8 @@ TEST(Continuations, BarBreaksOnTheBranchWithTwoContinuations) {
   ASSERT_EQ(bc.resumes.size(), 2u);
   int if_offset = t.bc.insts[t.pc + 1]->offset;
   int else_offset = t.bc.insts[static_cast<size_t>(t.bc.index_of(t.bc.insts[t.pc]->target))]->offset;
-  EXPECT_EQ(bc.resumes[0].name, "__resume_at_" + std::to_string(if_offset) + "_1");
-  EXPECT_EQ(bc.resumes[1].name, "__resume_at_" + std::to_string(else_offset) + "_2");
+  EXPECT_EQ(bc.resumes[0].name, "__resume_at_" + std::to_string(if_offset) + "_c1");
+  EXPECT_EQ(bc.resumes[1].name, "__resume_at_" + std::to_string(else_offset) + "_c2");
   EXPECT_EQ(counter, 2);
 
   // Each continuation takes only the live locals (b, x): `a` is dead after the branch.
