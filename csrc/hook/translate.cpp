@@ -171,7 +171,18 @@ py::list guard_strings(const guards::GuardSet& g) {
 
 bool skip_by_file(PyCodeObject* code) { return interp::is_library_file(code); }
 
+namespace {
+std::shared_ptr<CacheEntry> translate_impl(compat::Frame* frame, PyObject* cb, CodeExtra* extra, bool ops_in_try);
+}
+
 std::shared_ptr<CacheEntry> translate(compat::Frame* frame, PyObject* cb, CodeExtra* extra) {
+  return translate_impl(frame, cb, extra, true);
+}
+
+namespace {
+// `ops_in_try`: tensor operations inside the frame's try blocks may go into the graph (traced again
+// without, when the graph could not fail cleanly).
+std::shared_ptr<CacheEntry> translate_impl(compat::Frame* frame, PyObject* cb, CodeExtra* extra, bool ops_in_try) {
   PyCodeObject* code = compat::frame_code(frame);
   auto t0 = std::chrono::steady_clock::now();
   bool strict = nopython(cb);
@@ -243,6 +254,7 @@ std::shared_ptr<CacheEntry> translate(compat::Frame* frame, PyObject* cb, CodeEx
       return e;
     }
     interp::Tracer t(code, fv);
+    t.allow_ops_in_try = ops_in_try;
     if (const codegen::ResumeInfo* ri = codegen::resume_info(code)) {
       extra->continuation = true;
       if (continuation_too_deep(PyThreadState_Get())) {
@@ -321,6 +333,8 @@ std::shared_ptr<CacheEntry> translate(compat::Frame* frame, PyObject* cb, CodeEx
       // Read before the backend runs (it may rewrite the module): what a failed call of this graph changes.
       py::module_ graph_call_py = py::module_::import("cdynamo._graph_call");
       py::tuple policy = graph_call_py.attr("error_policy")(gm, codegen::Rebuilder::has_effects(t));
+      if (t.ops_in_try && static_cast<GraphErrorPolicy>(policy[0].cast<int>()) != GraphErrorPolicy::Clean)
+        return translate_impl(frame, cb, extra, false);  // its failure could skip a handler: keep them out
       py::object compiled;
       try {
         compiled = py::handle(cb).attr("compile_graph")(gm, example_inputs, ginfo);
@@ -431,5 +445,7 @@ std::shared_ptr<CacheEntry> translate(compat::Frame* frame, PyObject* cb, CodeEx
   extra->skip = true;  // an internal failure is not retried on every call
   return nullptr;
 }
+
+}  // namespace
 
 }  // namespace cdynamo::hook

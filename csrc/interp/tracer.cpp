@@ -375,9 +375,13 @@ void Tracer::execute_one() {
   h(*this, inst);
   for (const auto& v : used) realize(v);
   // A graph op that raises at run time (an error shape propagation cannot see, such as max() of an empty
-  // tensor) raises from the graph call, outside the frame's try blocks: their handlers would be skipped.
-  if (graph.mark() != nodes && in_user_try(before))
-    unsupported("a tensor operation inside a try block (an error it raises at run time must reach the handler)");
+  // tensor) raises from the graph call, outside the frame's try blocks: their handlers would be skipped,
+  // unless the failed graph reruns the frame as Python (hook/translate.cpp checks that, see ops_in_try).
+  if (graph.mark() != nodes && in_user_try(before)) {
+    if (!allow_ops_in_try)
+      unsupported("a tensor operation inside a try block (an error it raises at run time must reach the handler)");
+    ops_in_try = true;
+  }
   if (pc == before) pc++;
 }
 

@@ -124,6 +124,11 @@ class Tracer {
   // For a continuation of a long function: per instruction, >= 0 where its window ends (a tail call to the
   // next part of the function starts); the trace stops there with a graph break.
   std::vector<int> window_end;
+  // Tensor operations inside a frame's try block: allowed while tracing (ops_in_try records them); the
+  // graph then must fail cleanly (a failed call reruns the frame as Python, which reaches the handler), or
+  // the frame is traced again with them refused.
+  bool allow_ops_in_try = true;
+  bool ops_in_try = false;
   bool at_window_end(size_t index) const { return index < window_end.size() && window_end[index] >= 0; }
   bool owns_free(int slot) const {
     return static_cast<size_t>(slot) < owned_free.size() && owned_free[static_cast<size_t>(slot)];

@@ -159,10 +159,11 @@ def error_policy(gm, has_effects=False):
         if _may_write(node, name):
             writers.append(node)
         random = random or _draws_random(node, name)
-    policy = CHECK_VERSIONS if writers else CLEAN
-    mask = _written_inputs(gm, writers) if writers and has_effects else None
-    if mask is not None and not any(mask):
-        mask = None
+    written = _written_inputs(gm, writers) if writers else None
+    # Writes that can reach no input (in-place ops on the graph's own intermediates) change nothing of the
+    # caller's when the call fails: as clean as no write at all.
+    policy = CHECK_VERSIONS if written is not None and any(written) else CLEAN
+    mask = written if policy == CHECK_VERSIONS and has_effects else None
     return (policy, save_rng if random else None, restore_rng if random else None, mask)
 
 

@@ -9,6 +9,7 @@ import warnings
 
 import pytest
 import torch
+import torch._dynamo.testing
 import torch.fx
 
 import cdynamo
@@ -257,8 +258,13 @@ def _policy(fn, *args):
     (lambda x: torch.nn.functional.relu(x, inplace=True) + 1, _graph_call.CHECK_VERSIONS, False),
     (lambda x: torch.nn.functional.dropout(x, 0.5) + 1, _graph_call.CHECK_VERSIONS, True),
     (lambda x: x + torch.rand(3), _graph_call.CLEAN, True),
+    # Running stats made in the graph: the writes reach no input, so a failed call changed nothing.
     (lambda x: torch.nn.functional.batch_norm(x, torch.zeros(3), torch.ones(3), training=True) + 1,
+     _graph_call.CLEAN, False),
+    # Running stats that are views of the input: written through them.
+    (lambda x: torch.nn.functional.batch_norm(x, x[0].clone()[None][0], x[1], training=True) + 1,
      _graph_call.CHECK_VERSIONS, False),
+    (lambda x: x.clone().add_(1) * 2, _graph_call.CLEAN, False),
 ])
 def test_error_policy(fn, policy, rng):
     got, save, restore, _ = _policy(fn, torch.ones(2, 3))
@@ -289,3 +295,54 @@ def test_graph_call_is_installed_with_policy():
     calls = [v for k, v in globals().items() if k.startswith("__compiled_fn_")]
     assert calls and all(isinstance(c, cdynamo._C.GraphCall) for c in calls)
     assert {c._error_policy for c in calls} == {_graph_call.CHECK_VERSIONS}
+
+
+def test_tensor_ops_in_try_blocks_join_the_graph_when_failure_is_clean():
+    # transformers' capture_outputs wrapper: `try: out = forward(...) finally: reset()`. The graph writes no
+    # input, so a failed call reruns the frame as Python, whose handler runs: the ops go into one graph.
+    log = []
+
+    def fn(x, n):
+        try:
+            y = x.sin() * 2
+            z = y[n:].max()  # raises at run time when n >= len(x): shape propagation cannot see it here
+        except RuntimeError:
+            log.append("handled")
+            z = y.sum()
+        finally:
+            log.append("finally")
+        return z + 1
+
+    cnt = CompileCounter()
+    opt = cdynamo.optimize(cnt)(fn)
+    x = torch.randn(4)
+    torch.testing.assert_close(opt(x, 1), fn(x, 1))
+    assert cnt.frame_count == 1
+    dcnt = torch._dynamo.testing.CompileCounter()
+    torch.compile(fn, backend=dcnt)(x, 1)
+    assert dcnt.frame_count == 1
+    log.clear()
+    ref = fn(torch.randn(4), 9)
+    eager_log = list(log)
+    log.clear()
+    got = opt(torch.randn(4), 9)  # y[9:] is empty: max() raises inside the compiled graph
+    assert log == eager_log == ["handled", "finally"]
+    assert got.shape == ref.shape
+
+
+def test_tensor_ops_in_try_blocks_stay_out_of_writing_graphs():
+    # The graph writes its input: a failed call could not rerun, so the handler would be skipped. The ops
+    # inside the try block run as Python and the handler sees the error, as in eager.
+    def fn(x, n):
+        x.add_(1)
+        try:
+            z = x[n:].max()
+        except RuntimeError:
+            z = x.sum() * 0
+        return z
+
+    x_ref, x_got = torch.zeros(4), torch.zeros(4)
+    ref = fn(x_ref, 9)
+    got = cdynamo.optimize("eager")(fn)(x_got, 9)
+    torch.testing.assert_close(got, ref)
+    torch.testing.assert_close(x_got, x_ref)
