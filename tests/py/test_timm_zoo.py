@@ -9,6 +9,7 @@ with today's numbers, so an improvement fails the suite until the marker goes (a
 today's numbers fails it too)."""
 import copy
 import functools
+import sys
 import sysconfig
 import warnings
 
@@ -158,7 +159,7 @@ def test_inductor_resnet18_equals_eager():
 def test_models_come_from_site_packages():
     # The layout that once made cdynamo capture nothing: the library inside the interpreter's stdlib tree.
     import torchvision
-    purelib = sysconfig.get_paths()["purelib"]
+    purelib = sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_prefix})["purelib"]
     assert timm.__file__.startswith(purelib) and torchvision.__file__.startswith(purelib)
     assert _graphs("resnet18")[0] > 0
 
