@@ -76,50 +76,7 @@ def run(quick=False):
     results = []
     number = 5 if quick else 20
     for name, build in models.items():
-        torch.manual_seed(0)
-        model, make_inputs = build()
-        model.eval()
-        kwargs = make_inputs(0)
-        call = lambda m: m(**kwargs)  # noqa: E731
-        with torch.no_grad():
-            ref = model(**kwargs)
-            eager_ms = C.loop_ns(lambda: call(model), (), 5) / 1e6
-            vals, notes, steady, compiled = {}, [], {}, {}
-            for fe in (dyn, cdyn):
-                try:
-                    fe.reset()
-                    be = C.CountingBackend()
-                    opt = fe.compile(model, be)
-                    t0 = time.perf_counter()
-                    out = opt(**kwargs)
-                    vals[fe.name] = (time.perf_counter() - t0) * 1e3
-                    first_graphs = be.graphs
-                    for s in range(1, CALLS):
-                        opt(**make_inputs(s))
-                    notes.append(f"{fe.name}: {first_graphs} graph(s), {be.ops} ops, {be.graphs} graphs after "
-                                 f"{CALLS} calls")
-                    if not torch.allclose(out, ref, rtol=1e-4, atol=1e-5):
-                        notes.append(f"{fe.name}: output differs from eager")
-                    compiled[fe.name] = opt
-                except Exception as e:  # noqa: BLE001
-                    vals[fe.name] = "ERR"
-                    notes.append(f"{fe.name} ERROR: {C.short_error(e)}")
-            if len(compiled) == 2:
-                fns = {"eager": lambda: call(model)}
-                fns.update({k: (lambda o=o: call(o)) for k, o in compiled.items()})
-                res = C.interleaved_ns(fns, (), number, 3, warmup=40)  # past any recompile cap
-                steady = {k: C.median(v) / 1e3 for k, v in res.items()}
-            for fe in (dyn, cdyn):
-                fe.reset()
-        d, c = vals.get(dyn.name), vals.get(cdyn.name)
-        sp = C.ratio(d, c)
-        t1.add(name, eager_ms, d, c, sp, f">={SPEEDUP_TARGET:g}x",
-               C.status(None if sp is None else sp >= SPEEDUP_TARGET), "; ".join(notes))
-        sd, sc = steady.get(dyn.name), steady.get(cdyn.name)
-        ok = None if sd is None or sc is None else sc <= sd * 1.05
-        t2.add(name, steady.get("eager"), sd, sc, C.ratio(sd, sc), "c<=dynamo", C.status(ok))
-        row = dict(model=name, eager_ms=eager_ms, dynamo_ms=d, cdynamo_ms=c, speedup=sp, steady_us=steady,
-                   notes=notes)
+        row = C.zoo_model_rows(name, build, lambda out: out, dyn, cdyn, t1, t2, number, CALLS, SPEEDUP_TARGET)
         if name in INDUCTOR_MODELS:
             isteady, inotes = _inductor_steady(name, build, dyn, cdyn, number)
             sd, sc = isteady.get(dyn.name), isteady.get(cdyn.name)

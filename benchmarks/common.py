@@ -296,6 +296,56 @@ def first_calls_ms(frontend, make, arg_sets, repeat):
     return median(times) / 1e6, outs, backend
 
 
+def zoo_model_rows(name, build, main, dyn, cdyn, t1, t2, number, calls, speedup_target):
+    """One library model of a zoo (``build() -> (model, make_inputs(seed))``, eval, no_grad): its first call
+    under each frontend (eager backend, every graph compiled; row in ``t1``), graphs/ops and graphs after
+    ``calls`` same-shape calls, output checked against eager through ``main``, and the steady-state call
+    time of eager and both frontends, interleaved (row in ``t2``). Returns the result dict."""
+    torch.manual_seed(0)
+    model, make_inputs = build()
+    model.eval()
+    kwargs = make_inputs(0)
+    call = lambda m: m(**kwargs)  # noqa: E731
+    with torch.no_grad():
+        ref = main(model(**kwargs))
+        eager_ms = loop_ns(lambda: call(model), (), 5) / 1e6
+        vals, notes, steady, compiled = {}, [], {}, {}
+        for fe in (dyn, cdyn):
+            try:
+                fe.reset()
+                be = CountingBackend()
+                opt = fe.compile(model, be)
+                t0 = time.perf_counter()
+                out = main(opt(**kwargs))
+                vals[fe.name] = (time.perf_counter() - t0) * 1e3
+                first_graphs = be.graphs
+                for s in range(1, calls):
+                    opt(**make_inputs(s))
+                notes.append(f"{fe.name}: {first_graphs} graph(s), {be.ops} ops, {be.graphs} graphs after "
+                             f"{calls} calls")
+                if not torch.allclose(out, ref, rtol=1e-4, atol=1e-5):
+                    notes.append(f"{fe.name}: output differs from eager")
+                compiled[fe.name] = opt
+            except Exception as e:  # noqa: BLE001
+                vals[fe.name] = "ERR"
+                notes.append(f"{fe.name} ERROR: {short_error(e)}")
+        if len(compiled) == 2:
+            fns = {"eager": lambda: call(model)}
+            fns.update({k: (lambda o=o: call(o)) for k, o in compiled.items()})
+            res = interleaved_ns(fns, (), number, 3, warmup=40)  # past any recompile cap
+            steady = {k: median(v) / 1e3 for k, v in res.items()}
+        for fe in (dyn, cdyn):
+            fe.reset()
+    d, c = vals.get(dyn.name), vals.get(cdyn.name)
+    sp = ratio(d, c)
+    t1.add(name, eager_ms, d, c, sp, f">={speedup_target:g}x",
+           status(None if sp is None else sp >= speedup_target), "; ".join(notes))
+    sd, sc = steady.get(dyn.name), steady.get(cdyn.name)
+    ok = None if sd is None or sc is None else sc <= sd * 1.05
+    t2.add(name, steady.get("eager"), sd, sc, ratio(sd, sc), "c<=dynamo", status(ok))
+    return dict(model=name, eager_ms=eager_ms, dynamo_ms=d, cdynamo_ms=c, speedup=sp, steady_us=steady, notes=notes)
+
+
 def bench_main(run, description=None):
     """Command line of a single benchmark module: `--quick`, then print its tables."""
     import argparse
