@@ -1,10 +1,9 @@
-# _explain.py — owns explain() (graphs, breaks, guards, compile times of one run) and export() (one whole graph).
+# _explain.py — owns explain() (graphs, breaks, guards, compile times of one run) and the recorded run export() uses.
 import dataclasses
 import torch
 
 from . import _callback, _format
 from .eval_frame import OptimizedModule, _CallbackContext, reset
-from .exc import Unsupported
 
 
 @dataclasses.dataclass
@@ -154,8 +153,8 @@ def _output(rec):
                          compile_times=times, fallbacks=list(rec.fallbacks))
 
 
-def _run_recorded(fn, args, kwargs, nopython):
-    rec = _Recorder()
+def _run_recorded(fn, args, kwargs, nopython, rec=None):
+    rec = _Recorder() if rec is None else rec
     cb = _callback.Callback(rec.backend, nopython=nopython, recorder=rec, backend_name="eager")
     ctx = _CallbackContext(cb)
     wrapped = OptimizedModule(fn, ctx) if isinstance(fn, torch.nn.Module) else ctx(fn)
@@ -180,19 +179,3 @@ def explain(fn, *args, **kwargs):
     if args or kwargs:
         return inner(*args, **kwargs)
     return inner
-
-
-def export(fn, *args, **kwargs):
-    """Capture fn(*args, **kwargs) as exactly one graph: returns (graph_module, guards) or raises
-    cdynamo.exc.Unsupported naming the construct that broke the graph."""
-    if not callable(fn):
-        raise TypeError(f"export expects a callable, got {type(fn).__name__} {fn!r}")
-    rec, _ = _run_recorded(fn, args, kwargs, nopython=True)
-    if len(rec.graphs) != 1:
-        where = "; ".join(f"{f.get('co_name')} ({f.get('co_filename')}:{f.get('co_firstlineno')})"
-                          for f in rec.graph_infos)
-        detail = f" from {where}" if where else ""
-        raise Unsupported(f"export expects exactly one graph, captured {len(rec.graphs)}{detail}. "
-                          "Hint: make sure the function contains tensor operations and no graph breaks "
-                          "(inner function calls that are not inlined become separate graphs).")
-    return rec.graphs[0], rec.guards()
