@@ -129,6 +129,15 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
     guards.add(guards::length_match(args[0]->source, args[0]->obj.ptr()));
     return Value::constant(py::int_(PyObject_Length(args[0]->obj.ptr())));
   }
+  if (name == "len" && args.size() == 1 && kwargs.empty() &&
+      (args[0]->kind == VKind::Instance || (args[0]->kind == VKind::Object && args[0]->source))) {
+    // A user object whose class defines __len__ in Python: inlined; Python checks the result is an int >= 0.
+    if (ValuePtr r = call_user_dunder(args[0], "__len__", {})) {
+      if (!r->is_const() || !PyLong_Check(r->obj.ptr()) || PyLong_AsLong(r->obj.ptr()) < 0)
+        unsupported("__len__ of " + args[0]->describe() + " returned " + r->describe());
+      return Value::constant(py::int_(PyLong_AsLong(r->obj.ptr())));
+    }
+  }
   if (name == "enumerate" && args.size() == 1 && kwargs.size() == 1 && kwargs[0].first == "start")
     return call_iter_builtin(name, {args[0], kwargs[0].second});
   if ((name == "list" || name == "tuple") && args.size() == 1 && kwargs.empty() &&
@@ -228,6 +237,18 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
       if (name == "hasattr") return Value::constant(py::bool_(has == 1));
       if (args.size() == 3) return args[2];
       unsupported("getattr of a missing attribute (AttributeError is raised by Python)");
+    }
+    if (obj->is_tensor() && name == "hasattr") {
+      // torch.Tensor's own attributes are on every tensor; anything else only on a tensor of the frame that
+      // was given one (presence guarded); a tensor the graph makes has no other attribute.
+      if (PyObject_HasAttrString(PyRefs::get().tensor_type.ptr(), attr.c_str()) == 1)
+        return Value::constant(py::bool_(true));
+      if (!obj->source) return Value::constant(py::bool_(false));
+      py::object real = py::reinterpret_steal<py::object>(obj->source->fetch(fv));  // new reference
+      if (!real) unsupported("hasattr on a tensor that cannot be fetched again");
+      int has = PyObject_HasAttrString(real.ptr(), attr.c_str());
+      guards.add(guards::has_attr(obj->source, attr, has == 1));
+      return Value::constant(py::bool_(has == 1));
     }
     if (obj->kind == VKind::Instance) {
       // Its own attributes are known; a class attribute's presence is guarded on the class.

@@ -208,6 +208,9 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
   // A bound method calls its function with the receiver first, whatever the function is.
   if (fn->self && fn->kind == VKind::Object) return call_object(fn, std::move(args), std::move(kwargs));
   if (is_grad_context_class(f) && args.empty() && kwargs.empty()) return Value::object(f());
+  if (inline_depth_ > 0 && kwargs.empty() && is_builtin_exception_class(f) && pc + 1 < bc.insts.size() &&
+      bc.insts[pc + 1]->opcode == bytecode::opcode_by_name("RAISE_VARARGS") && bc.insts[pc + 1]->arg == 1)
+    raise_builtin_exception(f, args);  // `raise IndexError("...")` in an inlined function
   std::string bname = builtin_name(f);
   if (bname == "dict") return make_dict(args, kwargs);
   if (is_namedtuple_class(f)) return make_namedtuple(f, args, kwargs);

@@ -189,6 +189,11 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
     if (result && result->made_in_trace) unsupported("it returns a function made inside it (a closure)");
     restore();
     return result;
+  } catch (const TracedRaise& e) {
+    // The exception leaves the callee; the caller's call instruction must not be under a handler.
+    restore();
+    if (in_handler_range(pc)) throw Unsupported(std::string(e.what()) + " (under an exception handler of " + qualname(f) + "'s caller)");
+    throw;
   } catch (const Unsupported& e) {
     int line = lineno_;
     std::string file = py::str(callee->co_filename).cast<std::string>();

@@ -101,6 +101,16 @@ ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
 }
 
 ValuePtr Tracer::call_user_dunder(const ValuePtr& obj, const char* dunder, std::vector<ValuePtr> args) {
+  if (obj->kind == VKind::Instance) {  // made in the trace: the method of its class, guarded on the class
+    auto* type = reinterpret_cast<PyTypeObject*>(obj->self->obj.ptr());
+    PyObject* descr = _PyType_Lookup(type, py::str(dunder).ptr());  // borrowed, may be NULL
+    if (!descr || !PyFunction_Check(descr)) return nullptr;
+    ValuePtr m = Value::object(wrap(descr, guards::Source::attr(obj->self->source, dunder))->obj,
+                               guards::Source::attr(obj->self->source, dunder));
+    m->self = obj;
+    m->name = dunder;
+    return call(m, std::move(args), {});
+  }
   if (obj->kind != VKind::Object || !obj->source || is_nn_module(obj->obj)) return nullptr;
   py::str key(dunder);
   PyObject* descr = _PyType_Lookup(Py_TYPE(obj->obj.ptr()), key.ptr());  // borrowed, may be NULL
@@ -207,6 +217,22 @@ ValuePtr Tracer::module_item(const ValuePtr& obj, const ValuePtr& key) {
   if (!PyDict_CheckExact(mods.ptr())) return nullptr;
   SourcePtr msrc = guards::Source::attr(obj->source, "_modules");
   std::string k;
+  if (indexed && PySlice_Check(key->obj.ptr()) && pc + 1 < bc.insts.size() &&
+      bc.insts[pc + 1]->opcode == bytecode::opcode_by_name("GET_ITER")) {
+    // `for m in self.layers[a:b]`: the slice is a new container that only the loop sees; its children in
+    // order (a tuple to iterate), each read through the original container (its size guarded).
+    guards.add(guards::length_match(msrc, mods.ptr()));
+    py::list keys = py::reinterpret_borrow<py::dict>(mods).attr("keys")();
+    py::list picked = keys[py::reinterpret_borrow<py::slice>(key->obj)];
+    std::vector<ValuePtr> children;
+    for (auto kobj : picked) {
+      std::string ck = py::str(kobj).cast<std::string>();
+      PyObject* child = PyDict_GetItemString(mods.ptr(), ck.c_str());  // borrowed
+      if (!child || child == Py_None) unsupported("module container has no child '" + ck + "'");
+      children.push_back(wrap(child, guards::Source::dict_item(msrc, ck)));
+    }
+    return Value::tuple(std::move(children));
+  }
   if (indexed) {
     if (!PyLong_CheckExact(key->obj.ptr())) return nullptr;  // slices make new containers
     long n = static_cast<long>(PyDict_GET_SIZE(mods.ptr()));
@@ -323,8 +349,13 @@ ValuePtr Tracer::call_module(const ValuePtr& mod, std::vector<ValuePtr> args,
 }
 
 bool is_plain_class(py::handle cls) {
-  if (!PyType_Check(cls.ptr()) || Py_TYPE(cls.ptr()) != &PyType_Type) return false;  // a metaclass: no
+  // The metaclass is type, or abc.ABCMeta (which makes instances as type does); any other: no.
+  static PyObject* abc_meta = py::object(py::module_::import("abc").attr("ABCMeta")).release().ptr();  // owned
+  if (!PyType_Check(cls.ptr()) ||
+      (Py_TYPE(cls.ptr()) != &PyType_Type && Py_TYPE(cls.ptr()) != reinterpret_cast<PyTypeObject*>(abc_meta)))
+    return false;
   auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
+  if (type->tp_flags & Py_TPFLAGS_IS_ABSTRACT) return false;  // instantiating it raises TypeError
   if (!(type->tp_flags & Py_TPFLAGS_HEAPTYPE) || type->tp_dictoffset == 0) return false;  // builtin or __slots__
   if (type->tp_new != PyBaseObject_Type.tp_new) return false;  // its own __new__ (or a builtin base's)
   // Only Python classes above it, up to object (no builtin base with hidden state, no nn.Module).

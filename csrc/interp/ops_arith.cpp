@@ -96,6 +96,9 @@ bool same_identity(const ValuePtr& a, const ValuePtr& b, bool* known) {
   if (a_obj && b_obj) return a->obj.ptr() == b->obj.ptr();
   // A tensor (or container built in the trace) is never None / a constant.
   if ((a->is_tensor() && b_obj) || (b->is_tensor() && a_obj)) return false;
+  // An object made in the trace is none that existed before it, and no other value of the trace.
+  auto fresh = [](const ValuePtr& v) { return v->kind == VKind::Instance || v->kind == VKind::Record; };
+  if ((fresh(a) && (b_obj || fresh(b) || b->is_tensor())) || (fresh(b) && (a_obj || a->is_tensor()))) return false;
   if (a->is_tensor() && b->is_tensor()) {
     if (a->node == b->node) return true;
   }

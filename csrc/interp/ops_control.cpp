@@ -48,8 +48,8 @@ void pop_jump_if_false(Tracer& t, const Instruction& i) { pop_jump_if(t, i, fals
 void pop_jump_if_none(Tracer& t, const Instruction& i, bool when_none) {
   ValuePtr v = t.pop();
   bool is_none = v->kind == VKind::Const && v->obj.is_none();
-  if (v->is_tensor() || v->kind == VKind::Tuple || v->kind == VKind::List) is_none = false;
-  else if (v->kind != VKind::Const && v->kind != VKind::Object) t.unsupported("`is None` on " + v->describe());
+  // Only a constant or an object can be None; tensors, containers, iterators and objects made in the trace never are.
+  if (v->kind == VKind::Null || v->kind == VKind::Cell) t.unsupported("`is None` on " + v->describe());
   if (is_none == when_none) jump_to(t, i);
 }
 void pop_jump_if_none_h(Tracer& t, const Instruction& i) { pop_jump_if_none(t, i, true); }

@@ -72,6 +72,7 @@ std::vector<ValuePtr> Tracer::unpack_iterable(const ValuePtr& v) {
     default:
       break;
   }
+  if (auto items = iterate_user_object(v)) return std::move(*items);
   unsupported("iteration over " + v->describe());
 }
 

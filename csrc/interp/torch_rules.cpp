@@ -173,6 +173,8 @@ CallKind classify_callable(py::handle fn) {
   } else if (c_function && mod == "torch._C" && name == "_get_tracing_state") {
     // None while no torch.jit trace runs, and frames under a torch.jit trace are never captured.
     kind = CallKind::PureBuiltin;
+  } else if (is_class && mod == "torch" && (name == "finfo" || name == "iinfo")) {
+    kind = CallKind::PureBuiltin;  // torch.finfo(dtype): an immutable record of the dtype's limits
   } else if (!is_class && mod == "torch" && name == "_assert") {
     kind = CallKind::TorchAssert;
   } else if (!is_class && (mod == "torch" || starts_with(mod, "torch."))) {

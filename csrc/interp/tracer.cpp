@@ -50,6 +50,7 @@ const HandlerTable& handler_table() {
     register_control(t);
     register_with(t);
     register_iter(t);
+    register_protocols(t);
     register_dicts(t);
     register_functions(t);
     register_lists(t);

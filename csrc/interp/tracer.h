@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 
 #include <array>
+#include <optional>
 #include <unordered_map>
 #include <set>
 #include <unordered_set>
@@ -57,6 +58,9 @@ void register_iter(HandlerTable& t);
 void register_dicts(HandlerTable& t);
 void register_functions(HandlerTable& t);
 void register_lists(HandlerTable& t);
+void register_protocols(HandlerTable& t);
+// A builtin exception class (IndexError, ValueError, ...): calling it has no side effects.
+bool is_builtin_exception_class(py::handle cls);
 // True if calling a pure function on `v` at trace time is sound: constants, tuples/lists of them, and
 // immutable objects (classes, functions, modules); never iterators, dicts, sets or user objects.
 bool foldable(const ValuePtr& v);
@@ -181,6 +185,14 @@ class Tracer {
   ValuePtr inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
                        std::vector<std::pair<std::string, ValuePtr>> kwargs);
   int inline_depth() const { return inline_depth_; }
+  // True if instruction `index` of the current frame is covered by any exception-table entry (a try or
+  // with block): an exception raised there does not simply leave the frame.
+  bool in_handler_range(size_t index) const;
+  // The items of an object made in the trace (or read from the frame) iterated through its class's
+  // Python __iter__ (protocols.cpp); nullptr when its class does not define one.
+  std::optional<std::vector<ValuePtr>> iterate_user_object(const ValuePtr& v);
+  // Calling a builtin exception class right before `raise` in an inlined function: throws TracedRaise.
+  void raise_builtin_exception(py::handle cls, const std::vector<ValuePtr>& args);
   bool trusted_globals() const { return trusted_globals_; }
   // True while the globals in use are the traced frame's own (not an inlined callee's from another module).
   bool in_frame_module() const { return fv.globals == frame_globals_; }

@@ -190,13 +190,14 @@ bool is_constant_object(py::handle o) {
   if (PyObject_TypeCheck(o.ptr(), reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(inspect_consts, 0))) ||
       PyObject_TypeCheck(o.ptr(), reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(inspect_consts, 1))))
     return true;
-  // torch.dtype, torch.device, torch.layout, torch.memory_format, torch.Size (a tuple of ints)
+  // torch.dtype, torch.device, torch.layout, torch.memory_format, torch.Size (a tuple of ints), torch.finfo / iinfo
   static PyObject* torch_consts = nullptr;
   if (!torch_consts) {
     py::module_ torch = py::module_::import("torch");
     // enum members too: singletons compared by identity (transformers' deprecation Action, ...).
     py::tuple t = py::make_tuple(torch.attr("dtype"), torch.attr("device"), torch.attr("layout"),
-                                 torch.attr("memory_format"), torch.attr("Size"),
+                                 torch.attr("memory_format"), torch.attr("Size"), torch.attr("finfo"),
+                                 torch.attr("iinfo"),
                                  py::module_::import("enum").attr("Enum"));
     torch_consts = t.release().ptr();  // kept for the process lifetime
   }

@@ -25,6 +25,15 @@ struct Unsupported : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Thrown by `raise` of a builtin exception in an inlined function, outside any handler of the functions
+// being inlined: `exc` is the exception Python raises there (made at trace time; builtin exceptions with
+// constant arguments have no side effects). A caller that models the handler (iteration of a
+// collections.abc.Sequence stops at IndexError) catches it; anywhere else it is Unsupported.
+struct TracedRaise : Unsupported {
+  TracedRaise(const std::string& why, py::object e) : Unsupported(why), exc(std::move(e)) {}
+  py::object exc;
+};
+
 enum class VKind {
   Tensor,  // a graph value: node + meta example value + real device
   Const,   // an immutable Python constant (int, float, bool, None, str, slice, dtype, device, Size, ...)

@@ -34,7 +34,6 @@ NOT_TRACED = {
     "CHECK_EG_MATCH": "exception handlers run as Python",
     "PREP_RERAISE_STAR": "exception handlers run as Python",
     "RERAISE": "exception handlers run as Python",
-    "RAISE_VARARGS": "raise breaks the graph; Python raises",
     "WITH_EXCEPT_START": "exception handlers run as Python",
     "LOAD_ASSERTION_ERROR": "a failing assert breaks the graph; Python raises",
     # not traced yet (graph break, or the frame runs as Python)

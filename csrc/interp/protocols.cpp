@@ -1,0 +1,109 @@
+// protocols.cpp — owns Python protocols of user objects in the trace: iteration through a class's Python
+// __iter__ (a collections.abc.Sequence's by __getitem__ up to IndexError), and `raise` of builtin exceptions
+// inside inlined functions (TracedRaise), which only such protocols catch.
+#include "interp/tracer.h"
+
+namespace cdynamo::interp {
+
+namespace {
+
+constexpr long kMaxSequenceItems = 100000;
+
+// collections.abc.Sequence.__iter__, the mixin generator (a new reference kept for the process lifetime).
+PyObject* sequence_iter() {
+  static PyObject* f =
+      py::object(py::module_::import("collections.abc").attr("Sequence").attr("__dict__")["__iter__"]).release().ptr();
+  return f;
+}
+
+// The class attribute `name` of a user object's type (borrowed, may be NULL).
+PyObject* class_lookup(const ValuePtr& v, const char* name) {
+  auto* type = v->kind == VKind::Instance ? reinterpret_cast<PyTypeObject*>(v->self->obj.ptr()) : Py_TYPE(v->obj.ptr());
+  return _PyType_Lookup(type, py::str(name).ptr());
+}
+
+bool builtin_exception_class(py::handle cls) {
+  return PyExceptionClass_Check(cls.ptr()) &&
+         !(reinterpret_cast<PyTypeObject*>(cls.ptr())->tp_flags & Py_TPFLAGS_HEAPTYPE);
+}
+
+}  // namespace
+
+bool Tracer::in_handler_range(size_t index) const {
+  for (const auto& e : bc.exception_table) {
+    int s = bc.index_of(e.start), t = bc.index_of(e.end);
+    if (static_cast<int>(index) >= s && static_cast<int>(index) <= t) return true;
+  }
+  return false;
+}
+
+std::optional<std::vector<ValuePtr>> Tracer::iterate_user_object(const ValuePtr& v) {
+  bool user_object = v->kind == VKind::Instance ||
+                     (v->kind == VKind::Object && v->source && !py::isinstance(v->obj, PyRefs::get().nn_module) && !PyType_Check(v->obj.ptr()) &&
+                      !PyModule_Check(v->obj.ptr()) && PyType_HasFeature(Py_TYPE(v->obj.ptr()), Py_TPFLAGS_HEAPTYPE));
+  if (!user_object) return std::nullopt;
+  PyObject* it = class_lookup(v, "__iter__");  // borrowed
+  if (!it) return std::nullopt;
+  if (it == sequence_iter()) {
+    // Sequence.__iter__ yields self[0], self[1], ... until __getitem__ raises IndexError. The items are read
+    // ahead of the loop body here, which is only sound when reading them changes nothing.
+    PyObject* getitem = class_lookup(v, "__getitem__");  // borrowed
+    if (!getitem || !PyFunction_Check(getitem)) unsupported("iteration over a Sequence without a Python __getitem__");
+    std::vector<ValuePtr> items;
+    for (long i = 0;; ++i) {
+      if (i > kMaxSequenceItems) unsupported("iteration over a Sequence too long to unroll");
+      size_t nodes = graph.mark(), stores = attr_stores.size(), undo = undo_.size();
+      bool ended = false;
+      ValuePtr item;
+      try {
+        item = call_user_dunder(v, "__getitem__", {Value::constant(py::int_(i))});
+      } catch (const TracedRaise& e) {
+        if (!PyErr_GivenExceptionMatches(e.exc.ptr(), PyExc_IndexError)) throw;
+        ended = true;
+      }
+      if (graph.mark() != nodes || attr_stores.size() != stores || undo_.size() != undo)
+        unsupported("iteration over a Sequence whose __getitem__ has side effects");
+      if (ended) return items;
+      if (!item) unsupported("iteration over " + v->describe());
+      items.push_back(item);
+    }
+  }
+  if (!PyFunction_Check(it)) return std::nullopt;
+  auto* c = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(it));  // borrowed
+  if (c->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR))
+    unsupported("iteration through the generator __iter__ of " + v->describe());
+  ValuePtr r = call_user_dunder(v, "__iter__", {});
+  if (!r || r == v || r->kind == VKind::Instance || r->kind == VKind::Object)
+    unsupported("iteration through the __iter__ of " + v->describe());
+  return unpack_iterable(r);
+}
+
+void Tracer::raise_builtin_exception(py::handle cls, const std::vector<ValuePtr>& args) {
+  std::string name = reinterpret_cast<PyTypeObject*>(cls.ptr())->tp_name;
+  py::tuple pargs(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!args[i]->is_constant_like()) unsupported("raise " + name + " with " + args[i]->describe());
+    pargs[i] = args[i]->as_python();
+  }
+  if (in_handler_range(pc)) unsupported("raise " + name + " inside a try or with block of an inlined function");
+  py::object exc = cls(*pargs);
+  throw TracedRaise("raise " + name + " in an inlined function", exc);
+}
+
+namespace {
+
+// RAISE_VARARGS 1 of a builtin exception class or of one just made (see Tracer::call): in an inlined
+// function a TracedRaise; in the traced frame itself a graph break (Python raises).
+void raise_varargs(Tracer& t, const bytecode::Instruction& i) {
+  if (t.inline_depth() > 0 && i.arg == 1 && t.peek(1)->kind == VKind::Object && builtin_exception_class(t.peek(1)->obj))
+    t.raise_builtin_exception(t.peek(1)->obj, {});
+  t.unsupported("raise (Python raises)");
+}
+
+}  // namespace
+
+bool is_builtin_exception_class(py::handle cls) { return builtin_exception_class(cls); }
+
+void register_protocols(HandlerTable& t) { on_opcode(t, "RAISE_VARARGS", raise_varargs); }
+
+}  // namespace cdynamo::interp
