@@ -286,6 +286,9 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
       if (truth != 1) unsupported("torch._assert whose condition is false while tracing");
       return Value::constant(py::none());
     }
+    case CallKind::JitAnnotate:
+      if (args.size() != 2 || !kwargs.empty()) unsupported("torch.jit.annotate with other than two arguments");
+      return args[1];
     case CallKind::TorchMetadata:
     case CallKind::Operator:
     case CallKind::PureBuiltin: {

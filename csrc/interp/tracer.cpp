@@ -770,6 +770,11 @@ ValuePtr Tracer::load_attr(const ValuePtr& obj, const std::string& name) {
           if (is_constant_object(a)) return Value::constant(a);
           return Value::object(a);
         }
+        if (!obj->source && is_stdlib_module(o)) {
+          // A stdlib module read from torch library globals (collections in torch.nn's _ntuple): as trusted.
+          if (is_constant_object(a)) return Value::constant(a);
+          return Value::object(a);
+        }
         if (!obj->source) unsupported("attribute of a module without a source");
         return wrap(a, guards::Source::attr(obj->source, name));
       }
