@@ -29,7 +29,7 @@ def build(make):
     return make()
 
 
-def check(make, inputs, backend):
+def check(make, inputs, backend, graphs=True):
     """`make()` builds the module (or returns the function), `inputs()` fresh same-shape arguments (floating
     ones requiring grad). Checks the output and the gradients of the parameters and inputs against eager, the
     graph count against torch._dynamo's (captured ops >=), and that a call on fresh inputs compiles nothing."""
@@ -51,8 +51,8 @@ def check(make, inputs, backend):
     out, ref = opt(*args), ref_model(*rargs)
     assert same(ref, out)
     frames = cnt.frame_count
-    assert frames == dyn_graphs, f"cdynamo {frames} graphs / {cnt.op_count} ops, torch._dynamo {dyn_graphs} / {dyn_ops}"
-    assert cnt.op_count >= dyn_ops, f"cdynamo {cnt.op_count} ops, torch._dynamo {dyn_ops}"
+    assert frames == dyn_graphs or not graphs, f"cdynamo {frames} graphs / {cnt.op_count} ops, torch._dynamo {dyn_graphs} / {dyn_ops}"
+    assert cnt.op_count >= dyn_ops or not graphs, f"cdynamo {cnt.op_count} ops, torch._dynamo {dyn_ops}"
     if out.requires_grad if isinstance(out, torch.Tensor) else any(o.requires_grad for o in out):
         total(out).backward()
         total(ref).backward()
@@ -314,15 +314,8 @@ CASES = {
 
 # Cases cdynamo does not yet capture as torch._dynamo does (a graph break or the frame as Python, results equal).
 XFAIL = {
-    "tensor_type_dtype": "Tensor.type() is a graph break",
-    "tensor_type_string": "Tensor.type() is a graph break",
-    "tensor_type_no_arg": "Tensor.type() is a graph break",
-    "len_modulelist": "len() of a ModuleList is a graph break",
     "autograd_function_save_for_backward": "autograd.Function.apply is a graph break",
     "autograd_function_grad_reverse": "autograd.Function.apply is a graph break",
-    "iterate_rows": "iterating over a tensor runs the frame as Python",
-    "iterate_zip": "iterating over a tensor runs the frame as Python",
-    "iterate_comprehension": "iterating over a tensor runs the frame as Python",
 }
 
 
@@ -332,6 +325,14 @@ XFAIL = {
 def test_crawled_module(case, backend):
     make, inputs = CASES[case]
     check(make, inputs, backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", list(XFAIL))
+def test_uncaptured_crawled_module_is_a_clean_break(case, backend):
+    # What cdynamo does today with the constructs above it does not capture: outputs and grads equal eager.
+    make, inputs = CASES[case]
+    check(make, inputs, backend, graphs=False)
 
 
 # ---- soundness around the constructs above -----------------------------------------------------------------
@@ -350,7 +351,6 @@ def test_iterating_a_0d_tensor_raises_as_in_eager():
         opt(torch.tensor(1.0))
 
 
-@pytest.mark.xfail(reason="iterating over a tensor runs the frame as Python", strict=True)
 def test_iterating_a_tensor_guards_its_length():
     cnt = CompileCounterWithBackend("eager")
     opt = cdynamo.optimize(cnt)(rows_loop)
@@ -381,3 +381,87 @@ def test_reduction_get_enum_of_an_unknown_name_raises():
     opt = cdynamo.optimize("eager")(LegacyLoss("bogus"))
     with pytest.raises(ValueError, match="bogus"):
         opt(torch.randn(3), torch.randn(3))
+
+
+def test_iterating_rows_writes_through_the_views():
+    def fn(x):
+        for row in x:
+            row.mul_(2)
+        return x.sum(0)
+
+    x = torch.randn(3, 4)
+    ref_x, opt_x = x.clone(), x.clone()
+    opt = cdynamo.optimize("eager")(fn)
+    assert same(fn(ref_x), opt(opt_x))
+    assert same(ref_x, opt_x)
+
+
+def test_tensor_type_to_a_cuda_type_is_not_captured():
+    def fn(x):
+        return (x + 1).type("torch.cuda.FloatTensor")
+
+    opt = cdynamo.optimize("eager")(fn)
+    x = torch.randn(3)
+    if torch.cuda.is_available():
+        assert same(fn(x), opt(x))
+        return
+    with pytest.raises(Exception) as ref:
+        fn(x)
+    with pytest.raises(type(ref.value)):
+        opt(x)
+
+
+class _ShortList(nn.Sequential):
+    def __len__(self):  # a subclass's own __len__ is called, not the children counted
+        return 1
+
+
+class _UsesShortList(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = _ShortList(nn.Linear(4, 4), nn.Linear(4, 4))
+
+    def forward(self, x):
+        for i in range(len(self.layers)):
+            x = self.layers[i](x)
+        return x
+
+
+def test_len_of_a_module_container_subclass_uses_its_len():
+    torch.manual_seed(0)
+    model = _UsesShortList()
+    x = torch.randn(2, 4)
+    assert same(model(x), cdynamo.optimize("eager")(model)(x))
+
+
+def test_len_of_a_module_list_is_guarded():
+    model = Stack()
+    cnt = CompileCounterWithBackend("eager")
+    opt = cdynamo.optimize(cnt)(model)
+    x = torch.randn(2, 4)
+    opt(x)
+    model.layers.append(nn.Linear(4, 4))
+    assert same(model(x), opt(x))
+    assert cnt.frame_count == 2
+
+
+class _StaticHelper(nn.Module):
+    @staticmethod
+    def scale(x):
+        return x * 2
+
+    @classmethod
+    def shift(cls, x):
+        return x - 1
+
+    def forward(self, x):
+        return self.shift(self.scale(x))
+
+
+def test_static_and_class_methods_of_a_module_compile_once():
+    cnt = CompileCounterWithBackend("eager")
+    opt = cdynamo.optimize(cnt)(_StaticHelper())
+    for _ in range(3):
+        x = torch.randn(3)
+        assert same(_StaticHelper()(x), opt(x))
+    assert cnt.frame_count == 1
