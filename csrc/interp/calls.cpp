@@ -228,6 +228,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
       return Value::constant(py::int_(args[0]->keys.size()));
     if (bname == "len" && args.size() == 1 && args[0]->kind == VKind::Record)
       return Value::constant(py::int_(record_present(args[0]).size()));
+    if (bname == "len" && args.size() == 1)
+      if (ValuePtr n = module_container_len(args[0])) return n;
     if (ValuePtr r = call_iter_builtin(bname, args)) return r;
   }
   // Methods of immutable constants ("a_b".split("_"), name.startswith(...)) fold on constant arguments.
@@ -289,6 +291,9 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
       if (truth != 1) unsupported("torch._assert whose condition is false while tracing");
       return Value::constant(py::none());
     }
+    case CallKind::JitAnnotate:
+      if (args.size() != 2 || !kwargs.empty()) unsupported("torch.jit.annotate with other than two arguments");
+      return args[1];
     case CallKind::TorchMetadata:
     case CallKind::Operator:
     case CallKind::PureBuiltin: {
@@ -416,6 +421,7 @@ ValuePtr Tracer::call_tensor_method(const ValuePtr& self, const std::string& nam
                                     std::vector<std::pair<std::string, ValuePtr>> kwargs) {
   auto& refs = PyRefs::get();
   py::object device = self->device;
+  if (name == "type") return tensor_type(self, args, kwargs);
   if (!tensor_method_allowed(name) && !tensor_method_metadata(name) && name != "cpu")
     unsupported("Tensor." + name + "() needs real tensor data (not supported in a graph)");
   if (name == "cpu") {

@@ -112,9 +112,14 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
       continue;
     }
     SourcePtr src = fn_part(fn, "__closure__", k);
+    PyObject* cell = closure ? PyTuple_GET_ITEM(closure, k) : nullptr;  // borrowed
+    PyObject* content = cell ? PyCell_GET(cell) : nullptr;               // borrowed, may be NULL
+    if (!src && nn_library && content && is_constant_object(content)) {
+      // torch.nn's helpers made by factories (_pair = _ntuple(2)): constants of the program, as its globals are.
+      slots[static_cast<size_t>(slot)] = Value::constant(py::reinterpret_borrow<py::object>(content));
+      continue;
+    }
     if (!src || !closure) unsupported("closure of " + name + " without a source");
-    PyObject* cell = PyTuple_GET_ITEM(closure, k);   // borrowed
-    PyObject* content = PyCell_GET(cell);            // borrowed, may be NULL
     if (content) slots[static_cast<size_t>(slot)] = wrap(content, guards::Source::attr(src, "cell_contents"));
   }
 

@@ -53,9 +53,12 @@ ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
     if (Py_IS_TYPE(descr, &PyClassMethod_Type) || Py_IS_TYPE(descr, &PyStaticMethod_Type)) {
       // Found on the class, guarded through it: a classmethod binds the class, a staticmethod nothing.
       SourcePtr csrc = guards::Source::attr(obj->source, "__class__");
-      wrap(descr, guards::Source::attr(csrc, name));  // ID_MATCH on the descriptor
       py::object func = py::reinterpret_borrow<py::object>(descr).attr("__func__");
       if (!PyFunction_Check(func.ptr())) unsupported("classmethod/staticmethod '" + name + "' of a non-Python function");
+      // ID_MATCH on the function the class gives (cls.name is the function of a staticmethod, a new bound
+      // method of a classmethod each time: its __func__).
+      SourcePtr fsrc = guards::Source::attr(csrc, name);
+      wrap(func, Py_IS_TYPE(descr, &PyClassMethod_Type) ? guards::Source::attr(fsrc, "__func__") : fsrc);
       ValuePtr f = Value::object(func);
       if (Py_IS_TYPE(descr, &PyClassMethod_Type)) {
         f->self = wrap(reinterpret_cast<PyObject*>(type), csrc);
@@ -337,7 +340,12 @@ ValuePtr Tracer::call_module(const ValuePtr& mod, std::vector<ValuePtr> args,
                            .attr("forward");
   if (!PyFunction_Check(forward.ptr())) unsupported("module whose forward is not a Python function");
   std::vector<ValuePtr> fwd_args = args;
-  ValuePtr result = call_object(bound_method(*this, mod, forward, "forward"), std::move(fwd_args), kwargs);
+  PyObject* declared = _PyType_Lookup(Py_TYPE(f.ptr()), py::str("forward").ptr());  // borrowed
+  ValuePtr result =
+      declared && Py_IS_TYPE(declared, &PyStaticMethod_Type)  // `@staticmethod def forward(x)`: no self
+          ? call(wrap(forward, guards::Source::attr(guards::Source::attr(mod->source, "__class__"), "forward")),
+                 std::move(fwd_args), kwargs)
+          : call_object(bound_method(*this, mod, forward, "forward"), std::move(fwd_args), kwargs);
   for (auto kv : py::reinterpret_borrow<py::dict>(size_of(post) ? post : py::dict())) {
     ValuePtr hook = wrap(kv.second, guards::Source::dict_item_key(post_src, kv.first.ptr()));
     bool with_kwargs = !post_kw.is_none() && PyDict_Contains(post_kw.ptr(), kv.first.ptr()) == 1;
@@ -476,6 +484,8 @@ ValuePtr Tracer::call_object(const ValuePtr& fn, std::vector<ValuePtr> args,
     return call_partial(p, std::move(args), std::move(kwargs));
   }
   if (fn->source && is_nn_module(f)) return call_module(fn, std::move(args), std::move(kwargs));
+  if (kwargs.empty() && !PyType_Check(f.ptr()))  // an object with a Python __call__ (a WeightNorm hook)
+    if (ValuePtr r = call_user_dunder(fn, "__call__", args)) return r;
   unsupported("call to " + fn->describe());
 }
 

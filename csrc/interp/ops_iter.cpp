@@ -21,6 +21,8 @@ std::vector<ValuePtr> Tracer::unpack_iterable(const ValuePtr& v) {
     case VKind::Tuple:
     case VKind::List:
       return v->items;
+    case VKind::Tensor:
+      return unpack_tensor(v);
     case VKind::Iter:
       return std::vector<ValuePtr>(v->items.begin() + static_cast<long>(v->pos), v->items.end());
     case VKind::Dict: {

@@ -60,7 +60,7 @@ bool is_torch_nn_module_file(PyCodeObject* code) {
 bool is_inlinable_library_file(PyCodeObject* code) {
   std::string file;
   if (!filename_of(code, &file)) return false;
-  for (const char* part : {"/torch/backends/", "/torch/_jit_internal.py", "/torch/nn/utils/", "/torch/overrides.py",
+  for (const char* part : {"/torch/backends/", "/torch/_jit_internal.py", "/torch/nn/utils/", "/torch/overrides.py", "/torch/nn/_reduction.py",
                            "/_collections_abc.py", "<frozen _collections_abc>"})  // frozen in 3.11+
     if (file.find(part) != std::string::npos) return true;
   return false;

@@ -18,7 +18,7 @@ bool is_library_file(PyCodeObject* code);
 // True for library code of torch.nn's modules (Linear.forward, ...), which the tracer may inline.
 bool is_torch_nn_module_file(PyCodeObject* code);
 // Library code that is inlined with guarded globals: small torch helpers that model code calls
-// (torch.backends.*, torch._jit_internal, torch.overrides, torch.nn.utils).
+// (torch.backends.*, torch._jit_internal, torch.overrides, torch.nn.utils, torch.nn._reduction).
 bool is_inlinable_library_file(PyCodeObject* code);
 
 }  // namespace cdynamo::interp

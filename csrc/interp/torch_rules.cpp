@@ -93,6 +93,15 @@ bool is_trusted_module(py::handle mod) {
          name == "_operator";
 }
 
+bool is_stdlib_module(py::handle mod) {
+  static PyObject* names = py::object(py::module_::import("sys").attr("stdlib_module_names")).release().ptr();  // process lifetime
+  std::string name = str_attr(mod, "__name__");
+  py::str top(name.substr(0, name.find('.')));
+  int r = PySet_Contains(names, top.ptr());
+  if (r < 0) throw py::error_already_set();
+  return r == 1;
+}
+
 namespace {
 
 // The classification memo, by identity. An entry must not keep the callable alive (a module or function
@@ -177,19 +186,25 @@ CallKind classify_callable(py::handle fn) {
     kind = CallKind::PureBuiltin;  // torch.finfo(dtype): an immutable record of the dtype's limits
   } else if (!is_class && mod == "torch" && name == "_assert") {
     kind = CallKind::TorchAssert;
-  } else if (!is_class && (mod == "torch" || starts_with(mod, "torch."))) {
+  } else if (!is_class && !name.empty() && (mod == "torch" || starts_with(mod, "torch."))) {
+    // (An object of a torch class, a WeightNorm hook, has the class's __module__ but no __name__: not an op.)
     // Private torch functions are not graph ops, except the fused kernels torch.nn's fast paths call.
     static const std::unordered_set<std::string> private_ops = {"_transformer_encoder_layer_fwd",
-                                                                "_native_multi_head_attention"};
+                                                                "_native_multi_head_attention", "_weight_norm"};
     bool blocked = blocked_torch_names().count(name) > 0 || (!name.empty() && name[0] == '_' && !private_ops.count(name));
     for (const auto& p : blocked_torch_modules())
       if (mod == p || starts_with(mod, p + ".")) blocked = true;
     // Queries whose answer is fixed in eager Python (scripting, tracing, compiling): folded.
     static const std::unordered_set<std::string> eager_constants = {
         "is_scripting", "is_tracing", "is_compiling", "is_dynamo_compiling", "is_exporting"};
+    // Facts about the process that do not change while it runs (as torch._dynamo, folded unguarded).
+    static const std::unordered_set<std::string> process_constants = {
+        "torch.cuda.is_available", "torch.cuda.device_count", "torch.distributed.is_available"};
     if (name == "is_compiling" || name == "is_dynamo_compiling") {
       kind = CallKind::CompilingQuery;  // libraries take their compile-friendly paths, as under torch.compile
-    } else if (eager_constants.count(name)) {
+    } else if (mod == "torch.jit" && name == "annotate") {
+      kind = CallKind::JitAnnotate;
+    } else if (eager_constants.count(name) || process_constants.count(mod + "." + name)) {
       kind = CallKind::PureBuiltin;
     } else if (!blocked) {
       if (factory_names().count(name)) kind = CallKind::TorchFactory;

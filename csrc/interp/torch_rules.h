@@ -23,6 +23,7 @@ enum class CallKind {
   TorchFunctionQuery,  // torch._C._has_torch_function*: false for plain tensors
   CompilingQuery,  // torch.compiler.is_compiling / torch._dynamo.is_compiling: True while tracing
   TorchAssert,     // torch._assert(cond, msg): nothing when cond is a true constant
+  JitAnnotate,     // torch.jit.annotate(type, value): value
   AllowedInGraph,  // user callable registered with cdynamo.allow_in_graph
   Disallowed,      // user callable registered with cdynamo.disallow_in_graph
   Unknown,
@@ -33,6 +34,8 @@ CallKind classify_callable(py::handle fn);
 void clear_classification_cache();
 // Modules whose attributes are program constants (torch and its submodules, math, operator).
 bool is_trusted_module(py::handle mod);
+// Modules of the standard library (by top-level package name, sys.stdlib_module_names).
+bool is_stdlib_module(py::handle mod);
 // Tensor attribute read (shape, dtype, device, T, ...): constant or graph node; throws Unsupported.
 ValuePtr tensor_attr(Tracer& t, const ValuePtr& self, const std::string& name);
 // True if `name` is a tensor method that may be put into a graph.

@@ -639,6 +639,19 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
       ValuePtr self = wrap(self_obj, guards::Source::attr(src, "__self__"));
       return method_of(self, func, fname.cast<std::string>());
     }
+    // A classmethod bound to its class (`MyFunction.apply`, a new bound method on each read): guarded by
+    // its function and its class, as `cls.name` gives it again.
+    PyObject* descr = PyType_Check(self_obj) ? _PyType_Lookup(reinterpret_cast<PyTypeObject*>(self_obj), fname.ptr())
+                                             : nullptr;  // borrowed
+    if (descr && Py_IS_TYPE(descr, &PyClassMethod_Type)) {
+      py::object cm_func = py::reinterpret_borrow<py::object>(descr).attr("__func__");
+      if (cm_func.ptr() == func) {
+        guards.add(guards::type_match(src, v));
+        guards.add(guards::id_match(guards::Source::attr(src, "__func__"), func));
+        guards.add(guards::id_match(guards::Source::attr(src, "__self__"), self_obj));
+        return Value::object(py::reinterpret_borrow<py::object>(value), src);
+      }
+    }
   }
   // A plain instance of a Python class: its type now, its identity on first use (Tracer::realize), so an
   // object made anew on each call that the trace only moves (a result passed on to a continuation, a value
@@ -768,6 +781,11 @@ ValuePtr Tracer::load_attr(const ValuePtr& obj, const std::string& name) {
         }
         if (is_trusted_module(o)) {
           // torch / math / operator contents are treated as constants of the program.
+          if (is_constant_object(a)) return Value::constant(a);
+          return Value::object(a);
+        }
+        if (!obj->source && is_stdlib_module(o)) {
+          // A stdlib module read from torch library globals (collections in torch.nn's _ntuple): as trusted.
           if (is_constant_object(a)) return Value::constant(a);
           return Value::object(a);
         }

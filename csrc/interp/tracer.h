@@ -199,6 +199,12 @@ class Tracer {
   // The items of a value iterated at trace time (tuple, list, constant range/tuple/str, an iterator,
   // nn.Sequential / nn.ModuleList with sources); throws Unsupported otherwise (ops_iter.cpp).
   std::vector<ValuePtr> unpack_iterable(const ValuePtr& v);
+  // Tensors (tensors.cpp): the rows of a tensor iterated (tensor[i] nodes), Tensor.type(...) as a constant
+  // name or a dtype conversion, len() of an nn.ModuleList / Sequential / ModuleDict (nullptr otherwise).
+  std::vector<ValuePtr> unpack_tensor(const ValuePtr& v);
+  ValuePtr tensor_type(const ValuePtr& self, const std::vector<ValuePtr>& args,
+                       const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
+  ValuePtr module_container_len(const ValuePtr& v);
   // enumerate / zip / reversed / list / tuple over such values, or nullptr when not applicable.
   ValuePtr call_iter_builtin(const std::string& name, const std::vector<ValuePtr>& args);
   // Dicts made in the trace (dicts.cpp). The bool forms return false when `d` is not a Dict value.

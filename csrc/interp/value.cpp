@@ -167,7 +167,8 @@ py::object tuple_maker(py::handle cls) {
 bool is_constant_object(py::handle o) {
   if (o.is_none() || PyBool_Check(o.ptr()) || PyLong_CheckExact(o.ptr()) || PyFloat_CheckExact(o.ptr()) ||
       PyUnicode_CheckExact(o.ptr()) || PyComplex_CheckExact(o.ptr()) ||
-      o.ptr() == Py_Ellipsis || PyBytes_CheckExact(o.ptr()) || PyRange_Check(o.ptr()))
+      o.ptr() == Py_Ellipsis || PyBytes_CheckExact(o.ptr()) || PyRange_Check(o.ptr()) ||
+      Py_IS_TYPE(o.ptr(), &Py_GenericAliasType))  // list[int]: an immutable annotation
     return true;
   if (PySlice_Check(o.ptr())) {  // constant when its parts are (slice(tensor(2), None) is not)
     auto* sl = reinterpret_cast<PySliceObject*>(o.ptr());
