@@ -397,6 +397,11 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
     for (const auto& v : rebuilt)
       if (reads_frame_locals(v)) rb.pin(v->kind == VKind::Method ? v->self : v);
   }
+  // A break inside `with torch.no_grad()/enable_grad()`: the rest of the frame runs in the block's mode;
+  // an exception from it (the breaking instruction, the continuation) leaves with the frame's mode again.
+  const bool in_grad_block = t.grad_mode_after_graph >= 0;
+  if (in_grad_block) rb.set_grad_mode(t.grad_mode_after_graph == 1);
+  const size_t grad_range_start = e.bc.insts.size();
   for (int slot = 0; slot < static_cast<int>(t.locals.size()); ++slot) {
     if (!rebuilt_slot(t, slot)) continue;
     bool cell = is_deref_slot(t.code, slot);  // written into the frame's cell (which closures share)
@@ -506,6 +511,18 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
     copy->pos = inst.pos;
     call_resume(pushed, passed);
     out.resumes.push_back(std::move(r));
+  }
+  if (in_grad_block && e.bc.insts.size() > grad_range_start) {
+    bytecode::Instruction* first = e.bc.insts[grad_range_start].get();
+    bytecode::Instruction* last = e.bc.insts.back().get();
+    bytecode::Instruction* handler = e.emit("PUSH_NULL");  // stack: [exception]
+    e.load_const(py::module_::import("torch").attr("_C").attr("_set_grad_enabled"));
+    e.load_const(py::bool_(t.grad_mode_after_graph == 0));
+    e.emit("PRECALL", 1);
+    e.emit("CALL", 1);
+    e.emit("POP_TOP");
+    e.emit("RERAISE", 0);
+    e.bc.exception_table.push_back({first, last, handler, 0, false});
   }
   out.code = e.finish(true);
   return out;

@@ -281,6 +281,15 @@ void Rebuilder::commit_effects() {
   effects_.clear();
 }
 
+void Rebuilder::set_grad_mode(bool enabled) {
+  e_.emit("PUSH_NULL");
+  e_.load_const(py::module_::import("torch").attr("_C").attr("_set_grad_enabled"));
+  e_.load_const(py::bool_(enabled));
+  e_.emit("PRECALL", 1);
+  e_.emit("CALL", 1);
+  e_.emit("POP_TOP");
+}
+
 void Rebuilder::release() {
   // Emitted on each exit path; the temporaries stay known for code emitted on another path.
   for (int slot : temps_) e_.emit("DELETE_FAST", slot);
@@ -324,6 +333,10 @@ void Rebuilder::push(const ValuePtr& v, int above) {
       e_.load_const(v->obj);
       return;
     case VKind::Object:
+      if (v->grad_exit >= 0) {  // a grad-mode with block's __exit__: the restorer of the mode it left
+        e_.load_const(interp::grad_exit_callable(v->grad_exit == 1));
+        return;
+      }
       if (v->made_in_trace)
         throw interp::Unsupported("a function made in the trace cannot be passed back to Python yet");
       if (!v->name.empty() && v->name[0] == '<')  // super(), functools.partial, ... modelled by the trace

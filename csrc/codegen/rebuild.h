@@ -34,6 +34,8 @@ class Rebuilder {
   void stage_effects(const interp::Tracer& t);
   void pin(const interp::ValuePtr& v);
   void commit_effects();
+  // torch._C._set_grad_enabled(enabled) (stack neutral): the mode of a with block continued after a break.
+  void set_grad_mode(bool enabled);
   // DELETE_FAST of every temporary made by share(), stage_effects() and pin(), once nothing reads them
   // (on one exit path; another path may still load and release them).
   void release();

@@ -31,7 +31,35 @@ void before_with(Tracer& t, const Instruction&) {
   t.push(Value::constant(py::none()));  // what __enter__ returns
 }
 
+// __exit__ of a `with torch.no_grad()/enable_grad()` block continued after a graph break: sets grad mode to
+// its `self` (Py_True / Py_False) and returns None, so an exception propagates. Borrowed arguments.
+PyObject* grad_exit(PyObject* self, PyObject* const*, Py_ssize_t nargs) {
+  if (nargs != 3) {
+    PyErr_SetString(PyExc_TypeError, "__exit__ takes 3 arguments");
+    return nullptr;
+  }
+  guards::set_grad_mode_enabled(self == Py_True);
+  Py_RETURN_NONE;
+}
+
+PyMethodDef grad_exit_def = {"_cdynamo_grad_exit", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(grad_exit)),
+                             METH_FASTCALL, "Restores grad mode on leaving a with block continued after a graph break."};
+
 }  // namespace
+
+py::handle grad_exit_callable(bool enabled) {
+  static PyObject* fns[2] = {nullptr, nullptr};  // new references kept for the process lifetime
+  PyObject*& f = fns[enabled ? 1 : 0];
+  if (!f) f = PyCFunction_New(&grad_exit_def, enabled ? Py_True : Py_False);
+  if (!f) throw py::error_already_set();
+  return f;
+}
+
+int grad_exit_mode(py::handle obj) {
+  for (int mode = 0; mode < 2; ++mode)
+    if (obj.ptr() == grad_exit_callable(mode == 1).ptr()) return mode;
+  return -1;
+}
 
 // The context objects themselves are created at trace time (their constructors have no effects).
 bool is_grad_context_class(py::handle fn) {

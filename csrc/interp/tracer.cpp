@@ -128,6 +128,13 @@ Tracer::Status Tracer::run() {
       stop_.lineno = lineno_;
     }
   }
+  // A break inside `with torch.no_grad()`: the graph ends in the frame's entry mode (a balanced graph, as
+  // backends expect); the rewritten frame then switches to the mode at the break (grad_mode_after_graph).
+  if (status_ == Status::Break && guards::grad_mode_enabled() != restore_grad_mode.entry) {
+    grad_mode_after_graph = guards::grad_mode_enabled() ? 1 : 0;
+    graph.call_function(PyRefs::get().torch.attr("_C").attr("_set_grad_enabled"),
+                        {graph::Arg::constant(py::bool_(restore_grad_mode.entry))}, {}, py::none());
+  }
   if (status_ != Status::Returned) {
     stop_.filename = py::str(code->co_filename).cast<std::string>();
     try {
@@ -418,11 +425,22 @@ bool Tracer::breakable(size_t index, std::string* why) const {
       *why = "graph breaks in methods that call super() without arguments are not supported yet";
       return false;
     }
+  const int with_except = bytecode::opcode_by_name("WITH_EXCEPT_START");
+  const int push_exc = bytecode::opcode_by_name("PUSH_EXC_INFO");
   for (const auto& e : bc.exception_table) {
     int s = bc.index_of(e.start), t = bc.index_of(e.end);
     if (static_cast<int>(index) >= s && static_cast<int>(index) <= t) {
-      *why = "inside a try/with block";
-      return false;
+      // The body of `with torch.no_grad()/enable_grad()`: its __exit__ (stack slot depth-1) is rebuilt as a
+      // grad-mode restorer and the continuation keeps the block's cleanup; any other try/with: no break.
+      size_t h = static_cast<size_t>(bc.index_of(e.target));
+      bool with_cleanup = h + 1 < bc.insts.size() && bc.insts[h]->opcode == push_exc &&
+                          bc.insts[h + 1]->opcode == with_except;
+      bool grad_with = with_cleanup && e.depth >= 1 && static_cast<size_t>(e.depth) <= stack.size() &&
+                       stack[static_cast<size_t>(e.depth - 1)]->grad_exit >= 0;
+      if (!grad_with) {
+        *why = "inside a try/with block";
+        return false;
+      }
     }
   }
   if (loop_depth(index)) {
@@ -652,6 +670,13 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
         return Value::object(py::reinterpret_borrow<py::object>(value), src);
       }
     }
+  }
+  // The __exit__ of a grad-mode `with` block continued after a break (a process-lifetime constant).
+  if (int mode = grad_exit_mode(value); mode >= 0) {
+    guards.add(guards::id_match(src, v));
+    ValuePtr out = Value::object(py::reinterpret_borrow<py::object>(value), src);
+    out->grad_exit = mode;
+    return out;
   }
   // A plain instance of a Python class: its type now, its identity on first use (Tracer::realize), so an
   // object made anew on each call that the trace only moves (a result passed on to a continuation, a value

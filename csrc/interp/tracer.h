@@ -61,6 +61,10 @@ void register_lists(HandlerTable& t);
 void register_protocols(HandlerTable& t);
 // A builtin exception class (IndexError, ValueError, ...): calling it has no side effects.
 bool is_builtin_exception_class(py::handle cls);
+// The __exit__ that a rebuilt `with torch.no_grad()/enable_grad()` block holds after a graph break: sets grad
+// mode to `enabled` (ops_with.cpp); grad_exit_mode gives 1/0 for those two objects, -1 for anything else.
+py::handle grad_exit_callable(bool enabled);
+int grad_exit_mode(py::handle obj);
 // True if calling a pure function on `v` at trace time is sound: constants, tuples/lists of them, and
 // immutable objects (classes, functions, modules); never iterators, dicts, sets or user objects.
 bool foldable(const ValuePtr& v);
@@ -132,6 +136,9 @@ class Tracer {
   // graph then must fail cleanly (a failed call reruns the frame as Python, which reaches the handler), or
   // the frame is traced again with them refused.
   bool allow_ops_in_try = true;
+  // At a break inside `with torch.no_grad()`: the grad mode there (1 enabled, 0 disabled), which differs
+  // from the frame's; the rewritten frame sets it after the graph. -1 otherwise.
+  int grad_mode_after_graph = -1;
   bool ops_in_try = false;
   bool at_window_end(size_t index) const { return index < window_end.size() && window_end[index] >= 0; }
   bool owns_free(int slot) const {
