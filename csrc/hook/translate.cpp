@@ -1,5 +1,6 @@
 // translate.cpp — owns the compile path of one frame: trace, guards, graph to the backend, codegen, entry,
 // and the reports to the Python callback (graphs, bytecode, guards, recompiles, fallbacks).
+#include <memory>
 #include <pybind11/stl.h>
 
 #include <chrono>
@@ -253,9 +254,8 @@ std::shared_ptr<CacheEntry> translate_impl(compat::Frame* frame, PyObject* cb, C
       report_fallback(cb, code, "unsupported", "a TorchFunctionMode is active: the frame runs as Python");
       return e;
     }
-    interp::Tracer t(code, fv);
-    t.allow_ops_in_try = ops_in_try;
-    if (const codegen::ResumeInfo* ri = codegen::resume_info(code)) {
+    const codegen::ResumeInfo* ri = codegen::resume_info(code);
+    if (ri) {
       extra->continuation = true;
       if (continuation_too_deep(PyThreadState_Get())) {
         // Not remembered: a later call from a shallower stack compiles it.
@@ -264,10 +264,28 @@ std::shared_ptr<CacheEntry> translate_impl(compat::Frame* frame, PyObject* cb, C
                         "function runs as Python near the recursion limit");
         return nullptr;
       }
-      t.owned_free = ri->owned_free;
-      t.window_end = ri->tail_cut;
     }
-    auto status = t.run();
+    auto make_tracer = [&](int break_at, const std::string& reason) {
+      auto tracer = std::make_unique<interp::Tracer>(code, fv);
+      tracer->allow_ops_in_try = ops_in_try;
+      if (ri) {
+        tracer->owned_free = ri->owned_free;
+        tracer->window_end = ri->tail_cut;
+      }
+      tracer->break_at = break_at;
+      tracer->break_at_reason = reason;
+      return tracer;
+    };
+    std::unique_ptr<interp::Tracer> tracer = make_tracer(-1, "");
+    auto status = tracer->run();
+    if (status == interp::Tracer::Status::Break && tracer->failed_guards > 0 && !strict) {
+      // The breaking instruction guarded what it read before failing: trace again, breaking there at once.
+      const int at = static_cast<int>(tracer->pc);
+      const std::string reason = tracer->stop_info().reason;
+      tracer = make_tracer(at, reason);
+      status = tracer->run();
+    }
+    interp::Tracer& t = *tracer;
     if (status == interp::Tracer::Status::Unsupported) {
       const auto& stop = t.stop_info();
       if (strict) {

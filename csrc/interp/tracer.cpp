@@ -85,6 +85,7 @@ Tracer::Status Tracer::run() {
     size_t saved_graph = graph.mark();
     size_t saved_stores = attr_stores.size();
     size_t saved_mutated = mutated.size();
+    size_t saved_guards = guards.size();
     undo_.clear();
     try {
       if (stopped) {
@@ -93,10 +94,12 @@ Tracer::Status Tracer::run() {
       }
       if (at_window_end(pc))
         unsupported("end of a continuation window (a very long function is continued in parts)");
+      if (static_cast<int>(pc) == break_at) unsupported(break_at_reason);
       execute_one();
     } catch (const Unsupported& e) {
       if (stop_.reason.empty()) stop_.reason = e.what();
       stop_.lineno = lineno_;
+      failed_guards = guards.size() - saved_guards;
       stack = std::move(saved_stack);
       kw_names = saved_kw;
       graph.rollback(saved_graph);

@@ -139,6 +139,12 @@ class Tracer {
   // At a break inside `with torch.no_grad()`: the grad mode there (1 enabled, 0 disabled), which differs
   // from the frame's; the rewritten frame sets it after the graph. -1 otherwise.
   int grad_mode_after_graph = -1;
+  // Guards the instruction that stopped the trace added before it failed (a callee inlined part way); the
+  // frame is then traced again with `break_at` set to that instruction, so that the entry holds only the
+  // guards of what the graph really did (a failed inline's reads do not recompile the frame).
+  size_t failed_guards = 0;
+  int break_at = -1;
+  std::string break_at_reason;
   bool ops_in_try = false;
   bool at_window_end(size_t index) const { return index < window_end.size() && window_end[index] >= 0; }
   bool owns_free(int slot) const {

@@ -131,7 +131,8 @@ def alias_signature(objs):
 
 
 # ---------------------------------------------------------------------------------------------- comparison
-_GRAD_FN = re.compile(r"grad_fn=<\w+>")
+# The node name, and where the tensor repr wraps before it (a longer name moves it to a line of its own).
+_GRAD_FN = re.compile(r",\s*grad_fn=<\w+>")
 _NUM = re.compile(r"(-?(?:\d+\.\d*|\.\d+|\d+)(?:e[+-]?\d+)?|nan|-?inf)")
 
 
@@ -140,7 +141,7 @@ def compare_text(a, b, rtol=1e-3, atol=2e-4):
     if a == b:
         return None
     # autograd node names differ by construction under aot_eager (CompiledFunctionBackward)
-    a, b = _GRAD_FN.sub("grad_fn=<>", a), _GRAD_FN.sub("grad_fn=<>", b)
+    a, b = _GRAD_FN.sub(", grad_fn=<>", a), _GRAD_FN.sub(", grad_fn=<>", b)
     pa, pb = _NUM.split(a), _NUM.split(b)
     if len(pa) != len(pb):
         return _text_diff(a, b)

@@ -482,3 +482,35 @@ def test_module_call_arguments_and_generator_items_are_not_pinned():
     for _ in range(3):
         torch.testing.assert_close(opt(x, _Cache()), x * 2)
     assert cnt.frame_count == 1
+
+
+# ---- guards of a call that could not be inlined ------------------------------------------------------
+
+class Untraceable:
+    def __setattr__(self, k, v):
+        super().__setattr__(k, v)  # zero-argument super() of a class with __setattr__: not inlined
+
+
+def checked_set(obj, value):
+    if obj.mode == "strict":  # read (and guarded) by the inlining that then fails at the call below
+        value = abs(value)
+    obj.__class__.__setattr__(obj, "v", value)
+
+
+def sets_then_computes(x, obj):
+    y = x * 2
+    checked_set(obj, -1.5)
+    return y + 1
+
+
+def test_a_call_that_breaks_is_not_guarded_on_what_it_read():
+    """The call runs as Python at the break, so what its failed inlining read (`obj.mode`) is not guarded:
+    changing it does not recompile the frame (the first trace is redone with the break at the call)."""
+    opt, counter = compiled(sets_then_computes)
+    x = torch.randn(3)
+    obj, ref = Untraceable(), Untraceable()
+    for mode in ["strict", "loose", "strict", "loose"]:
+        obj.mode = ref.mode = mode
+        torch.testing.assert_close(opt(x, obj), sets_then_computes(x, ref))
+        assert obj.v == ref.v
+    assert counter.frame_count == 2  # the graph before the break and the continuation's, compiled once
