@@ -279,6 +279,18 @@ const std::vector<Use>& use_table() {
   return table;
 }
 
+// True if len(v) inlines a Python __len__ of v's class (Tracer::call_builtin): a user object, not a module.
+bool python_len(const ValuePtr& v) {
+  PyTypeObject* type = nullptr;
+  if (v->kind == VKind::Instance) type = reinterpret_cast<PyTypeObject*>(v->self->obj.ptr());
+  else if (v->kind == VKind::Object && v->source && !PyType_Check(v->obj.ptr()) && !PyModule_Check(v->obj.ptr()) &&
+           !py::isinstance(v->obj, PyRefs::get().nn_module))
+    type = Py_TYPE(v->obj.ptr());
+  if (!type) return false;
+  PyObject* len = _PyType_Lookup(type, py::str("__len__").ptr());  // borrowed
+  return len && PyFunction_Check(len);
+}
+
 // Number of top-of-stack values `inst` may look at by identity (-1: all); notes writes to objects.
 int identity_uses(Tracer& t, const bytecode::Instruction& inst) {
   const Use use = use_table()[static_cast<size_t>(inst.opcode & 0xff)];
@@ -326,8 +338,10 @@ int identity_uses(Tracer& t, const bytecode::Instruction& inst) {
         if (f == builtins.isinstance || f == builtins.issubclass) return 0;
         // getattr(obj, name[, default]) is an attribute read (see Use::AttrRead).
         if ((inst.arg == 2 || inst.arg == 3) && f == PyRefs::get().getattr_fn.ptr() && !t.items_written) return 0;
-        // len() of a modelled tuple / list / dict counts its items without looking at them.
-        if (inst.arg == 1 && f == builtins.len && modelled_container(t.stack.back())) return 0;
+        // len() of a modelled tuple / list / dict counts its items without looking at them; len() of a user
+        // object whose class defines __len__ in Python inlines it (what that reads is guarded there).
+        if (inst.arg == 1 && f == builtins.len && (modelled_container(t.stack.back()) || python_len(t.stack.back())))
+          return 0;
       }
       return inst.arg + 2;
     }
@@ -430,9 +444,25 @@ bool Tracer::breakable(size_t index, std::string* why) const {
     }
   const int with_except = bytecode::opcode_by_name("WITH_EXCEPT_START");
   const int push_exc = bytecode::opcode_by_name("PUSH_EXC_INFO");
+  // Handlers of `with` statements only: their cleanup (PUSH_EXC_INFO; WITH_EXCEPT_START) and its re-raise
+  // trampoline (COPY 3; POP_EXCEPT; RERAISE 1). A frame with any other handler (a try statement, which may
+  // enclose a with block and catch what leaves it) has no break inside a with block.
+  auto at = [&](size_t k, const char* op) { return k < bc.insts.size() && bc.insts[k]->opcode == bytecode::opcode_by_name(op); };
+  bool only_with_handlers = true;
+  for (const auto& e : bc.exception_table) {
+    size_t h = static_cast<size_t>(bc.index_of(e.target));
+    bool cleanup = at(h, "PUSH_EXC_INFO") && at(h + 1, "WITH_EXCEPT_START");
+    bool trampoline = at(h, "COPY") && bc.insts[h]->arg == 3 && at(h + 1, "POP_EXCEPT") && at(h + 2, "RERAISE") &&
+                      bc.insts[h + 2]->arg == 1;
+    only_with_handlers = only_with_handlers && (cleanup || trampoline);
+  }
   for (const auto& e : bc.exception_table) {
     int s = bc.index_of(e.start), t = bc.index_of(e.end);
     if (static_cast<int>(index) >= s && static_cast<int>(index) <= t) {
+      if (!only_with_handlers) {
+        *why = "inside a try/with block";
+        return false;
+      }
       // The body of `with torch.no_grad()/enable_grad()`: its __exit__ (stack slot depth-1) is rebuilt as a
       // grad-mode restorer and the continuation keeps the block's cleanup; any other try/with: no break.
       size_t h = static_cast<size_t>(bc.index_of(e.target));

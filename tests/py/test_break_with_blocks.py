@@ -141,3 +141,28 @@ def test_other_context_managers_still_run_the_frame_as_python():
     ex = cdynamo.explain(f)(x)
     torch.testing.assert_close(cdynamo.optimize("eager")(f)(x), f(x))
     assert ex.graph_count <= 1
+
+
+GL = []
+
+
+def break_in_block_inside_try(x, y):
+    # fuzz seed 37146: the break (y[10] raises while tracing) is inside a with block that a try encloses;
+    # the handler must still catch what the breaking instruction raises.
+    with torch.no_grad():
+        try:
+            with torch.no_grad():
+                GL.append(y[10])
+        except (IndexError, KeyError) as e:
+            print('caught', type(e).__name__)
+    return x + 1
+
+
+def test_break_in_a_with_block_inside_a_try_keeps_the_handler(capsys):
+    x, y = torch.randn(4), torch.randn(4)
+    ref = break_in_block_inside_try(x, y)
+    eager_out = capsys.readouterr().out
+    got = cdynamo.optimize("eager")(break_in_block_inside_try)(x, y)
+    torch.testing.assert_close(got, ref)
+    assert capsys.readouterr().out == eager_out == "caught IndexError\n"
+    assert torch.is_grad_enabled()

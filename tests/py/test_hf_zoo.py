@@ -25,7 +25,7 @@ logging.getLogger("transformers").setLevel(logging.ERROR)
 GRAPHS_TODAY = {"bert": 1, "gpt2": 1, "t5": 4, "llama": 1, "distilbert": 1, "vit": 1}
 # Models whose same-shape calls still recompile frames (issue 11, item 4: objects new on each call are
 # guarded by identity).
-RECOMPILE = {"t5"}
+RECOMPILE = set()
 
 
 pytestmark = pytest.mark.usefixtures("cdynamo_and_dynamo_reset")
