@@ -515,12 +515,9 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
   if (in_grad_block && e.bc.insts.size() > grad_range_start) {
     bytecode::Instruction* first = e.bc.insts[grad_range_start].get();
     bytecode::Instruction* last = e.bc.insts.back().get();
-    bytecode::Instruction* handler = e.emit("PUSH_NULL");  // stack: [exception]
-    e.load_const(py::module_::import("torch").attr("_C").attr("_set_grad_enabled"));
-    e.load_const(py::bool_(t.grad_mode_after_graph == 0));
-    e.emit("PRECALL", 1);
-    e.emit("CALL", 1);
-    e.emit("POP_TOP");
+    const size_t handler_at = e.bc.insts.size();  // stack: [exception]
+    rb.set_grad_mode(t.grad_mode_after_graph == 0);
+    bytecode::Instruction* handler = e.bc.insts[handler_at].get();
     e.emit("RERAISE", 0);
     e.bc.exception_table.push_back({first, last, handler, 0, false});
   }

@@ -108,8 +108,8 @@ ValuePtr Tracer::call_user_dunder(const ValuePtr& obj, const char* dunder, std::
     auto* type = reinterpret_cast<PyTypeObject*>(obj->self->obj.ptr());
     PyObject* descr = _PyType_Lookup(type, py::str(dunder).ptr());  // borrowed, may be NULL
     if (!descr || !PyFunction_Check(descr)) return nullptr;
-    ValuePtr m = Value::object(wrap(descr, guards::Source::attr(obj->self->source, dunder))->obj,
-                               guards::Source::attr(obj->self->source, dunder));
+    SourcePtr src = guards::Source::attr(obj->self->source, dunder);
+    ValuePtr m = Value::object(wrap(descr, src)->obj, src);
     m->self = obj;
     m->name = dunder;
     return call(m, std::move(args), {});

@@ -16,12 +16,6 @@ PyObject* sequence_iter() {
   return f;
 }
 
-// The class attribute `name` of a user object's type (borrowed, may be NULL).
-PyObject* class_lookup(const ValuePtr& v, const char* name) {
-  auto* type = v->kind == VKind::Instance ? reinterpret_cast<PyTypeObject*>(v->self->obj.ptr()) : Py_TYPE(v->obj.ptr());
-  return _PyType_Lookup(type, py::str(name).ptr());
-}
-
 bool builtin_exception_class(py::handle cls) {
   return PyExceptionClass_Check(cls.ptr()) &&
          !(reinterpret_cast<PyTypeObject*>(cls.ptr())->tp_flags & Py_TPFLAGS_HEAPTYPE);
@@ -29,25 +23,24 @@ bool builtin_exception_class(py::handle cls) {
 
 }  // namespace
 
-bool Tracer::in_handler_range(size_t index) const {
-  for (const auto& e : bc.exception_table) {
-    int s = bc.index_of(e.start), t = bc.index_of(e.end);
-    if (static_cast<int>(index) >= s && static_cast<int>(index) <= t) return true;
-  }
-  return false;
+PyObject* user_class_attr(const ValuePtr& v, const char* name) {
+  PyTypeObject* type = nullptr;
+  if (v->kind == VKind::Instance) type = reinterpret_cast<PyTypeObject*>(v->self->obj.ptr());
+  else if (v->kind == VKind::Object && v->source && !PyType_Check(v->obj.ptr()) && !PyModule_Check(v->obj.ptr()) &&
+           !py::isinstance(v->obj, PyRefs::get().nn_module))
+    type = Py_TYPE(v->obj.ptr());
+  return type ? _PyType_Lookup(type, py::str(name).ptr()) : nullptr;
 }
 
 std::optional<std::vector<ValuePtr>> Tracer::iterate_user_object(const ValuePtr& v) {
-  bool user_object = v->kind == VKind::Instance ||
-                     (v->kind == VKind::Object && v->source && !py::isinstance(v->obj, PyRefs::get().nn_module) && !PyType_Check(v->obj.ptr()) &&
-                      !PyModule_Check(v->obj.ptr()) && PyType_HasFeature(Py_TYPE(v->obj.ptr()), Py_TPFLAGS_HEAPTYPE));
-  if (!user_object) return std::nullopt;
-  PyObject* it = class_lookup(v, "__iter__");  // borrowed
+  // An object of the frame whose class is a builtin type is iterated (or not) by unpack_iterable's rules.
+  if (v->kind == VKind::Object && !PyType_HasFeature(Py_TYPE(v->obj.ptr()), Py_TPFLAGS_HEAPTYPE)) return std::nullopt;
+  PyObject* it = user_class_attr(v, "__iter__");  // borrowed
   if (!it) return std::nullopt;
   if (it == sequence_iter()) {
     // Sequence.__iter__ yields self[0], self[1], ... until __getitem__ raises IndexError. The items are read
     // ahead of the loop body here, which is only sound when reading them changes nothing.
-    PyObject* getitem = class_lookup(v, "__getitem__");  // borrowed
+    PyObject* getitem = user_class_attr(v, "__getitem__");  // borrowed
     if (!getitem || !PyFunction_Check(getitem)) unsupported("iteration over a Sequence without a Python __getitem__");
     std::vector<ValuePtr> items;
     for (long i = 0;; ++i) {

@@ -281,13 +281,7 @@ const std::vector<Use>& use_table() {
 
 // True if len(v) inlines a Python __len__ of v's class (Tracer::call_builtin): a user object, not a module.
 bool python_len(const ValuePtr& v) {
-  PyTypeObject* type = nullptr;
-  if (v->kind == VKind::Instance) type = reinterpret_cast<PyTypeObject*>(v->self->obj.ptr());
-  else if (v->kind == VKind::Object && v->source && !PyType_Check(v->obj.ptr()) && !PyModule_Check(v->obj.ptr()) &&
-           !py::isinstance(v->obj, PyRefs::get().nn_module))
-    type = Py_TYPE(v->obj.ptr());
-  if (!type) return false;
-  PyObject* len = _PyType_Lookup(type, py::str("__len__").ptr());  // borrowed
+  PyObject* len = user_class_attr(v, "__len__");  // borrowed
   return len && PyFunction_Check(len);
 }
 
@@ -410,18 +404,37 @@ void Tracer::execute_one() {
   if (pc == before) pc++;
 }
 
-bool Tracer::in_user_try(size_t index) const {
-  const int with_except = bytecode::opcode_by_name("WITH_EXCEPT_START");
-  const int push_exc = bytecode::opcode_by_name("PUSH_EXC_INFO");
-  for (const auto& e : bc.exception_table) {
-    int s = bc.index_of(e.start), t = bc.index_of(e.end), h = bc.index_of(e.target);
-    if (static_cast<int>(index) < s || static_cast<int>(index) > t || h < 0) continue;
-    // A with block's cleanup (PUSH_EXC_INFO; WITH_EXCEPT_START) runs __exit__, which the trace models.
-    size_t k = static_cast<size_t>(h);
-    bool with_cleanup = k + 1 < bc.insts.size() && bc.insts[k]->opcode == push_exc &&
-                        bc.insts[k + 1]->opcode == with_except;
-    if (!with_cleanup) return true;
+bool Tracer::covers(const bytecode::ExceptionEntry& e, size_t index) const {
+  int i = static_cast<int>(index);
+  return i >= bc.index_of(e.start) && i <= bc.index_of(e.end);
+}
+
+bool Tracer::handler_is(const bytecode::ExceptionEntry& e, std::initializer_list<std::pair<const char*, int>> ops) const {
+  int h = bc.index_of(e.target);
+  if (h < 0) return false;
+  size_t k = static_cast<size_t>(h);
+  for (const auto& [name, arg] : ops) {
+    if (k >= bc.insts.size() || bc.insts[k]->opcode != bytecode::opcode_by_name(name) || (arg >= 0 && bc.insts[k]->arg != arg))
+      return false;
+    ++k;
   }
+  return true;
+}
+
+bool Tracer::with_cleanup(const bytecode::ExceptionEntry& e) const {
+  return handler_is(e, {{"PUSH_EXC_INFO", -1}, {"WITH_EXCEPT_START", -1}});
+}
+
+bool Tracer::in_user_try(size_t index) const {
+  // A with block's cleanup (PUSH_EXC_INFO; WITH_EXCEPT_START) runs __exit__, which the trace models.
+  for (const auto& e : bc.exception_table)
+    if (covers(e, index) && bc.index_of(e.target) >= 0 && !with_cleanup(e)) return true;
+  return false;
+}
+
+bool Tracer::in_handler_range(size_t index) const {
+  for (const auto& e : bc.exception_table)
+    if (covers(e, index)) return true;
   return false;
 }
 
@@ -442,38 +455,21 @@ bool Tracer::breakable(size_t index, std::string* why) const {
       *why = "graph breaks in methods that call super() without arguments are not supported yet";
       return false;
     }
-  const int with_except = bytecode::opcode_by_name("WITH_EXCEPT_START");
-  const int push_exc = bytecode::opcode_by_name("PUSH_EXC_INFO");
-  // Handlers of `with` statements only: their cleanup (PUSH_EXC_INFO; WITH_EXCEPT_START) and its re-raise
-  // trampoline (COPY 3; POP_EXCEPT; RERAISE 1). A frame with any other handler (a try statement, which may
-  // enclose a with block and catch what leaves it) has no break inside a with block.
-  auto at = [&](size_t k, const char* op) { return k < bc.insts.size() && bc.insts[k]->opcode == bytecode::opcode_by_name(op); };
-  bool only_with_handlers = true;
+  // Inside a try/with block only the body of `with torch.no_grad()/enable_grad()`: its __exit__ (stack slot
+  // depth-1) is rebuilt as a grad-mode restorer and the continuation keeps the block's cleanup. The frame's
+  // handlers must all be with statements' (their cleanup and its re-raise trampoline, COPY 3; POP_EXCEPT;
+  // RERAISE 1): a try statement may enclose the block and catch what the breaking instruction raises.
+  auto with_handler = [&](const bytecode::ExceptionEntry& e) {
+    return with_cleanup(e) || handler_is(e, {{"COPY", 3}, {"POP_EXCEPT", -1}, {"RERAISE", 1}});
+  };
   for (const auto& e : bc.exception_table) {
-    size_t h = static_cast<size_t>(bc.index_of(e.target));
-    bool cleanup = at(h, "PUSH_EXC_INFO") && at(h + 1, "WITH_EXCEPT_START");
-    bool trampoline = at(h, "COPY") && bc.insts[h]->arg == 3 && at(h + 1, "POP_EXCEPT") && at(h + 2, "RERAISE") &&
-                      bc.insts[h + 2]->arg == 1;
-    only_with_handlers = only_with_handlers && (cleanup || trampoline);
-  }
-  for (const auto& e : bc.exception_table) {
-    int s = bc.index_of(e.start), t = bc.index_of(e.end);
-    if (static_cast<int>(index) >= s && static_cast<int>(index) <= t) {
-      if (!only_with_handlers) {
-        *why = "inside a try/with block";
-        return false;
-      }
-      // The body of `with torch.no_grad()/enable_grad()`: its __exit__ (stack slot depth-1) is rebuilt as a
-      // grad-mode restorer and the continuation keeps the block's cleanup; any other try/with: no break.
-      size_t h = static_cast<size_t>(bc.index_of(e.target));
-      bool with_cleanup = h + 1 < bc.insts.size() && bc.insts[h]->opcode == push_exc &&
-                          bc.insts[h + 1]->opcode == with_except;
-      bool grad_with = with_cleanup && e.depth >= 1 && static_cast<size_t>(e.depth) <= stack.size() &&
-                       stack[static_cast<size_t>(e.depth - 1)]->grad_exit >= 0;
-      if (!grad_with) {
-        *why = "inside a try/with block";
-        return false;
-      }
+    if (!covers(e, index)) continue;
+    bool grad_with = with_cleanup(e) && e.depth >= 1 && static_cast<size_t>(e.depth) <= stack.size() &&
+                     stack[static_cast<size_t>(e.depth - 1)]->grad_exit >= 0 &&
+                     std::all_of(bc.exception_table.begin(), bc.exception_table.end(), with_handler);
+    if (!grad_with) {
+      *why = "inside a try/with block";
+      return false;
     }
   }
   if (loop_depth(index)) {

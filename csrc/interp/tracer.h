@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 
 #include <array>
+#include <initializer_list>
 #include <optional>
 #include <unordered_map>
 #include <set>
@@ -59,6 +60,9 @@ void register_dicts(HandlerTable& t);
 void register_functions(HandlerTable& t);
 void register_lists(HandlerTable& t);
 void register_protocols(HandlerTable& t);
+// The class attribute `name` of a user object (borrowed, may be NULL): of an object made in the trace, or of
+// one of the frame that is not a class, a module or an nn.Module; NULL for any other value (protocols.cpp).
+PyObject* user_class_attr(const ValuePtr& v, const char* name);
 // A builtin exception class (IndexError, ValueError, ...): calling it has no side effects.
 bool is_builtin_exception_class(py::handle cls);
 // The __exit__ that a rebuilt `with torch.no_grad()/enable_grad()` block holds after a graph break: sets grad
@@ -169,6 +173,11 @@ class Tracer {
   // True if instruction `index` of the current bytecode is covered by a try/except/finally handler (not a
   // with block's cleanup).
   bool in_user_try(size_t index) const;
+  // Exception-table helpers: entry `e` covers instruction `index`; its handler starts with `ops` (opcode name,
+  // oparg or -1 for any); its handler is a with statement's cleanup (PUSH_EXC_INFO; WITH_EXCEPT_START).
+  bool covers(const bytecode::ExceptionEntry& e, size_t index) const;
+  bool handler_is(const bytecode::ExceptionEntry& e, std::initializer_list<std::pair<const char*, int>> ops) const;
+  bool with_cleanup(const bytecode::ExceptionEntry& e) const;
   ValuePtr load_local(int slot);
   // Wraps a real Python value seen at `src` into a symbolic value and installs the guards it needs.
   ValuePtr wrap(py::handle value, SourcePtr src);

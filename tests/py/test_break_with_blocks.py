@@ -6,20 +6,11 @@ import torch
 
 import cdynamo
 from cdynamo.testing import CompileCounter
+from graph_counts import dynamo_graphs
 
 pytestmark = pytest.mark.usefixtures("cdynamo_reset")
 
 LOG = []
-
-
-def dynamo_graphs(fn, *args):
-    import torch._dynamo
-    from torch._dynamo.testing import CompileCounter as DC
-    torch._dynamo.reset()
-    c = DC()
-    torch.compile(fn, backend=c)(*args)
-    torch._dynamo.reset()
-    return c.frame_count
 
 
 def break_in_no_grad(x):

@@ -9,23 +9,9 @@ import torch
 
 import cdynamo
 from cdynamo.testing import CompileCounter
+from graph_counts import compiled, dynamo_graphs
 
 pytestmark = pytest.mark.usefixtures("cdynamo_reset")
-
-
-def compiled(fn, backend=None):
-    cnt = backend or CompileCounter()
-    return cdynamo.optimize(cnt)(fn), cnt
-
-
-def dynamo_graphs(fn, *args):
-    import torch._dynamo
-    from torch._dynamo.testing import CompileCounter as DC
-    torch._dynamo.reset()
-    c = DC()
-    torch.compile(fn, backend=c)(*args)
-    torch._dynamo.reset()
-    return c.frame_count
 
 
 # ---- IMPORT_NAME / IMPORT_FROM of modules already imported -------------------------------------------

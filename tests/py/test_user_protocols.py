@@ -8,25 +8,9 @@ import abc
 import pytest
 import torch
 
-import cdynamo
-from cdynamo.testing import CompileCounter
+from graph_counts import compiled, dynamo_graphs
 
 pytestmark = pytest.mark.usefixtures("cdynamo_reset")
-
-
-def compiled(fn):
-    cnt = CompileCounter()
-    return cdynamo.optimize(cnt)(fn), cnt
-
-
-def dynamo_graphs(fn, *args):
-    import torch._dynamo
-    from torch._dynamo.testing import CompileCounter as DC
-    torch._dynamo.reset()
-    c = DC()
-    torch.compile(fn, backend=c)(*args)
-    torch._dynamo.reset()
-    return c.frame_count
 
 
 # ---- classes made in the frame ---------------------------------------------------------------------
@@ -83,24 +67,16 @@ def sequence_protocols(x):
     return total + len(v), 3.0 in v, list(v), v[-1]
 
 
-def test_abc_classes_made_in_the_frame_are_one_graph():
+@pytest.mark.parametrize("fn", [abc_layers, sequence_protocols], ids=lambda f: f.__name__)
+def test_objects_made_in_the_frame_are_one_graph(fn):
+    """ABC classes made in the frame (abc_layers); a Sequence iterated until IndexError (sequence_protocols)."""
     x = torch.randn(4)
-    opt, cnt = compiled(abc_layers)
-    ref = abc_layers(x)
+    opt, cnt = compiled(fn)
+    ref = fn(x)
     got = opt(x)
     torch.testing.assert_close(got[0], ref[0])
     assert got[1:] == ref[1:]
-    assert cnt.frame_count == 1 == dynamo_graphs(abc_layers, x)
-
-
-def test_sequence_iterates_until_index_error():
-    x = torch.randn(4)
-    opt, cnt = compiled(sequence_protocols)
-    ref = sequence_protocols(x)
-    got = opt(x)
-    torch.testing.assert_close(got[0], ref[0])
-    assert got[1:] == ref[1:]
-    assert cnt.frame_count == 1 == dynamo_graphs(sequence_protocols, x)
+    assert cnt.frame_count == 1 == dynamo_graphs(fn, x)
 
 
 class NoisyView(View):
