@@ -219,6 +219,11 @@ ValuePtr Tracer::module_item(const ValuePtr& obj, const ValuePtr& key) {
   py::object mods = o.attr("_modules");
   if (!PyDict_CheckExact(mods.ptr())) return nullptr;
   SourcePtr msrc = guards::Source::attr(obj->source, "_modules");
+  auto child_named = [&](const std::string& k) {  // read through the container's _modules dict
+    PyObject* child = PyDict_GetItemString(mods.ptr(), k.c_str());  // borrowed
+    if (!child || child == Py_None) unsupported("module container has no child '" + k + "'");
+    return wrap(child, guards::Source::dict_item(msrc, k));
+  };
   std::string k;
   if (indexed && PySlice_Check(key->obj.ptr()) && pc + 1 < bc.insts.size() &&
       bc.insts[pc + 1]->opcode == bytecode::opcode_by_name("GET_ITER")) {
@@ -228,12 +233,7 @@ ValuePtr Tracer::module_item(const ValuePtr& obj, const ValuePtr& key) {
     py::list keys = py::reinterpret_borrow<py::dict>(mods).attr("keys")();
     py::list picked = keys[py::reinterpret_borrow<py::slice>(key->obj)];
     std::vector<ValuePtr> children;
-    for (auto kobj : picked) {
-      std::string ck = py::str(kobj).cast<std::string>();
-      PyObject* child = PyDict_GetItemString(mods.ptr(), ck.c_str());  // borrowed
-      if (!child || child == Py_None) unsupported("module container has no child '" + ck + "'");
-      children.push_back(wrap(child, guards::Source::dict_item(msrc, ck)));
-    }
+    for (auto kobj : picked) children.push_back(child_named(py::str(kobj).cast<std::string>()));
     return Value::tuple(std::move(children));
   }
   if (indexed) {
@@ -249,9 +249,7 @@ ValuePtr Tracer::module_item(const ValuePtr& obj, const ValuePtr& key) {
     if (!PyUnicode_CheckExact(key->obj.ptr())) return nullptr;
     k = key->obj.cast<std::string>();
   }
-  PyObject* child = PyDict_GetItemString(mods.ptr(), k.c_str());  // borrowed
-  if (!child || child == Py_None) unsupported("module container has no child '" + k + "'");
-  return wrap(child, guards::Source::dict_item(msrc, k));
+  return child_named(k);
 }
 
 namespace {
