@@ -182,6 +182,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
       return make_namedtuple(nt->obj, {}, all);
     }
   }
+  if (fn->kind == VKind::Method && autograd_.ctx && fn->self == autograd_.ctx)
+    return autograd_ctx_call(fn->name, args, kwargs);
   if (fn->kind == VKind::Method) {
     switch (fn->self->kind) {
       case VKind::Dict: return call_dict_method(fn->self, fn->name, std::move(args), std::move(kwargs));
@@ -207,6 +209,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
   py::handle f = fn->obj;
   // A bound method calls its function with the receiver first, whatever the function is.
   if (fn->self && fn->kind == VKind::Object) return call_object(fn, std::move(args), std::move(kwargs));
+  if (fn->kind == VKind::Object)
+    if (ValuePtr r = autograd_function_apply(fn, args, kwargs)) return r;
   if (is_grad_context_class(f) && args.empty() && kwargs.empty()) return Value::object(f());
   if (inline_depth_ > 0 && kwargs.empty() && is_builtin_exception_class(f) && pc + 1 < bc.insts.size() &&
       bc.insts[pc + 1]->opcode == bytecode::opcode_by_name("RAISE_VARARGS") && bc.insts[pc + 1]->arg == 1)

@@ -401,6 +401,7 @@ std::string Tracer::describe_class(const ValuePtr& cls) const {
 }
 
 ValuePtr Tracer::instance_attr(const ValuePtr& inst, const std::string& name) {
+  if (autograd_.ctx && inst == autograd_.ctx) return autograd_ctx_attr(name);
   auto* type = reinterpret_cast<PyTypeObject*>(inst->self->obj.ptr());
   PyObject* descr = _PyType_Lookup(type, py::str(name).ptr());  // borrowed, may be NULL
   SourcePtr csrc = guards::Source::attr(inst->self->source, name);

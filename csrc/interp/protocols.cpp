@@ -45,7 +45,7 @@ std::optional<std::vector<ValuePtr>> Tracer::iterate_user_object(const ValuePtr&
     std::vector<ValuePtr> items;
     for (long i = 0;; ++i) {
       if (i > kMaxSequenceItems) unsupported("iteration over a Sequence too long to unroll");
-      size_t nodes = graph.mark(), stores = attr_stores.size(), undo = undo_.size();
+      size_t nodes = graph.mark(), stores = attr_stores.size(), muts = mutation_count_;
       bool ended = false;
       ValuePtr item;
       try {
@@ -54,7 +54,7 @@ std::optional<std::vector<ValuePtr>> Tracer::iterate_user_object(const ValuePtr&
         if (!PyErr_GivenExceptionMatches(e.exc.ptr(), PyExc_IndexError)) throw;
         ended = true;
       }
-      if (graph.mark() != nodes || attr_stores.size() != stores || undo_.size() != undo)
+      if (graph.mark() != nodes || attr_stores.size() != stores || mutation_count_ != muts)
         unsupported("iteration over a Sequence whose __getitem__ has side effects");
       if (ended) return items;
       if (!item) unsupported("iteration over " + v->describe());

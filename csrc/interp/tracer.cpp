@@ -167,6 +167,7 @@ bool Tracer::may_hold_attributes(const ValuePtr& c) const {
 
 void Tracer::will_mutate(const ValuePtr& c) {
   if (may_hold_attributes(c)) items_written = true;
+  if (c != autograd_.ctx) ++mutation_count_;
   bool saved = false;
   for (const auto& u : undo_) saved = saved || u.value == c;
   if (!saved) undo_.push_back(Undo{c, c->items, c->keys, c->self});

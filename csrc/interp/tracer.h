@@ -307,6 +307,25 @@ class Tracer {
   // Mapping's __contains__ / __getitem__): the method inlined, guarded through type(obj). nullptr when
   // `obj` is not such an object.
   ValuePtr call_user_dunder(const ValuePtr& obj, const char* dunder, std::vector<ValuePtr> args);
+  // Fn.apply(*args) of a custom torch.autograd.Function (autograd_fn.cpp): its forward and backward traced
+  // speculatively with a modelled ctx, then one node calling Fn.apply; nullptr when `fn` is not such a call.
+  ValuePtr autograd_function_apply(const ValuePtr& fn, const std::vector<ValuePtr>& args,
+                                   const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
+  // Reads and method calls on the ctx of that speculation (autograd_.ctx).
+  ValuePtr autograd_ctx_attr(const std::string& name);
+  ValuePtr autograd_ctx_call(const std::string& name, const std::vector<ValuePtr>& args,
+                             const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
+  // State of an autograd.Function speculation: the ctx value, what save_for_backward /
+  // mark_non_differentiable were given, and whether the backward is being traced.
+  struct AutogradSpeculation {
+    ValuePtr ctx;
+    std::vector<ValuePtr> saved;
+    std::vector<graph::Node*> non_differentiable;
+    bool in_backward = false;
+  };
+  AutogradSpeculation autograd_;
+  // Number of will_mutate() calls (containers, instances, cells changed in place) over the whole trace.
+  size_t mutation_count_ = 0;
   ValuePtr call_object(const ValuePtr& fn, std::vector<ValuePtr> args,
                        std::vector<std::pair<std::string, ValuePtr>> kwargs);
   // Calls pure `f` on constant-like values at trace time and wraps the constant result; `what` names it

@@ -312,11 +312,8 @@ CASES = {
 }
 
 
-# Cases cdynamo does not yet capture as torch._dynamo does (a graph break or the frame as Python, results equal).
-XFAIL = {
-    "autograd_function_save_for_backward": "autograd.Function.apply is a graph break",
-    "autograd_function_grad_reverse": "autograd.Function.apply is a graph break",
-}
+# Cases cdynamo does not yet capture as torch._dynamo does: case -> reason (a strict xfail; none today).
+XFAIL = {}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -325,14 +322,6 @@ XFAIL = {
 def test_crawled_module(case, backend):
     make, inputs = CASES[case]
     check(make, inputs, backend)
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("case", list(XFAIL))
-def test_uncaptured_crawled_module_is_a_clean_break(case, backend):
-    # What cdynamo does today with the constructs above it does not capture: outputs and grads equal eager.
-    make, inputs = CASES[case]
-    check(make, inputs, backend, graphs=False)
 
 
 # ---- soundness around the constructs above -----------------------------------------------------------------
