@@ -1,4 +1,4 @@
-# The transformers model zoo (tests/py/hf_zoo_models.py: BERT, GPT-2, T5, Llama, DistilBERT, ViT from small configs): first call (every graph compiled, eager backend) and steady-state eval call time, torch._dynamo vs cdynamo vs eager, with graphs, ops and graphs compiled over repeated same-shape calls.
+# The transformers model zoo (tests/py/hf_zoo_models.py: BERT, GPT-2, T5, Llama, DistilBERT, ViT from small configs): first call (every graph compiled, eager backend) and steady-state eval call time, torch._dynamo vs cdynamo vs eager, with graphs, ops and graphs compiled over repeated same-shape calls; and BERT's steady-state call with inductor (cdynamo backend "inductor" vs torch.compile's default).
 import os
 import sys
 import warnings
@@ -12,6 +12,7 @@ except ImportError:  # run as a script
 
 SPEEDUP_TARGET = 10.0
 CALLS = 6  # same-shape calls counted for recompiles
+INDUCTOR_MODELS = ("bert",)  # inductor compiles take ~10-30 s each on 2 cores: one model
 
 
 def _zoo():
@@ -40,11 +41,18 @@ def run(quick=False):
     dyn, cdyn = C.DynamoFrontend(), C.CDynamoFrontend()
     t1 = C.Table("transformers zoo, first call (eager backend, every graph compiled)", "ms")
     t2 = C.Table("transformers zoo, steady-state eval call (median of interleaved repeats)", "us per call")
+    t3 = C.Table("transformers zoo, steady-state eval call with inductor (torch.compile default vs cdynamo "
+                 "'inductor')", "us per call")
     results = []
     number = 5 if quick else 20
     for name, build in models.items():
-        results.append(C.zoo_model_rows(name, build, _main, dyn, cdyn, t1, t2, number, CALLS, SPEEDUP_TARGET))
-    return [t1, t2], results
+        row = C.zoo_model_rows(name, build, _main, dyn, cdyn, t1, t2, number, CALLS, SPEEDUP_TARGET)
+        if name in INDUCTOR_MODELS:
+            isteady, inotes = C.inductor_steady(build, _main, dyn, cdyn, number)
+            C.add_inductor_row(t3, name, isteady, inotes, dyn, cdyn)
+            row.update(inductor_steady_us=isteady, inductor_notes=inotes)
+        results.append(row)
+    return [t1, t2, t3], results
 
 
 if __name__ == "__main__":

@@ -346,6 +346,49 @@ def zoo_model_rows(name, build, main, dyn, cdyn, t1, t2, number, calls, speedup_
     return dict(model=name, eager_ms=eager_ms, dynamo_ms=d, cdynamo_ms=c, speedup=sp, steady_us=steady, notes=notes)
 
 
+def inductor_steady(build, main, dyn, cdyn, number):
+    """Steady-state us per eval call under no_grad: eager, torch.compile(model) (inductor), cdynamo.compile(model,
+    "inductor"); `main(out)` picks the tensor compared with eager. Returns ({frontend: us}, notes)."""
+    torch.manual_seed(0)
+    model, make_inputs = build()
+    model.eval()
+    kwargs = make_inputs(0)
+    call = lambda m: m(**kwargs)  # noqa: E731
+    compiled, notes, compile_s = {}, [], {}
+    with torch.no_grad():
+        ref = call(model)
+        for fe, opt in ((dyn, lambda: torch.compile(model)), (cdyn, lambda: cdyn.compile(model, "inductor"))):
+            try:
+                fe.reset()
+                t0 = time.perf_counter()
+                o = opt()
+                out = call(o)
+                compile_s[fe.name] = time.perf_counter() - t0
+                if not torch.allclose(main(out), main(ref), rtol=1e-4, atol=1e-4):
+                    notes.append(f"{fe.name}: output differs from eager")
+                compiled[fe.name] = o
+            except Exception as e:  # noqa: BLE001
+                notes.append(f"{fe.name} ERROR: {short_error(e)}")
+        steady = {}
+        if len(compiled) == 2:
+            fns = {"eager": lambda: call(model)}
+            fns.update({k: (lambda o=o: call(o)) for k, o in compiled.items()})
+            res = interleaved_ns(fns, (), number, 3, warmup=10)
+            steady = {k: median(v) / 1e3 for k, v in res.items()}
+    for fe in (dyn, cdyn):
+        fe.reset()
+    notes.append("first call (compile + run) " + ", ".join(f"{k} {v:.1f} s" for k, v in compile_s.items())
+                 + " (cdynamo's second compile of the same graph may hit inductor's FX graph cache)")
+    return steady, notes
+
+
+def add_inductor_row(table, name, steady, notes, dyn, cdyn):
+    """One row of an inductor steady-state table: eager, torch.compile, cdynamo, ratio, and the 1.05x target."""
+    sd, sc = steady.get(dyn.name), steady.get(cdyn.name)
+    ok = None if sd is None or sc is None else sc <= sd * 1.05
+    table.add(name, steady.get("eager"), sd, sc, ratio(sd, sc), "c<=dynamo", status(ok), "; ".join(notes))
+
+
 def bench_main(run, description=None):
     """Command line of a single benchmark module: `--quick`, then print its tables."""
     import argparse
