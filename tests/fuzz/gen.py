@@ -22,6 +22,9 @@ import random
 # The arguments f may take, with their kinds (the runner builds them by name).
 ARG_KINDS = {"x": "T", "y": "T", "n": "I", "flag": "B", "lst": "L", "d": "D", "obj": "O", "p": "P"}
 
+# Chance that a tensor expression is a custom autograd.Function applied to smaller ones.
+AUTOGRAD_T_CHANCE = 0.05
+
 HELPERS = {
     "h_add": '''
 def h_add(a, b):
@@ -112,6 +115,55 @@ def h_default(t, acc=[]):
     acc.append(len(acc))
     return t * len(acc)
 ''',
+    "AFScale": '''
+class AFScale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, t, k):
+        ctx.save_for_backward(t)
+        ctx.k = k
+        return t.clamp(min=-1.0, max=1.0) * k
+
+    @staticmethod
+    def backward(ctx, g):
+        (t,) = ctx.saved_tensors
+        return g * (t.abs() < 1).to(g.dtype) * ctx.k * 3, None
+''',
+    "AFTwo": '''
+class AFTwo(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        mask = (a > b).to(a.dtype)
+        ctx.mark_non_differentiable(mask)
+        return a * b, mask
+
+    @staticmethod
+    def backward(ctx, g, g_mask):
+        a, b = ctx.saved_tensors
+        return g * b * 2, g * a
+''',
+    "AFPrint": '''
+class AFPrint(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, t):
+        print("af fwd", t.shape[0])
+        return t * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+''',
+    "AFGlob": '''
+class AFGlob(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, t):
+        return t.sin()
+
+    @staticmethod
+    def backward(ctx, g):
+        GL.append("bwd")
+        return g * 5
+''',
     "C": '''
 class C:
     k = 0
@@ -177,6 +229,9 @@ class Program:
 class _Gen:
     def __init__(self, seed):
         self.r = random.Random(seed)
+        # A second stream for constructs added later (custom autograd.Functions): a program that does not
+        # pick one is the same program as before they were added, so older seeds still reproduce.
+        self.r2 = random.Random(seed ^ 0x5EED)
         self.seed = seed
         self.lines = []
         self.ind = 1
@@ -221,8 +276,23 @@ class _Gen:
     def tvar(self):
         return self.pick("T")
 
+    def autograd_T(self, d):
+        """A custom torch.autograd.Function applied to tensor expressions (drawn from the second stream)."""
+        a = lambda: self.T(d - 1)
+        name, fn = self.r2.choice([
+            ("AFScale", lambda: f"AFScale.apply({a()}, {self.fl()})"),
+            ("AFTwo", lambda: f"AFTwo.apply({a()}, {a()})[{self.r2.randint(0, 1)}]"),
+            ("AFPrint", lambda: f"AFPrint.apply({a()})"),
+            ("AFGlob", lambda: f"AFGlob.apply({a()})"),
+        ])
+        self.helpers.add(name)
+        self.uses_global = self.uses_global or name == "AFGlob"
+        return fn()
+
     def T(self, d=2):
         r = self.r
+        if d > 0 and self.r2.random() < AUTOGRAD_T_CHANCE:
+            return self.autograd_T(d)
         if d <= 0 or r.random() < 0.25:
             return self.tvar()
         a = lambda: self.T(d - 1)

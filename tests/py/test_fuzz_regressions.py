@@ -265,6 +265,26 @@ def test_inplace_result_on_aliased_input_keeps_identity(backend):
         torch.testing.assert_close(x, (torch.randn(3, 2, generator=torch.Generator().manual_seed(1)) - 1) * 2)
 
 
+# Bug 10 (open): a cell variable (captured by a comprehension) deleted in a continuation, then deleted again:
+# eager raises UnboundLocalError, the continuation NameError (its copy of the frame's cell is a free variable,
+# and CPython names the error by the slot's kind). Fuzz seeds 34058, 44046 (FINDINGS.md).
+REPROS["deleted_cell_in_continuation_raises_name_error"] = ("""
+def f(x, lst):
+    t1 = x * 2
+    t2 = t1 * int(t1[0, 0] > 0)
+    t4 = t2
+    l8 = [t4 * q for q in range(1)]
+    for it in lst:
+        del t4
+    return l8
+""", lambda i: [torch.ones(2, 2), [1, 2]], 1, "eager")
+
+
+@pytest.mark.xfail(strict=True, reason="bug 10: the continuation's cell is a free variable (NameError)")
+def test_deleted_cell_in_continuation_raises_name_error():
+    check(*REPROS["deleted_cell_in_continuation_raises_name_error"])
+
+
 # What torch.compile (same torch, same backend) does on each repro: None where it matches eager.
 TORCH_COMPILE_DIFFERS = {
     "del_unbound_local_does_not_raise": "raises InternalTorchDynamoError (KeyError: t), not UnboundLocalError",
@@ -273,6 +293,7 @@ TORCH_COMPILE_DIFFERS = {
     "aot_eager_aliased_args_view_mutation": "same bug with backend aot_eager",
     "graph_exception_loses_side_effects": "same bug: G and lst unchanged",
     "aot_eager_graph_exception_loses_input_mutation": "same bug with backend aot_eager",
+    "deleted_cell_in_continuation_raises_name_error": "same bug: NameError (its resume function's cell is free too)",
 }
 
 
