@@ -123,11 +123,59 @@ py::object Value::as_python() const {
   }
 }
 
+namespace {
+
+constexpr size_t kMaxDescribed = 100;  // characters of a repr kept in a break reason
+
+std::string clipped(std::string s) {
+  if (s.size() > kMaxDescribed) s = s.substr(0, kMaxDescribed - 3) + "...";
+  return s;
+}
+
+std::string qualname_of(py::handle o) {
+  py::object q = py::getattr(o, "__qualname__", py::none());
+  if (q.is_none()) q = py::getattr(o, "__name__", py::str("?"));
+  return py::str(q).cast<std::string>();
+}
+
+// A short text for a Python object in a break reason, without calling user code: a user class's __repr__
+// may be slow, have side effects or raise, and an nn.Module's or a tensor container's repr can be pages long.
+std::string short_repr(py::handle o) {
+  PyTypeObject* type = Py_TYPE(o.ptr());
+  if (PyModule_Check(o.ptr())) return "module '" + py::str(py::getattr(o, "__name__", py::str("?"))).cast<std::string>() + "'";
+  if (PyType_Check(o.ptr())) return "class '" + qualname_of(o) + "'";
+  if (PyFunction_Check(o.ptr())) return "function '" + qualname_of(o) + "'";
+  if (PyMethod_Check(o.ptr())) {
+    py::handle self = PyMethod_GET_SELF(o.ptr());  // borrowed
+    std::string of = PyType_Check(self.ptr()) ? "class '" + qualname_of(self) + "'"
+                                              : "a " + std::string(Py_TYPE(self.ptr())->tp_name) + " object";
+    return "bound method '" + qualname_of(PyMethod_GET_FUNCTION(o.ptr())) + "' of " + of;
+  }
+  // Containers: their repr would call their items' (user code); their size is enough.
+  if (PyTuple_Check(o.ptr()) || PyList_Check(o.ptr()) || PyDict_Check(o.ptr()) || PyAnySet_Check(o.ptr())) {
+    Py_ssize_t n = PyObject_Length(o.ptr());
+    if (n < 0) PyErr_Clear();
+    return "<" + std::string(type->tp_name) + " with " + std::to_string(n < 0 ? 0 : n) + " items>";
+  }
+  bool builtin_type = !(type->tp_flags & Py_TPFLAGS_HEAPTYPE);
+  if (builtin_type || type->tp_repr == PyBaseObject_Type.tp_repr) {
+    PyObject* r = PyObject_Repr(o.ptr());  // new reference or NULL
+    if (r) {
+      std::string text = py::reinterpret_steal<py::str>(r).cast<std::string>();
+      return clipped(text);
+    }
+    PyErr_Clear();
+  }
+  return "<" + std::string(type->tp_name) + " object>";
+}
+
+}  // namespace
+
 std::string Value::describe() const {
   switch (kind) {
     case VKind::Tensor: return "Tensor(" + (node ? node->name : std::string("?")) + ")";
-    case VKind::Const: return "const " + py::repr(obj).cast<std::string>();
-    case VKind::Object: return py::repr(obj).cast<std::string>();
+    case VKind::Const: return "const " + short_repr(obj);
+    case VKind::Object: return short_repr(obj);
     case VKind::Tuple:
       if (obj) return "namedtuple " + py::str(obj.attr("__name__")).cast<std::string>();
       return "tuple of " + std::to_string(items.size());
