@@ -37,6 +37,11 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
                  name.compare(name.size() - 9, 9, "<genexpr>") == 0;
   if ((flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE)) && !genexpr)
     unsupported("call to generator/coroutine function " + name);
+  if (marked_constant_result(f)) return call_constant_result(fn, args, kwargs);
+  if (is_skipped_code(callee) || is_skipped_function(f.ptr()))
+    unsupported("call to " + name + ", marked skip (cdynamo.skip / torch._dynamo.skip): it runs as Python");
+  if (is_nonrecursive_wrapper(callee))
+    unsupported("call to " + name + ", marked disable(recursive=False): it runs as Python");
   std::vector<ValuePtr> yielded;
   // torch.nn's module code (forward methods and their helpers) is inlined like user code; its module
   // globals are program constants, as attributes of torch modules are (see is_trusted_module).
