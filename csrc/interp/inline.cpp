@@ -39,7 +39,15 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
     unsupported("call to generator/coroutine function " + name);
   if (marked_constant_result(f)) return call_constant_result(fn, args, kwargs);
   if (is_skipped_code(callee) || is_skipped_function(f.ptr()))
-    unsupported("call to " + name + ", marked skip (cdynamo.skip / torch._dynamo.skip): it runs as Python");
+    unsupported("call to " + name + ", marked skip or disable: it runs as Python");
+  if (function_marked(f.ptr(), "__script_if_tracing_wrapper")) {
+    // torch.jit.script_if_tracing's wrapper calls the function itself when no torch.jit trace runs (frames under
+    // one are never captured): that function is inlined, read through the wrapper's __original_fn.
+    py::object orig = f.attr("__original_fn");
+    ValuePtr inner = fn->source ? wrap(orig, guards::Source::attr(fn->source, "__original_fn")) : Value::object(orig);
+    if (inner->kind != VKind::Object || !PyFunction_Check(inner->obj.ptr())) unsupported("script_if_tracing of " + name);
+    return inline_call(inner, std::move(args), std::move(kwargs));
+  }
   if (is_nonrecursive_wrapper(callee))
     unsupported("call to " + name + ", marked disable(recursive=False): it runs as Python");
   std::vector<ValuePtr> yielded;
