@@ -203,8 +203,6 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
       result->kind = VKind::Iter;
       result->items = std::move(yielded);
     }
-    // A function made inside the callee must not outlive it in the trace: Python gets the real one.
-    if (result && result->made_in_trace) unsupported("it returns a function made inside it (a closure)");
     restore();
     return result;
   } catch (const TracedRaise& e) {

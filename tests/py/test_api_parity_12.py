@@ -371,3 +371,128 @@ def test_jit_trace_inside_a_compiled_function_runs_as_python_like_dynamo():
     assert cnt.frame_count == dynamo_graphs(fn, x) == 2
     with pytest.raises(Unsupported, match="trace"):
         cdynamo.optimize("eager", nopython=True)(fn)(x)
+
+
+# ---------------------------------------------------------------- user objects made in the frame (nopython)
+
+def _both(fn, *args):
+    """(cdynamo CompileCounter, torch._dynamo CompileCounter) after fn(*args) under nopython, results compared."""
+    import tape_autograd as ta
+
+    ours, theirs = CompileCounter(), torch._dynamo.testing.CompileCounter()
+    ta.clear()
+    expected = fn(*args)
+    expected_tape = [(s.ins, s.out) for s in ta.tape]
+    for opt in (cdynamo.optimize(ours, nopython=True)(fn), torch._dynamo.optimize(theirs, nopython=True)(fn)):
+        ta.clear()
+        got = opt(*args)
+        torch.testing.assert_close(got, expected)
+        assert [(s.ins, s.out) for s in ta.tape] == expected_tape
+    return ours, theirs
+
+
+@pytest.mark.parametrize("name", ["forward_only", "forward_and_backward"])
+def test_tape_autograd_compiles_as_one_graph_like_dynamo(name):
+    import tape_autograd as ta
+
+    x, w = torch.randn(6), torch.randn(6)
+    ours, theirs = _both(getattr(ta, name), x, w)
+    assert (ours.frame_count, ours.op_count) == (theirs.frame_count, theirs.op_count)
+    assert ours.frame_count == 1
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    ((xr * wr).tanh() * 2.0 + xr).sum().backward()
+    if name == "forward_and_backward":  # the Python autograd agrees with torch's
+        _, gx, gw = cdynamo.optimize("eager", nopython=True)(ta.forward_and_backward)(x, w)
+        torch.testing.assert_close((gx, gw), (xr.grad, wr.grad))
+
+
+def test_tape_left_by_a_compiled_forward_backpropagates_in_python():
+    # The closures the compiled forward stored on the global tape are rebuilt after the graph, with cells holding
+    # the rebuilt objects: running them eagerly gives torch's gradients.
+    import tape_autograd as ta
+
+    x, w = torch.randn(4), torch.randn(4)
+    opt, cnt = compiled(ta.loss_of, CompileCounter())
+    ta.clear()
+    loss = cdynamo.optimize(cnt, nopython=True)(ta.loss_of)(x, w)
+    assert isinstance(loss, ta.Node) and cnt.frame_count == 1
+    assert all(callable(s.backward) for s in ta.tape) and len(ta.tape) == 5 and ta._counter == 5
+    wrt = [ta.Node(x, "x"), ta.Node(w, "w")]
+    gx, gw = ta.gradients(loss, wrt)
+    xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+    ((xr * wr).tanh() * 2.0 + xr).sum().backward()
+    torch.testing.assert_close((gx.data, gw.data), (xr.grad, wr.grad))
+    grad_fn, cnt2 = compiled(ta.gradients, CompileCounter())  # the tape of real closures, inlined
+    gx2, gw2 = cdynamo.optimize(cnt2, nopython=True)(ta.gradients)(loss, wrt)
+    torch.testing.assert_close((gx2.data, gw2.data), (xr.grad, wr.grad))
+    assert cnt2.frame_count == 1
+
+
+class _Vec:
+    def __init__(self, v):
+        self.v = v
+
+    def __add__(self, other):
+        if not isinstance(other, _Vec):
+            return NotImplemented
+        return _Vec(self.v + other.v)
+
+    def __radd__(self, other):
+        return _Vec(self.v + other)
+
+    def __iadd__(self, other):
+        self.v = self.v + other.v
+        return self
+
+    def __matmul__(self, other):
+        return (self.v * other.v).sum()
+
+
+def test_operators_of_user_objects_made_in_the_frame():
+    def fn(x, y):
+        a, b = _Vec(x), _Vec(y)
+        c = a + b          # __add__
+        d = 1.5 + c        # float's add returns NotImplemented: __radd__
+        d += a             # __iadd__, in place on d
+        return d.v
+
+    x, y = torch.randn(3), torch.randn(3)
+    ours, theirs = CompileCounter(), torch._dynamo.testing.CompileCounter()
+    torch.testing.assert_close(cdynamo.optimize(ours, nopython=True)(fn)(x, y), fn(x, y))
+    torch.testing.assert_close(torch._dynamo.optimize(theirs, nopython=True)(fn)(x, y), fn(x, y))
+    assert (ours.frame_count, ours.op_count) == (theirs.frame_count, theirs.op_count) == (1, 3)
+
+    def dot(x, y):
+        return _Vec(x) @ _Vec(y)  # __matmul__ (torch._dynamo: "Failed to trace builtin operator matmul")
+
+    torch.testing.assert_close(cdynamo.optimize("eager", nopython=True)(dot)(x, y), dot(x, y))
+
+    def mixed(x):
+        return _Vec(x) + 2  # __add__ answers NotImplemented and int has no __radd__ for _Vec: TypeError
+
+    with pytest.raises(TypeError):
+        mixed(x)
+    with pytest.raises(TypeError):
+        cdynamo.optimize("eager")(mixed)(x)
+
+
+def test_closures_made_in_the_frame_share_their_cells_after_the_graph():
+    def make(x):
+        total = x.sum()
+
+        def add(t):
+            nonlocal total
+            total = total + t
+            return total
+
+        def read():
+            return total
+
+        return add, read
+
+    x = torch.randn(3)
+    add, read = cdynamo.optimize("eager", nopython=True)(make)(x)
+    torch.testing.assert_close(read(), x.sum())
+    add(torch.ones(()))
+    torch.testing.assert_close(read(), x.sum() + 1)  # one cell shared by both functions, as in eager
+    assert add.__qualname__ == "test_closures_made_in_the_frame_share_their_cells_after_the_graph.<locals>.make.<locals>.add"
