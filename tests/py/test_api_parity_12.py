@@ -191,6 +191,17 @@ def test_disable_non_recursive_called_directly_under_optimize():
     torch.testing.assert_close(nr(x), _body(x))  # outside a compiled region: just the call
 
 
+def test_disable_non_recursive_under_fullgraph_is_unsupported_like_dynamo():
+    global _wrapped
+    x = torch.randn(3)
+    _wrapped = cdynamo.disable(_body, recursive=False)
+    with pytest.raises(Unsupported, match="disable"):
+        cdynamo.compile(_caller, backend="eager", fullgraph=True)(x)
+    _wrapped = torch._dynamo.disable(_body, recursive=False)
+    with pytest.raises(torch._dynamo.exc.Unsupported):
+        torch.compile(_caller, backend="eager", fullgraph=True)(x)
+
+
 def _skipped_body(x):
     return _inner(x + 1) * 3
 
