@@ -1,4 +1,4 @@
-// module.cpp — owns the pybind11 module cdynamo._C: callback control, OptimizedCallable, reset, skip_code.
+// module.cpp — owns the pybind11 module cdynamo._C: callback control, OptimizedCallable, reset, skip marks.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -59,6 +59,28 @@ PYBIND11_MODULE(_C, m) {
         hook::ensure_extra(reinterpret_cast<PyCodeObject*>(code.ptr()))->skip = true;
       },
       py::arg("code"), "Never capture frames of this code object.");
+  m.def(
+      "mark_skip",
+      [](py::object code) {
+        if (!PyCode_Check(code.ptr())) throw py::type_error("mark_skip expects a code object");
+        auto* c = reinterpret_cast<PyCodeObject*>(code.ptr());
+        interp::mark_skipped_code(c);
+        hook::ensure_extra(c)->skip = true;
+      },
+      py::arg("code"),
+      "cdynamo.skip: frames of this code run as Python (the functions they call are captured) and the tracer "
+      "never inlines it; kept across reset().");
+  m.def(
+      "set_nonrecursive_wrapper_codes",
+      [](py::list codes) {
+        std::vector<PyObject*> v;
+        for (auto c : codes) {
+          if (!PyCode_Check(c.ptr())) throw py::type_error("set_nonrecursive_wrapper_codes expects code objects");
+          v.push_back(c.ptr());
+        }
+        interp::set_nonrecursive_wrapper_codes(v);
+      },
+      py::arg("codes"), "Wrapper codes whose directly called frame runs as Python (disable(recursive=False)).");
   m.def(
       "set_disable_codes",
       [](py::list codes) {

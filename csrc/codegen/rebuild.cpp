@@ -18,6 +18,23 @@ bool has_items(const ValuePtr& v) {
          v->kind == VKind::Record;
 }
 
+// A function made in the trace (MAKE_FUNCTION): rebuilt from its code with new cells holding the cells' values.
+bool made_function(const ValuePtr& v) { return v->kind == VKind::Object && v->made_in_trace; }
+
+// The values `v` holds that are rebuilt with it: items, a closure's cells, a cell's content.
+std::vector<ValuePtr> held(const ValuePtr& v) {
+  if (has_items(v)) return v->items;
+  if (made_function(v)) return v->closure;
+  if (v->kind == VKind::Cell && v->self) return {v->self};
+  return {};
+}
+
+// Objects with identity the trace made: rebuilt once when reached twice (two closures over one cell).
+bool has_identity(const ValuePtr& v) {
+  return v->kind == VKind::List || v->kind == VKind::Dict || v->kind == VKind::Instance || v->kind == VKind::Record ||
+         v->kind == VKind::Cell || made_function(v);
+}
+
 // The receiver a bound method value carries (a tensor method, or a method of an object the trace made):
 // rebuilt with it, so it is part of what the rebuilt state shares.
 bool bound_receiver(const ValuePtr& v) {
@@ -27,12 +44,45 @@ bool bound_receiver(const ValuePtr& v) {
 void collect(const ValuePtr& v, std::vector<graph::Node*>& out, std::unordered_set<graph::Node*>& seen) {
   if (v->is_tensor()) {
     if (!v->source && seen.insert(v->node).second) out.push_back(v->node);
-  } else if (has_items(v)) {
+  } else if (has_items(v) || made_function(v) || v->kind == VKind::Cell) {
     if (from_frame(v)) return;  // rebuilt from its source
-    for (const auto& i : v->items) collect(i, out, seen);
+    for (const auto& i : held(v)) collect(i, out, seen);
   } else if (bound_receiver(v)) {
     collect(v->self, out, seen);
   }
+}
+
+// A new cell holding args[0], or an empty cell without arguments (a closure rebuilt after the graph).
+PyObject* make_cell(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs > 1) {
+    PyErr_SetString(PyExc_TypeError, "_make_cell([content])");
+    return nullptr;
+  }
+  return PyCell_New(nargs ? args[0] : nullptr);  // new reference
+}
+
+// A function like `template` (code, globals, name, qualname, defaults, kwdefaults: all fixed when the trace made
+// it) over the cells `closure` (a tuple): a function the trace made, rebuilt after the graph (borrowed args).
+PyObject* make_function(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2 || !PyFunction_Check(args[0]) || !PyTuple_Check(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "_make_function(template, cells)");
+    return nullptr;
+  }
+  PyObject* t = args[0];
+  PyObject* qualname = PyObject_GetAttrString(t, "__qualname__");  // new
+  if (!qualname) return nullptr;
+  PyObject* fn = PyFunction_NewWithQualName(PyFunction_GET_CODE(t), PyFunction_GET_GLOBALS(t), qualname);  // new
+  Py_DECREF(qualname);  // not stolen
+  if (!fn) return nullptr;
+  bool ok = true;
+  if (PyFunction_GET_DEFAULTS(t)) ok = ok && PyFunction_SetDefaults(fn, PyFunction_GET_DEFAULTS(t)) == 0;
+  if (PyFunction_GET_KW_DEFAULTS(t)) ok = ok && PyFunction_SetKwDefaults(fn, PyFunction_GET_KW_DEFAULTS(t)) == 0;
+  if (PyTuple_GET_SIZE(args[1]) > 0) ok = ok && PyFunction_SetClosure(fn, args[1]) == 0;
+  if (!ok) {
+    Py_DECREF(fn);
+    return nullptr;
+  }
+  return fn;  // new reference
 }
 
 // Writes `contents` into `target` in place, keeping its identity: list[:] = contents, or clear() and
@@ -107,6 +157,13 @@ PyMethodDef write_back_def = {"_cdynamo_write_back", reinterpret_cast<PyCFunctio
                               METH_FASTCALL, "Writes a traced container's final contents back into it."};
 PyObject* new_object_obj = nullptr;
 PyObject* write_back_obj = nullptr;
+PyMethodDef make_cell_def = {"_cdynamo_make_cell", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(make_cell)),
+                             METH_FASTCALL, "A cell for a closure the trace made."};
+PyMethodDef make_function_def = {"_cdynamo_make_function",
+                                 reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(make_function)), METH_FASTCALL,
+                                 "A function the trace made, over new cells."};
+PyObject* make_cell_obj = nullptr;
+PyObject* make_function_obj = nullptr;
 
 py::handle new_object_fn() { return builtin_fn(&new_object_def, &new_object_obj); }
 
@@ -137,6 +194,11 @@ bool reads_locals(const ValuePtr& v, std::unordered_set<const interp::Value*>& s
     case VKind::Tensor:
       return rooted_in_locals(v->source);
     case VKind::Object:
+      if (v->made_in_trace) {
+        for (const auto& c : v->closure)
+          if (reads_locals(c, seen)) return true;
+        return false;
+      }
       return v->self ? reads_locals(v->self, seen) : rooted_in_locals(v->source);
     case VKind::Tuple:
       if (v->source) return rooted_in_locals(v->source);
@@ -154,8 +216,9 @@ bool reads_locals(const ValuePtr& v, std::unordered_set<const interp::Value*>& s
     case VKind::Const:
     case VKind::Null:
     case VKind::Set:
-    case VKind::Cell:
       return false;
+    case VKind::Cell:
+      return v->self && reads_locals(v->self, seen);
   }
   for (const auto& i : v->items)
     if (reads_locals(i, seen)) return true;
@@ -187,12 +250,12 @@ void count_lists(const ValuePtr& v, std::unordered_map<const interp::Value*, int
     count_lists(v->self, n, order);
     return;
   }
-  if (!has_items(v) || from_frame(v)) return;
-  if (v->kind == VKind::List || v->kind == VKind::Dict || v->kind == VKind::Instance || v->kind == VKind::Record) {
+  if (!(has_items(v) || made_function(v) || v->kind == VKind::Cell) || from_frame(v)) return;
+  if (has_identity(v)) {
     if (n[v.get()]++ == 0) order.push_back(v.get());
     else return;  // its items were counted on first sight
   }
-  for (const auto& i : v->items) count_lists(i, n, order);
+  for (const auto& i : held(v)) count_lists(i, n, order);
 }
 }  // namespace
 
@@ -214,8 +277,8 @@ void Rebuilder::share(const std::vector<ValuePtr>& roots) {
         if (w.get() == *it) found = w;
         else if (bound_receiver(w))
           work.push_back(w->self);
-        else if (has_items(w))
-          for (const auto& i : w->items) work.push_back(i);
+        else
+          for (const auto& i : held(w)) work.push_back(i);
       }
       if (found) {
         shared_[*it] = stage(found);
@@ -337,8 +400,17 @@ void Rebuilder::push(const ValuePtr& v, int above) {
         e_.load_const(interp::grad_exit_callable(v->grad_exit == 1));
         return;
       }
-      if (v->made_in_trace)
-        throw interp::Unsupported("a function made in the trace cannot be passed back to Python yet");
+      if (v->made_in_trace) {  // _make_function(template, (cells...))
+        e_.emit("PUSH_NULL");
+        e_.load_const(builtin_fn(&make_function_def, &make_function_obj));
+        e_.load_const(v->obj);
+        int k = 0;
+        for (const auto& c : v->closure) push(c, above + 3 + k++);
+        e_.emit("BUILD_TUPLE", static_cast<int>(v->closure.size()));
+        e_.emit("PRECALL", 2);
+        e_.emit("CALL", 2);
+        return;
+      }
       if (!v->name.empty() && v->name[0] == '<')  // super(), functools.partial, ... modelled by the trace
         throw interp::Unsupported("a " + v->name + " value cannot be rebuilt at a graph break yet");
       if (v->self) {  // a bound method: its receiver, then the attribute again
@@ -364,8 +436,13 @@ void Rebuilder::push(const ValuePtr& v, int above) {
       e_.emit(v->kind == VKind::Tuple ? "BUILD_TUPLE" : "BUILD_LIST", static_cast<int>(v->items.size()));
       return;
     }
-    case VKind::Cell:
-      throw interp::Unsupported("a closure cell cannot be passed back to Python");
+    case VKind::Cell:  // _make_cell(content) / _make_cell()
+      e_.emit("PUSH_NULL");
+      e_.load_const(builtin_fn(&make_cell_def, &make_cell_obj));
+      if (v->self) push(v->self, above + 2);
+      e_.emit("PRECALL", v->self ? 1 : 0);
+      e_.emit("CALL", v->self ? 1 : 0);
+      return;
     case VKind::Instance: {  // _new_object(cls, {attrs})
       e_.emit("PUSH_NULL");
       e_.load_const(new_object_fn());

@@ -24,6 +24,9 @@ PyObject* frame_function(Frame* f);  // the PyFunctionObject being run
 PyObject* frame_locals_dict(Frame* f);  // non-NULL only for class bodies / exec frames
 // Fast locals (co_nlocalsplus slots: locals, cells, frees); entries are borrowed and may be NULL.
 PyObject** frame_localsplus(Frame* f);
+// The code of the frame the thread is running while the hook is entered for a new frame: its caller (borrowed;
+// nullptr at the top of the stack).
+PyCodeObject* caller_code(PyThreadState* tstate);
 // True once the frame has executed past its first instruction (resumed generators, re-entered frames).
 bool frame_started(Frame* f);
 // Python calls the thread can still make before RecursionError (the recursion limit minus the depth now).

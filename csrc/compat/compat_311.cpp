@@ -41,6 +41,12 @@ bool frame_started(Frame* f) {
   return f->prev_instr != _PyCode_CODE(f->f_code) - 1;
 }
 
+PyCodeObject* caller_code(PyThreadState* tstate) {
+  // The hook runs before _PyEval_EvalFrameDefault links the new frame in: the current frame is the caller's.
+  _PyInterpreterFrame* f = tstate->cframe ? tstate->cframe->current_frame : nullptr;
+  return f ? f->f_code : nullptr;
+}
+
 int recursion_headroom(PyThreadState* tstate) { return tstate->recursion_remaining; }
 
 int code_nlocalsplus(PyCodeObject* code) { return code->co_nlocalsplus; }

@@ -8,6 +8,7 @@
 
 #include "hook/graph_call.h"
 #include "hook/state.h"
+#include "interp/skip_files.h"
 
 namespace cdynamo::hook {
 
@@ -169,13 +170,16 @@ PyObject* eval_frame(PyThreadState* tstate, compat::Frame* frame, int throwflag)
   if (!cb || throwflag || compat::frame_started(frame)) return compat::eval_default(tstate, frame, throwflag);
   // Another tracer (torch.jit.trace) records these ops itself: compiled code would change what it sees.
   if (guards::jit_tracing()) return compat::eval_default(tstate, frame, throwflag);
+  // The function a disable(fn, recursive=False) wrapper calls runs as Python; the frames it calls are captured.
+  if (interp::is_nonrecursive_wrapper(compat::caller_code(tstate))) return compat::eval_default(tstate, frame, throwflag);
   PyCodeObject* code = compat::frame_code(frame);
   CodeExtra* extra = get_extra(code);
   if (extra) {
     if (extra->skip) return eval_library(tstate, frame, throwflag);
     if (extra->generated) return compat::eval_default(tstate, frame, throwflag);
     if (extra->continuation && continuation_too_deep(tstate)) return compat::eval_default(tstate, frame, throwflag);
-  } else if (!plain_function_code(code) || compat::frame_locals_dict(frame) || skip_by_file(code)) {
+  } else if (!plain_function_code(code) || compat::frame_locals_dict(frame) || skip_by_file(code) ||
+             interp::is_skipped_code(code) || interp::is_skipped_function(compat::frame_function(frame))) {
     try {
       ensure_extra(code)->skip = true;
     } catch (const std::exception&) {

@@ -75,6 +75,43 @@ void raise_unsupported(const std::string& message) {
   }
 }
 
+// Raises cdynamo.exc.InternalError naming the frame (a bug of cdynamo met under nopython/fullgraph, where
+// running the frame as Python is not an option); `cause` (may be null) becomes its __cause__.
+void raise_internal(PyCodeObject* code, std::string what, py::error_already_set* cause) {
+  size_t at = what.find("\n\nAt:");  // pybind11's traceback listing: the cause carries the traceback itself
+  if (at != std::string::npos) what.resize(at);
+  try {
+    py::object exc = py::module_::import("cdynamo.exc").attr("InternalError");
+    py::object err = exc("cdynamo internal error while compiling " + py::str(code->co_name).cast<std::string>() + " (" +
+                         py::str(code->co_filename).cast<std::string>() + ":" + std::to_string(code->co_firstlineno) +
+                         "): " + what);
+    if (cause) {
+      cause->restore();  // the original exception object, normalized
+      PyObject *type, *value, *tb;
+      PyErr_Fetch(&type, &value, &tb);
+      PyErr_NormalizeException(&type, &value, &tb);
+      if (tb) PyException_SetTraceback(value, tb);
+      PyException_SetCause(err.ptr(), value);  // steals value
+      Py_XDECREF(type);
+      Py_XDECREF(tb);
+    }
+    PyErr_SetObject(exc.ptr(), err.ptr());
+  } catch (py::error_already_set& e) {
+    e.restore();
+  }
+}
+
+// config.suppress_errors: a backend failure runs the frame as Python instead of raising BackendCompilerFailed.
+bool suppress_errors() {
+  try {
+    return py::module_::import("cdynamo.config").attr("suppress_errors").cast<bool>();
+  } catch (py::error_already_set&) {
+    return false;
+  } catch (py::cast_error&) {
+    return false;
+  }
+}
+
 std::string located(const interp::StopInfo& s) {
   std::string msg = s.reason + "\n  at " + s.filename + ":" + std::to_string(s.lineno);
   if (!s.line.empty()) msg += "\n    " + s.line;
@@ -288,6 +325,10 @@ std::shared_ptr<CacheEntry> translate_impl(compat::Frame* frame, PyObject* cb, C
     interp::Tracer& t = *tracer;
     if (status == interp::Tracer::Status::Unsupported) {
       const auto& stop = t.stop_info();
+      if (strict && t.internal_error) {
+        raise_internal(code, located(stop), nullptr);
+        return nullptr;
+      }
       if (strict) {
         raise_unsupported(located(stop) +
                           "\nHint: remove the construct from the compiled region, or compile without "
@@ -338,6 +379,7 @@ std::shared_ptr<CacheEntry> translate_impl(compat::Frame* frame, PyObject* cb, C
       // injects into the same module globals when both compile functions of one module.
       name = "__compiled_fn_c" + std::to_string(g_compiled_counter++);
       py::object root = py::module_::import("torch.nn").attr("Module")();
+      for (const auto& [attr, value] : t.graph_attrs) root.attr("register_buffer")(attr, value);
       py::object gm = t.graph.to_fx(root);
       py::list example_inputs;
       for (const auto& in : t.inputs) example_inputs.append(in.value);
@@ -357,7 +399,9 @@ std::shared_ptr<CacheEntry> translate_impl(compat::Frame* frame, PyObject* cb, C
       try {
         compiled = py::handle(cb).attr("compile_graph")(gm, example_inputs, ginfo);
       } catch (py::error_already_set& err) {
-        if (strict || !is_exception(err)) {  // KeyboardInterrupt, SystemExit: always the user's
+        // BackendCompilerFailed reaches the caller, as under torch.compile, unless config.suppress_errors (then
+        // the frame runs as Python, with one warning). KeyboardInterrupt, SystemExit: always the user's.
+        if (strict || !is_exception(err) || !suppress_errors()) {
           err.restore();
           return nullptr;
         }
@@ -443,14 +487,18 @@ std::shared_ptr<CacheEntry> translate_impl(compat::Frame* frame, PyObject* cb, C
     report(cb, "on_compiled", info);
     return e;
   } catch (py::error_already_set& err) {
-    if (strict || !is_exception(err)) {
+    if (!is_exception(err)) {
       err.restore();
+      return nullptr;
+    }
+    if (strict) {
+      raise_internal(code, err.what(), &err);
       return nullptr;
     }
     report_fallback(cb, code, "internal", std::string("internal error: ") + err.what());
   } catch (const std::exception& err) {
     if (strict) {
-      PyErr_Format(PyExc_RuntimeError, "cdynamo internal error in %U: %s", code->co_name, err.what());
+      raise_internal(code, err.what(), nullptr);
       return nullptr;
     }
     try {

@@ -298,6 +298,15 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
     case CallKind::JitAnnotate:
       if (args.size() != 2 || !kwargs.empty()) unsupported("torch.jit.annotate with other than two arguments");
       return args[1];
+    case CallKind::JitUnwrapOptional:
+      if (args.size() != 1 || !kwargs.empty()) unsupported("torch.jit._unwrap_optional with other than one argument");
+      if (args[0]->is_const() && args[0]->obj.is_none()) unsupported("torch.jit._unwrap_optional(None) raises");
+      return args[0];
+    case CallKind::JitIsinstance:
+      // Outside TorchScript, container refinement is plain isinstance for a class (typing forms are not traced).
+      if (args.size() != 2 || !kwargs.empty() || args[1]->kind != VKind::Object || !PyType_Check(args[1]->obj.ptr()))
+        unsupported("torch.jit.isinstance with a typing form (only a class is traced)");
+      return call(Value::object(PyRefs::get().builtins.attr("isinstance")), std::move(args), {});
     case CallKind::TorchMetadata:
     case CallKind::Operator:
     case CallKind::PureBuiltin: {

@@ -37,6 +37,19 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
                  name.compare(name.size() - 9, 9, "<genexpr>") == 0;
   if ((flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE)) && !genexpr)
     unsupported("call to generator/coroutine function " + name);
+  if (marked_constant_result(f)) return call_constant_result(fn, args, kwargs);
+  if (is_skipped_code(callee) || is_skipped_function(f.ptr()))
+    unsupported("call to " + name + ", marked skip or disable: it runs as Python");
+  if (function_marked(f.ptr(), "__script_if_tracing_wrapper")) {
+    // torch.jit.script_if_tracing's wrapper calls the function itself when no torch.jit trace runs (frames under
+    // one are never captured): that function is inlined, read through the wrapper's __original_fn.
+    py::object orig = f.attr("__original_fn");
+    ValuePtr inner = fn->source ? wrap(orig, guards::Source::attr(fn->source, "__original_fn")) : Value::object(orig);
+    if (inner->kind != VKind::Object || !PyFunction_Check(inner->obj.ptr())) unsupported("script_if_tracing of " + name);
+    return inline_call(inner, std::move(args), std::move(kwargs));
+  }
+  if (is_nonrecursive_wrapper(callee))
+    unsupported("call to " + name + ", marked disable(recursive=False): it runs as Python");
   std::vector<ValuePtr> yielded;
   // torch.nn's module code (forward methods and their helpers) is inlined like user code; its module
   // globals are program constants, as attributes of torch modules are (see is_trusted_module).
@@ -190,8 +203,6 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
       result->kind = VKind::Iter;
       result->items = std::move(yielded);
     }
-    // A function made inside the callee must not outlive it in the trace: Python gets the real one.
-    if (result && result->made_in_trace) unsupported("it returns a function made inside it (a closure)");
     restore();
     return result;
   } catch (const TracedRaise& e) {

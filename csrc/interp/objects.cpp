@@ -274,6 +274,11 @@ ValuePtr Tracer::call_module(const ValuePtr& mod, std::vector<ValuePtr> args,
   // order, each hook inlined like any function. Every hook dict is guarded on its contents (empty ones on
   // their length), the global ones through torch.nn.modules.module's globals.
   py::handle f = mod->obj;
+  // A torch.jit ScriptModule (torch.jit.trace / script's result) runs its TorchScript graph: Python, as dynamo.
+  static PyObject* script_module = py::object(py::module_::import("torch.jit").attr("ScriptModule")).release().ptr();  // process lifetime
+  int scripted = PyObject_IsInstance(f.ptr(), script_module);
+  if (scripted < 0) throw py::error_already_set();
+  if (scripted) unsupported("call to a torch.jit ScriptModule (" + std::string(Py_TYPE(f.ptr())->tp_name) + "): it runs as Python");
   auto hooks_of = [&](const char* d) { return py::getattr(f, d, py::none()); };
   auto size_of = [](const py::object& hooks) { return hooks.is_none() ? size_t{0} : py::len(hooks); };
   for (const char* d : {"_backward_pre_hooks", "_backward_hooks"})

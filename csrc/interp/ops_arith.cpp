@@ -10,6 +10,50 @@ using bytecode::Instruction;
 
 py::object op_fn(const char* name) { return PyRefs::get().operator_mod.attr(name); }
 
+bool user_operand(const ValuePtr& v, const std::string& dunder) {
+  if (v->kind != VKind::Instance && v->kind != VKind::Object) return false;
+  PyObject* f = user_class_attr(v, dunder.c_str());  // borrowed
+  return f && PyFunction_Check(f);
+}
+
+bool not_implemented(const ValuePtr& r) { return r && r->is_const() && r->obj.ptr() == Py_NotImplemented; }
+
+// `a <op> b` where an operand is a user object whose class defines the operator in Python (a Variable of a
+// tape-based autograd): the dunder inlined, as Python dispatches it (in-place form first, then the plain one;
+// the reflected form of the right operand when the left has none or answers NotImplemented). nullptr when no
+// operand is such an object.
+ValuePtr user_binary(Tracer& t, const std::string& name, const ValuePtr& a, const ValuePtr& b) {
+  bool inplace = name.size() > 1 && name[0] == 'i' && name != "is_";
+  std::string base = inplace ? name.substr(1) : name;
+  if (!base.empty() && base.back() == '_') base.pop_back();  // and_, or_
+  const std::string plain = "__" + base + "__", reflected = "__r" + base + "__", in_place = "__i" + base + "__";
+  bool left = (inplace && user_operand(a, in_place)) || user_operand(a, plain);
+  bool right = user_operand(b, reflected);
+  if (!left && !right) return nullptr;
+  if (left && right) {
+    // Python asks the right operand first when its class is a proper subclass of the left's: not modelled.
+    PyObject* ta = a->kind == VKind::Instance ? a->self->obj.ptr() : reinterpret_cast<PyObject*>(Py_TYPE(a->obj.ptr()));
+    PyObject* tb = b->kind == VKind::Instance ? b->self->obj.ptr() : reinterpret_cast<PyObject*>(Py_TYPE(b->obj.ptr()));
+    int sub = ta != tb ? PyObject_IsSubclass(tb, ta) : 0;
+    if (sub < 0) throw py::error_already_set();
+    if (sub) t.unsupported("operator " + base + " with a right operand of a subclass of the left's class");
+  }
+  if (left) {
+    ValuePtr r;
+    if (inplace && user_operand(a, in_place)) r = t.call_user_dunder(a, in_place.c_str(), {b});
+    if (!r || not_implemented(r)) r = user_operand(a, plain) ? t.call_user_dunder(a, plain.c_str(), {b}) : nullptr;
+    if (r && !not_implemented(r)) return r;
+  } else if (a->kind == VKind::Instance || a->kind == VKind::Object || a->is_tensor()) {
+    // The left operand's own operator (a builtin type's, a tensor's) would run first: not modelled.
+    t.unsupported("operator " + base + " between " + a->describe() + " and " + b->describe());
+  }
+  if (right) {
+    ValuePtr r = t.call_user_dunder(b, reflected.c_str(), {a});
+    if (r && !not_implemented(r)) return r;
+  }
+  t.unsupported("operator " + base + " between " + a->describe() + " and " + b->describe() + " returned NotImplemented");
+}
+
 void binary_op(Tracer& t, const Instruction& i) {
   // BINARY_OP's argument order is the NB_* order of 3.11 (opcode._nb_ops).
   static const char* names[] = {"add",      "and_",     "floordiv", "lshift",  "matmul",  "mul",      "mod",
@@ -24,6 +68,10 @@ void binary_op(Tracer& t, const Instruction& i) {
   // `0 + tensor`; an in-place node with a literal target is not even valid FX code).
   constexpr int kFirstInplace = 13;  // names[13 + k] is the in-place form of names[k]
   int op = i.arg >= kFirstInplace && a->is_const() ? i.arg - kFirstInplace : i.arg;
+  if (ValuePtr r = user_binary(t, names[op], a, b)) {
+    t.push(r);
+    return;
+  }
   t.push(t.apply_operator(op_fn(names[op]), {a, b}));
 }
 

@@ -21,4 +21,18 @@ bool is_torch_nn_module_file(PyCodeObject* code);
 // (torch.backends.*, torch._jit_internal, torch.overrides, torch.nn.utils, torch.nn._reduction).
 bool is_inlinable_library_file(PyCodeObject* code);
 
+// Code objects marked by cdynamo.skip (or torch._dynamo.skip): their frames run as Python, the functions they
+// call are still captured, and the tracer never inlines them (a call to one is a graph break). Held for the
+// process (strong references): the marks outlive reset(), as the functions they mark do.
+void mark_skipped_code(PyCodeObject* code);
+bool is_skipped_code(PyCodeObject* code);
+// True if `fn` is a Python function whose __dict__ holds a true `name` (a decorator's mark; no Python code runs).
+bool function_marked(PyObject* fn, const char* name);
+// A function whose __dict__ sets `_torchdynamo_disable` (torch._dynamo.skip marks its functions so).
+bool is_skipped_function(PyObject* fn);
+// The wrappers of cdynamo.disable(fn, recursive=False) and torch._dynamo.disable(fn, recursive=False) (one code
+// each): the frame a wrapper calls directly runs as Python, the frames that one calls are captured again.
+void set_nonrecursive_wrapper_codes(const std::vector<PyObject*>& codes);
+bool is_nonrecursive_wrapper(PyCodeObject* code);
+
 }  // namespace cdynamo::interp

@@ -204,6 +204,10 @@ CallKind classify_callable(py::handle fn) {
       kind = CallKind::CompilingQuery;  // libraries take their compile-friendly paths, as under torch.compile
     } else if (mod == "torch.jit" && name == "annotate") {
       kind = CallKind::JitAnnotate;
+    } else if (mod == "torch.jit._script" && name == "_unwrap_optional") {
+      kind = CallKind::JitUnwrapOptional;
+    } else if (mod == "torch.jit" && name == "isinstance") {
+      kind = CallKind::JitIsinstance;
     } else if (eager_constants.count(name) || process_constants.count(mod + "." + name)) {
       kind = CallKind::PureBuiltin;
     } else if (!blocked) {

@@ -24,6 +24,8 @@ enum class CallKind {
   CompilingQuery,  // torch.compiler.is_compiling / torch._dynamo.is_compiling: True while tracing
   TorchAssert,     // torch._assert(cond, msg): nothing when cond is a true constant
   JitAnnotate,     // torch.jit.annotate(type, value): value
+  JitUnwrapOptional,  // torch.jit._unwrap_optional(x): x (not None)
+  JitIsinstance,   // torch.jit.isinstance(obj, cls): isinstance for a plain class
   AllowedInGraph,  // user callable registered with cdynamo.allow_in_graph
   Disallowed,      // user callable registered with cdynamo.disallow_in_graph
   Unknown,

@@ -125,10 +125,12 @@ Tracer::Status Tracer::run() {
       status_ = Status::Unsupported;
       stop_.reason = std::string("Python error during tracing: ") + e.what();
       stop_.lineno = lineno_;
+      internal_error = true;
     } catch (const std::exception& e) {
       status_ = Status::Unsupported;
       stop_.reason = std::string("internal error: ") + e.what();
       stop_.lineno = lineno_;
+      internal_error = true;
     }
   }
   // A break inside `with torch.no_grad()`: the graph ends in the frame's entry mode (a balanced graph, as

@@ -87,6 +87,9 @@ bool set_kwarg(std::vector<std::pair<std::string, ValuePtr>>& kwargs, const std:
 bool is_namedtuple_class(py::handle cls);
 // True for torch.no_grad / torch.enable_grad (classes whose `with` blocks are traced; ops_with.cpp).
 bool is_grad_context_class(py::handle fn);
+// True for a Python function marked by cdynamo.assume_constant_result / torch._dynamo.assume_constant_result
+// (assume_constant.cpp).
+bool marked_constant_result(py::handle f);
 
 class Tracer {
  public:
@@ -103,6 +106,8 @@ class Tracer {
   Status run();
   Status status() const { return status_; }
   const StopInfo& stop_info() const { return stop_; }
+  // The trace ended Unsupported because of an error of the tracer itself (not a construct it refuses).
+  bool internal_error = false;
 
   // --- state used by handlers and by codegen ---
   PyCodeObject* code;
@@ -150,6 +155,8 @@ class Tracer {
   int break_at = -1;
   std::string break_at_reason;
   bool ops_in_try = false;
+  // Tensors the graph holds as constants (get_attr targets, assume_constant_result): set on the GraphModule's root.
+  std::vector<std::pair<std::string, py::object>> graph_attrs;
   bool at_window_end(size_t index) const { return index < window_end.size() && window_end[index] >= 0; }
   bool owns_free(int slot) const {
     return static_cast<size_t>(slot) < owned_free.size() && owned_free[static_cast<size_t>(slot)];
@@ -203,6 +210,11 @@ class Tracer {
                               std::vector<std::pair<std::string, ValuePtr>> kwargs);
   // Switches grad mode inside the graph (a torch._C._set_grad_enabled node) and for the rest of the trace.
   void set_grad_mode(bool enabled);
+  // A call of a function marked assume_constant_result: made now, on the arguments' real values; its result is a
+  // constant of the graph (assume_constant.cpp). constant_result wraps such a result.
+  ValuePtr call_constant_result(const ValuePtr& fn, const std::vector<ValuePtr>& args,
+                                const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
+  ValuePtr constant_result(const std::string& attr, py::handle result, int depth);
   // Traces a call of a user Python function (a PyFunction) inline; throws Unsupported when it cannot.
   ValuePtr inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
                        std::vector<std::pair<std::string, ValuePtr>> kwargs);

@@ -9,16 +9,16 @@ import importlib
 from . import config, exc, utils
 from ._allowed import allow_in_graph, disallow_in_graph, graph_break
 from .backends.registry import list_backends, lookup_backend, register_backend
-from .eval_frame import OptimizedModule, compile, disable, optimize, reset, run
+from .eval_frame import OptimizedModule, assume_constant_result, compile, disable, optimize, reset, run, skip
 from ._explain import ExplainOutput, explain
 from ._export import ExportResult, export
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "OptimizedModule", "allow_in_graph", "compile", "config", "disable", "disallow_in_graph", "exc",
-    "explain", "export", "graph_break", "list_backends", "lookup_backend", "optimize", "register_backend",
-    "reset", "run", "testing", "utils", "ExplainOutput", "ExportResult",
+    "OptimizedModule", "allow_in_graph", "assume_constant_result", "compile", "config", "disable",
+    "disallow_in_graph", "exc", "explain", "export", "graph_break", "list_backends", "lookup_backend", "optimize", "register_backend",
+    "reset", "run", "skip", "testing", "utils", "ExplainOutput", "ExportResult",
 ]
 
 

@@ -128,8 +128,6 @@ class Callback:
                 _logging.emit("graph_breaks", _logging.format_break(reason))
             return
         _logging.emit("graph_breaks", f"{_FALLBACK_WHAT.get(kind, kind)}: {info.get('reason', '?')}")
-        if kind == "backend" and config.suppress_errors:
-            return
         key = (info.get("co_filename"), info.get("co_firstlineno"), info.get("co_name"), kind)
         if key in _warned:
             return

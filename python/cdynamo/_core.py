@@ -20,6 +20,7 @@ def C():
         ) from e
     skip, keep = _skip_dirs()
     _module.set_skip_dirs(skip, keep)
+    _module.set_nonrecursive_wrapper_codes(_nonrecursive_wrapper_codes())
     refresh_disable_codes()
     return _module
 
@@ -38,6 +39,27 @@ def refresh_disable_codes():
         return
     _disable_codes_set = True
     _module.set_disable_codes(_torch_disable_codes())
+    _module.set_nonrecursive_wrapper_codes(_nonrecursive_wrapper_codes())
+
+
+def _nonrecursive_wrapper_codes():
+    """The code of cdynamo.disable(fn, recursive=False)'s wrapper and, once torch._dynamo is imported, of
+    torch._dynamo.disable(fn, recursive=False)'s: the frame such a wrapper calls runs as Python."""
+    import sys
+
+    from . import eval_frame
+
+    codes = [eval_frame.NONRECURSIVE_WRAPPER_CODE]
+    if "torch._dynamo" in sys.modules:
+        try:
+            from torch._dynamo import decorators
+
+            code = getattr(decorators, "_nonrecursive_disable_wrapper_code", None)
+            if code is not None:
+                codes.append(code)
+        except Exception:  # noqa: BLE001 - a torch without non-recursive disable: nothing to honour
+            pass
+    return codes
 
 
 def _torch_disable_codes():

@@ -5,8 +5,8 @@ Read and set them as attributes: ``cdynamo.config.recompile_limit = 4``. Unknown
 AttributeError (on get and on set, as torch._dynamo.config), values of the wrong type raise TypeError.
 An alias (``cache_size_limit``) and its option (``recompile_limit``) are one value.
 ``config.patch(...)`` changes options for a ``with`` block or a decorated function. The C++ core reads
-``recompile_limit`` on each recompile; the Python callback reads ``suppress_errors``, ``verbose`` and
-``verify_correctness`` on each event. ``accumulated_recompile_limit``, ``capture_scalar_outputs``,
+``recompile_limit`` on each recompile and ``suppress_errors`` on a backend failure; the Python callback reads
+``verbose`` and ``verify_correctness`` on each event. ``accumulated_recompile_limit``, ``capture_scalar_outputs``,
 ``capture_dynamic_output_shape_ops`` and ``traceable_tensor_subclasses`` are accepted and not read yet (see
 docs/python_api.md).
 """
@@ -19,7 +19,8 @@ _OPTIONS = {
     "recompile_limit": (int, 8, "cache entries per code object before it runs as plain Python"),
     "accumulated_recompile_limit": (int, 256, "torch's limit over all entries of a code object; accepted, not "
                                     "read: cdynamo's recompile_limit already counts every entry of a code object"),
-    "suppress_errors": (bool, False, "silence the warning when a backend failure falls back to Python"),
+    "suppress_errors": (bool, False, "a backend failure (or a verify_correctness mismatch) runs the frame as Python "
+                        "with one warning instead of raising BackendCompilerFailed (never under nopython)"),
     "verbose": (bool, False, "keep full multi-line reasons (tracebacks) in fallback warnings and errors"),
     "verify_correctness": (bool, False, "run each captured graph as is and compiled by the backend on copies of "
                            "its example inputs at compile time; a mismatch is a BackendCompilerFailed"),

@@ -1,5 +1,5 @@
-# eval_frame.py — owns optimize/compile/disable/run, their decorator and context-manager forms, reset(),
-# and OptimizedModule (an nn.Module whose calls run with the frame callback set).
+# eval_frame.py — owns optimize/compile/disable/skip/run (decorator and context-manager forms), reset(),
+# assume_constant_result, and OptimizedModule (an nn.Module whose calls run with the frame callback set).
 import functools
 import inspect
 import types
@@ -264,13 +264,70 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mo
     return optimize(backend, nopython=fullgraph, dynamic=dynamic, disable=disable)(model)
 
 
+def _innermost(fn):
+    """The function under cdynamo's own wrappers (an optimize() result, a disable(recursive=False) wrapper)."""
+    while isinstance(fn, _core.C().OptimizedCallable) or getattr(fn, "_cdynamo_nonrecursive_of", None) is not None:
+        inner = getattr(fn, "_cdynamo_nonrecursive_of", None) or getattr(fn, "__wrapped__", None)
+        if inner is None:
+            break
+        fn = inner
+    return fn
+
+
+def _nonrecursive_disable(fn):
+    fn = _innermost(fn)
+    if not callable(fn):
+        raise TypeError(f"disable expects a callable, got {type(fn).__name__} {fn!r}")
+    return _nonrecursive_wrapper(fn)
+
+
+def _nonrecursive_wrapper(fn):
+    # This wrapper's code is registered with the C++ hook (_core): the frame it calls directly runs as Python,
+    # the frames that one calls are captured. It lives in cdynamo's package, so the tracer never inlines it:
+    # a call to it inside a compiled function is a graph break.
+    @functools.wraps(fn)
+    def cdynamo_nonrecursive_disable(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    cdynamo_nonrecursive_disable._cdynamo_nonrecursive_of = fn
+    return cdynamo_nonrecursive_disable
+
+
+NONRECURSIVE_WRAPPER_CODE = _nonrecursive_wrapper(lambda: None).__code__
+
+
 def disable(fn=None, recursive=True):
     """Run ``fn`` (and everything it calls) without capture; ``fn``'s own frames are never captured.
-    Without ``fn``: a decorator / ``with`` block that turns capture off."""
+    Without ``fn``: a decorator / ``with`` block that turns capture off.
+
+    ``recursive=False``: returns a wrapper whose call runs ``fn``'s frame as Python while the functions ``fn``
+    calls are still compiled (torch._dynamo.disable(fn, recursive=False)); without ``fn``, a decorator."""
     if not recursive:
-        raise NotImplementedError("cdynamo.disable(recursive=False) is not supported")
+        return _nonrecursive_disable if fn is None else _nonrecursive_disable(fn)
     ctx = _DisableContext()
     return ctx if fn is None else ctx(fn)
+
+
+def skip(fn=None):
+    """Never capture ``fn``'s frames, nor inline it into a caller's graph (a call to it is a graph break), while
+    the functions it calls are still compiled (torch._dynamo.skip). Marks ``fn.__code__`` for the process (kept
+    across reset()) and returns ``fn`` itself."""
+    if fn is None:
+        return skip
+    fn = _innermost(fn)
+    code = getattr(fn, "__code__", None)
+    if not inspect.iscode(code):
+        raise TypeError(f"skip expects a Python function, got {type(fn).__name__} {fn!r}")
+    _core.C().mark_skip(code)
+    return fn
+
+
+def assume_constant_result(fn):
+    """Inside a compiled function, a call to ``fn`` is made once, while tracing, and its result (constants,
+    tensors, tuples/lists of them) becomes a constant of the graph, without guards: the caller promises it does
+    not change (torch._dynamo.assume_constant_result). Outside a trace ``fn`` runs as usual. Returns ``fn``."""
+    fn._dynamo_marked_constant = True  # torch._dynamo's mark: functions marked by either are honoured by both
+    return fn
 
 
 def run(fn=None):

@@ -118,6 +118,7 @@ def test_backend_failure_counts_a_frame_tried_not_ok():
     def fn(x):
         return x + 1
 
+    config.suppress_errors = True
     with pytest.warns(CdynamoWarning, match="backend failed"):
         assert torch.equal(_cd(fn, boom)(torch.ones(2)), torch.full((2,), 2.0))
     assert _snapshot(cdynamo.utils.counters)["frames"] == {"total": 1}
@@ -263,16 +264,31 @@ def test_verify_correctness_raises_on_a_wrong_backend_like_dynamo():
         _td(fn, _torch_off_by_one)(x)
 
 
-def test_verify_correctness_without_nopython_falls_back_to_the_right_result():
-    # torch.compile raises here; cdynamo runs the frame as Python with one warning (the backend-failure policy).
+def test_verify_correctness_raises_without_nopython_like_dynamo():
     def fn(x):
         return x.sin() * 2
 
     x = torch.randn(3)
     config.verify_correctness = True
+    with pytest.raises(BackendCompilerFailed, match="incorrect results") as info:
+        _cd(fn, _off_by_one)(x)
+    assert isinstance(info.value.__cause__, RuntimeError)
+
+
+def test_verify_correctness_with_suppress_errors_falls_back_to_the_right_result():
+    # The backend-failure policy: suppress_errors=True runs the frame as Python with one warning (torch: the same,
+    # logged instead of warned).
+    def fn(x):
+        return x.sin() * 2
+
+    x = torch.randn(3)
+    config.verify_correctness = True
+    config.suppress_errors = True
     with pytest.warns(CdynamoWarning, match="incorrect results"):
         assert torch.allclose(_cd(fn, _off_by_one)(x), fn(x))
     assert _snapshot(cdynamo.utils.counters)["frames"] == {"total": 1}
+    with torch._dynamo.config.patch(verify_correctness=True, suppress_errors=True):
+        assert torch.allclose(_td(fn, _torch_off_by_one)(x), fn(x))
 
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
@@ -344,7 +360,10 @@ def test_backend_failure_is_not_shared_with_other_backends():
         raise RuntimeError("backend down")
 
     x = torch.randn(3)
-    with pytest.warns(Warning):
+    with pytest.raises(BackendCompilerFailed, match="backend down"):
+        cdynamo.optimize(broken)(fn)(x)
+    config.suppress_errors = True
+    with pytest.warns(CdynamoWarning, match="backend down"):
         torch.testing.assert_close(cdynamo.optimize(broken)(fn)(x), fn(x))
     cnt = CompileCounter()
     cdynamo.optimize(cnt)(fn)(x)
