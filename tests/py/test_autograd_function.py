@@ -7,22 +7,10 @@ import torch
 import cdynamo
 from cdynamo.testing import CompileCounterWithBackend, same
 from graph_counts import dynamo_graphs
+# Forward is relu; backward is NOT relu's gradient (doubled), so a traced-through forward would be caught.
+from test_crawled_modules import ClampGrad as Scale2Grad
 
 pytestmark = pytest.mark.usefixtures("cdynamo_and_dynamo_reset")
-
-
-class Scale2Grad(torch.autograd.Function):
-    """Forward is relu; backward is NOT relu's gradient (doubled), so a traced-through forward would be caught."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x.clamp(min=0)
-
-    @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return grad * (x > 0).to(grad.dtype) * 2
 
 
 class ScaleBy(torch.autograd.Function):
