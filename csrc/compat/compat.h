@@ -3,6 +3,10 @@
 
 #include <Python.h>
 
+#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030D0000
+#error "cdynamo compat: CPython 3.11 and 3.12 are supported; add compat_3XX.cpp for this version"
+#endif
+
 struct _PyInterpreterFrame;
 
 namespace cdynamo::compat {
@@ -24,6 +28,13 @@ PyObject* frame_function(Frame* f);  // the PyFunctionObject being run
 PyObject* frame_locals_dict(Frame* f);  // non-NULL only for class bodies / exec frames
 // Fast locals (co_nlocalsplus slots: locals, cells, frees); entries are borrowed and may be NULL.
 PyObject** frame_localsplus(Frame* f);
+// True if a frame object (sys._getframe, tracebacks) refers to the frame.
+bool frame_has_object(Frame* f);
+// The eval-frame function ran the frame's work elsewhere (cached code called with its arguments) and did
+// not hand `frame` to eval_default: releases what the evaluator would have (3.12+ clears the frame's
+// references and pops it from the thread's data stack; 3.11 leaves that to the caller). Only for a frame
+// owned by the thread with no frame object (frame_has_object false); `frame` is invalid afterwards.
+void release_unrun_frame(PyThreadState* tstate, Frame* frame);
 // True once the frame has executed past its first instruction (resumed generators, re-entered frames).
 bool frame_started(Frame* f);
 // Python calls the thread can still make before RecursionError (the recursion limit minus the depth now).

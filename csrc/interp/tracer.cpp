@@ -2,8 +2,10 @@
 #include "interp/tracer.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "compat/compat.h"
+#include "compat/opargs.h"
 #include "guards/tensor_match.h"
 #include "interp/torch_rules.h"
 
@@ -247,7 +249,7 @@ const std::vector<Use>& use_table() {
          "POP_TOP", "COPY", "SWAP", "PUSH_NULL", "PRECALL", "KW_NAMES", "LOAD_DEREF", "STORE_DEREF",
          "LOAD_CLOSURE", "MAKE_CELL", "COPY_FREE_VARS", "LOAD_GLOBAL", "STORE_GLOBAL", "BUILD_TUPLE",
          "BUILD_LIST", "LIST_APPEND", "RETURN_VALUE", "YIELD_VALUE", "JUMP_FORWARD", "JUMP_BACKWARD",
-         "JUMP_BACKWARD_NO_INTERRUPT"},
+         "JUMP_BACKWARD_NO_INTERRUPT", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "RETURN_CONST", "END_FOR"},
         Use::Move);
     set({"LOAD_ATTR", "LOAD_METHOD"}, Use::AttrRead);
     // Building argument tuples and dicts (`f(self, *args, **kw)`) moves the items of tuples, lists and dicts.
@@ -255,15 +257,17 @@ const std::vector<Use>& use_table() {
     set({"GET_ITER", "FOR_ITER", "UNPACK_SEQUENCE", "UNPACK_EX"}, Use::Iterate);
     set({"SET_ADD", "SET_UPDATE", "BEFORE_WITH", "UNARY_NEGATIVE", "UNARY_POSITIVE",
          "UNARY_INVERT", "UNARY_NOT", "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_FORWARD_IF_FALSE",
-         "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE", "JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP"},
+         "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE", "JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP",
+         "POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE"},
         Use::One);
     // `x is None` jumps: a lazily wrapped object is never None (its guarded type decides).
     set({"POP_JUMP_FORWARD_IF_NONE", "POP_JUMP_FORWARD_IF_NOT_NONE", "POP_JUMP_BACKWARD_IF_NONE",
-         "POP_JUMP_BACKWARD_IF_NOT_NONE"},
+         "POP_JUMP_BACKWARD_IF_NOT_NONE", "POP_JUMP_IF_NONE", "POP_JUMP_IF_NOT_NONE"},
         Use::Move);
     set({"BINARY_OP", "COMPARE_OP", "MAP_ADD"}, Use::Two);
     set({"IS_OP"}, Use::Is);
     set({"BINARY_SUBSCR"}, Use::Subscript);
+    set({"BINARY_SLICE", "STORE_SLICE"}, Use::All);
     set({"CONTAINS_OP"}, Use::Contains);
     set({"STORE_ATTR"}, Use::StoreAttr);
     set({"DELETE_ATTR"}, Use::DeleteAttr);
@@ -425,10 +429,24 @@ bool Tracer::with_cleanup(const bytecode::ExceptionEntry& e) const {
   return handler_is(e, {{"PUSH_EXC_INFO", -1}, {"WITH_EXCEPT_START", -1}});
 }
 
+bool Tracer::comprehension_cleanup(const bytecode::ExceptionEntry& e) const {
+  // PEP 709 (3.12): an inlined comprehension's handler restores the locals it saved with
+  // LOAD_FAST_AND_CLEAR and re-raises: SWAP 2; POP_TOP; SWAP n; STORE_FAST...; RERAISE 0.
+  static const int store_fast = bytecode::opcode_by_name("STORE_FAST");
+  static const int reraise = bytecode::opcode_by_name("RERAISE");
+  if (bytecode::opcode_by_name("LOAD_FAST_AND_CLEAR") < 0) return false;
+  if (!handler_is(e, {{"SWAP", 2}, {"POP_TOP", -1}, {"SWAP", -1}})) return false;
+  size_t k = static_cast<size_t>(bc.index_of(e.target)) + 3;
+  size_t stores = 0;
+  for (; k < bc.insts.size() && bc.insts[k]->opcode == store_fast; ++k) ++stores;
+  return stores > 0 && k < bc.insts.size() && bc.insts[k]->opcode == reraise && bc.insts[k]->arg == 0;
+}
+
 bool Tracer::in_user_try(size_t index) const {
-  // A with block's cleanup (PUSH_EXC_INFO; WITH_EXCEPT_START) runs __exit__, which the trace models.
+  // A with block's cleanup (PUSH_EXC_INFO; WITH_EXCEPT_START) runs __exit__, which the trace models; an
+  // inlined comprehension's handler only restores its saved locals.
   for (const auto& e : bc.exception_table)
-    if (covers(e, index) && bc.index_of(e.target) >= 0 && !with_cleanup(e)) return true;
+    if (covers(e, index) && bc.index_of(e.target) >= 0 && !with_cleanup(e) && !comprehension_cleanup(e)) return true;
   return false;
 }
 
@@ -436,6 +454,37 @@ bool Tracer::in_handler_range(size_t index) const {
   for (const auto& e : bc.exception_table)
     if (covers(e, index)) return true;
   return false;
+}
+
+int restart_operands(const bytecode::Instruction& i) {
+  // The instructions a graph break can stop before: the rewritten frame rebuilds their operands and runs
+  // them as Python. Keyed by name; names a version does not have never match.
+  static const std::unordered_map<std::string, int> fixed = {
+      {"BINARY_OP", 2},       {"COMPARE_OP", 2},       {"BINARY_SUBSCR", 2},      {"CONTAINS_OP", 2},
+      {"IS_OP", 2},           {"IMPORT_NAME", 2},      {"DELETE_SUBSCR", 2},      {"STORE_ATTR", 2},
+      {"STORE_SUBSCR", 3},    {"BINARY_SLICE", 3},     {"STORE_SLICE", 4},        {"LOAD_ATTR", 1},
+      {"LOAD_METHOD", 1},     {"UNPACK_SEQUENCE", 1},  {"UNPACK_EX", 1},          {"STORE_GLOBAL", 1},
+      {"GET_ITER", 1},        {"LIST_TO_TUPLE", 1},    {"DELETE_ATTR", 1},        {"PRINT_EXPR", 1},
+      {"IMPORT_FROM", 1},     {"UNARY_NOT", 1},        {"UNARY_NEGATIVE", 1},     {"UNARY_INVERT", 1},
+      {"UNARY_POSITIVE", 1},  {"LOAD_BUILD_CLASS", 0}, {"LOAD_ASSERTION_ERROR", 0}, {"DELETE_GLOBAL", 0},
+      {"LOAD_GLOBAL", -2},     {"LIST_APPEND", -2},     {"LIST_EXTEND", -2},       {"DICT_UPDATE", -2},
+      {"DICT_MERGE", -2},     {"SET_UPDATE", -2},      {"SET_ADD", -2},           {"MAP_ADD", -2},
+      {"MAKE_FUNCTION", -2}};
+  const std::string n = bytecode::opname(i.opcode);
+  if (n == "CALL") return i.arg + 2;
+  if (n == "BUILD_TUPLE" || n == "BUILD_LIST" || n == "BUILD_SET" || n == "BUILD_STRING" || n == "BUILD_SLICE")
+    return i.arg;
+  if (n == "BUILD_MAP") return 2 * i.arg;
+  if (n == "BUILD_CONST_KEY_MAP") return i.arg + 1;
+  if (n == "FORMAT_VALUE") return (i.arg & 0x04) ? 2 : 1;
+  if (n == "CALL_FUNCTION_EX") return (i.arg & 1) ? 4 : 3;
+  if (n == "CALL_INTRINSIC_1" &&
+      (i.arg == compat::opargs::kIntrinsicUnaryPositive || i.arg == compat::opargs::kIntrinsicListToTuple))
+    return 1;
+  auto it = fixed.find(n);
+  if (it == fixed.end()) return -1;
+  // -2: a break may stop there, but the rewritten frame cannot restart it (it reaches below its operands).
+  return it->second == -2 ? -2 : it->second;
 }
 
 bool Tracer::breakable(size_t index, std::string* why) const {
@@ -489,18 +538,7 @@ bool Tracer::breakable(size_t index, std::string* why) const {
     *why = "inside a loop or at a control-flow instruction";
     return false;
   }
-  static const char* restartable[] = {"CALL",          "LOAD_ATTR",     "LOAD_METHOD",  "BINARY_OP",   "COMPARE_OP",
-                                      "BINARY_SUBSCR", "STORE_SUBSCR",  "STORE_ATTR",   "BUILD_TUPLE", "BUILD_LIST",
-                                      "BUILD_MAP",     "BUILD_CONST_KEY_MAP", "BUILD_SET", "UNPACK_SEQUENCE",
-                                      "UNPACK_EX",     "IMPORT_NAME",   "IMPORT_FROM",  "LOAD_GLOBAL", "STORE_GLOBAL",
-                                      "FORMAT_VALUE",  "BUILD_STRING",  "CONTAINS_OP",  "IS_OP",       "UNARY_NOT",
-                                      "UNARY_NEGATIVE", "UNARY_INVERT", "UNARY_POSITIVE", "LIST_APPEND", "LIST_EXTEND",
-                                      "DELETE_SUBSCR", "CALL_FUNCTION_EX", "LOAD_BUILD_CLASS", "BUILD_SLICE",
-                                      "DICT_UPDATE",   "DICT_MERGE",    "SET_UPDATE",   "LIST_TO_TUPLE", "MAP_ADD",
-                                      "SET_ADD",       "GET_ITER",      "PRINT_EXPR",   "LOAD_ASSERTION_ERROR",
-                                      "MAKE_FUNCTION", "DELETE_ATTR",   "DELETE_GLOBAL"};
-  for (const char* r : restartable)
-    if (name == r) return true;
+  if (restart_operands(*inst) != -1) return true;
   *why = "instruction " + name + " cannot be restarted as Python";
   return false;
 }
