@@ -40,6 +40,10 @@ bool frame_started(Frame* f);
 // Python calls the thread can still make before RecursionError (the recursion limit minus the depth now).
 int recursion_headroom(PyThreadState* tstate);
 
+// The entry `name` of a type's own __dict__ (borrowed: the type keeps it alive), or nullptr with no error
+// set. 3.12 keeps the dict of static builtin types (object, dict, ...) outside tp_dict.
+PyObject* type_dict_item(PyTypeObject* type, const char* name);
+
 // Number of localsplus slots of a code object and the name of slot i (borrowed).
 int code_nlocalsplus(PyCodeObject* code);
 PyObject* code_localsplus_name(PyCodeObject* code, int i);

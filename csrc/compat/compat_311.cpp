@@ -47,6 +47,12 @@ bool frame_started(Frame* f) {
 
 int recursion_headroom(PyThreadState* tstate) { return tstate->recursion_remaining; }
 
+PyObject* type_dict_item(PyTypeObject* type, const char* name) {
+  if (!type->tp_dict) return nullptr;
+  PyObject* v = PyDict_GetItemString(type->tp_dict, name);  // borrowed; suppresses errors
+  return v;
+}
+
 int code_nlocalsplus(PyCodeObject* code) { return code->co_nlocalsplus; }
 PyObject* code_localsplus_name(PyCodeObject* code, int i) {
   return PyTuple_GET_ITEM(code->co_localsplusnames, i);  // borrowed

@@ -10,6 +10,8 @@
 
 #include "compat/compat.h"
 
+#include <algorithm>
+
 namespace cdynamo::compat {
 
 const int kFastLocal = CO_FAST_LOCAL;
@@ -74,7 +76,22 @@ bool frame_started(Frame* f) {
   return f->prev_instr != _PyCode_CODE(f->f_code) - 1;
 }
 
-int recursion_headroom(PyThreadState* tstate) { return tstate->py_recursion_remaining; }
+// 3.12 counts Python frames and C recursion (calls through the C API, as each continuation is) apart; the
+// smaller one decides.
+int recursion_headroom(PyThreadState* tstate) {
+  return std::min(tstate->py_recursion_remaining, tstate->c_recursion_remaining);
+}
+
+PyObject* type_dict_item(PyTypeObject* type, const char* name) {
+  PyObject* dict = PyType_GetDict(type);  // new reference (static builtin types keep theirs per interpreter)
+  if (!dict) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  PyObject* v = PyDict_GetItemString(dict, name);  // borrowed, owned by the type's dict; suppresses errors
+  Py_DECREF(dict);  // the type still holds it
+  return v;
+}
 
 int code_nlocalsplus(PyCodeObject* code) { return code->co_nlocalsplus; }
 PyObject* code_localsplus_name(PyCodeObject* code, int i) {

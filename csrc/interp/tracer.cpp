@@ -191,7 +191,7 @@ namespace {
 // objects they are.
 enum class Use : uint8_t {
   Move, AttrRead, One, Two, Is, CallN, ArgN, Arg2N, ArgN1, CallEx, Format, StoreAttr, DeleteAttr, WriteItem, Spread,
-  Subscript, Contains, Iterate, All
+  Subscript, Contains, Iterate, Intrinsic1, All
 };
 
 // A tuple, list or dict the trace models item by item (not an object of the frame with its own methods), or
@@ -268,6 +268,7 @@ const std::vector<Use>& use_table() {
     set({"IS_OP"}, Use::Is);
     set({"BINARY_SUBSCR"}, Use::Subscript);
     set({"BINARY_SLICE", "STORE_SLICE"}, Use::All);
+    set({"CALL_INTRINSIC_1"}, Use::Intrinsic1);
     set({"CONTAINS_OP"}, Use::Contains);
     set({"STORE_ATTR"}, Use::StoreAttr);
     set({"DELETE_ATTR"}, Use::DeleteAttr);
@@ -367,6 +368,11 @@ int identity_uses(Tracer& t, const bytecode::Instruction& inst) {
       return modelled_container(top) || (top && top->kind == VKind::Iter) ? 0 : 1;
     }
     case Use::Spread: return !t.stack.empty() && modelled_container(t.stack.back()) ? 0 : 1;
+    // 3.12's list-to-tuple (f(*args) building its tuple) moves the items as LIST_TO_TUPLE did; unary + is One.
+    case Use::Intrinsic1:
+      if (inst.arg == compat::opargs::kIntrinsicListToTuple)
+        return !t.stack.empty() && modelled_container(t.stack.back()) ? 0 : 1;
+      return 1;
     case Use::CallEx: {
       // f(*args, **kwargs) of a callee the trace inlines, as for CALL.
       size_t depth = (inst.arg & 1) ? 3 : 2;
@@ -543,14 +549,69 @@ bool Tracer::breakable(size_t index, std::string* why) const {
   return false;
 }
 
-bool Tracer::loop_depth(size_t index) const {
-  // An instruction is inside a loop if some backward jump at or after it targets at or before it.
-  for (size_t j = index; j < bc.insts.size(); ++j) {
-    const auto* i = bc.insts[j].get();
-    if (i->target && bytecode::is_backward_jump(i->opcode)) {
-      int target = bc.index_of(i->target);
-      if (target >= 0 && static_cast<size_t>(target) <= index) return true;
+const std::vector<char>& Tracer::loop_back_edges() const {
+  // A backward jump closes a loop when its target dominates it (every path from the entry to the jump,
+  // exception edges included, passes the target). 3.12 moves exception handlers after the function's normal
+  // code: the jump by which a handler (an except clause, a with statement's exit) rejoins the code after its
+  // block is backward but closes no loop, and its target does not dominate it (the block reaches the handler
+  // without passing there).
+  const void* key = bc.insts.empty() ? nullptr : bc.insts.front().get();  // inlining swaps bc: one per code
+  if (loop_edges_ready_ && loop_edges_key_ == key) return loop_edges_;
+  const size_t n = bc.insts.size();
+  std::vector<std::vector<size_t>> succ(n);
+  for (size_t i = 0; i < n; ++i) {
+    const auto* inst = bc.insts[i].get();
+    if (!bytecode::is_unconditional_jump(inst->opcode) && !bytecode::is_terminator(inst->opcode) && i + 1 < n)
+      succ[i].push_back(i + 1);
+    if (inst->target) {
+      int t = bc.index_of(inst->target);
+      if (t >= 0) succ[i].push_back(static_cast<size_t>(t));
     }
+  }
+  for (const auto& e : bc.exception_table) {
+    int s = bc.index_of(e.start), end = bc.index_of(e.end), h = bc.index_of(e.target);
+    if (s < 0 || end < 0 || h < 0) continue;
+    for (int i = s; i <= end; ++i) succ[static_cast<size_t>(i)].push_back(static_cast<size_t>(h));
+  }
+  loop_edges_.assign(n, 0);
+  std::vector<char> seen(n);
+  std::vector<size_t> work;
+  for (size_t j = 0; j < n; ++j) {
+    const auto* inst = bc.insts[j].get();
+    if (!inst->target || !bytecode::is_backward_jump(inst->opcode)) continue;
+    const int t = bc.index_of(inst->target);
+    if (t < 0) continue;
+    // Is j reachable from the entry without passing t?
+    std::fill(seen.begin(), seen.end(), 0);
+    bool bypass = false;
+    if (t != 0) {
+      work.assign(1, 0);
+      seen[0] = 1;
+      while (!work.empty() && !bypass) {
+        size_t i = work.back();
+        work.pop_back();
+        if (i == j) bypass = true;
+        for (size_t k : succ[i])
+          if (!seen[k] && k != static_cast<size_t>(t)) {
+            seen[k] = 1;
+            work.push_back(k);
+          }
+      }
+    }
+    loop_edges_[j] = bypass ? 0 : 1;
+  }
+  loop_edges_ready_ = true;
+  loop_edges_key_ = key;
+  return loop_edges_;
+}
+
+bool Tracer::loop_depth(size_t index) const {
+  // An instruction is inside a loop if some loop back edge at or after it targets at or before it.
+  const std::vector<char>& edges = loop_back_edges();
+  for (size_t j = index; j < bc.insts.size(); ++j) {
+    if (!edges[j]) continue;
+    int target = bc.index_of(bc.insts[j]->target);
+    if (target >= 0 && static_cast<size_t>(target) <= index) return true;
   }
   return false;
 }

@@ -339,6 +339,11 @@ class Tracer {
   bool breakable(size_t index, std::string* why) const;
   // True if instruction `index` is inside a loop (a later backward jump lands at or before it).
   bool loop_depth(size_t index) const;
+  // Per instruction: 1 for a backward jump that closes a loop (its target dominates it), computed once.
+  const std::vector<char>& loop_back_edges() const;
+  mutable std::vector<char> loop_edges_;
+  mutable bool loop_edges_ready_ = false;
+  mutable const void* loop_edges_key_ = nullptr;
   // Runs handlers until RETURN_VALUE in the current (inlined) frame state; Unsupported propagates.
   void run_nested();
   // Runs the handler of bc.insts[pc] and advances pc unless the handler jumped.
