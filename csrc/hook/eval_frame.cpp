@@ -222,6 +222,7 @@ PyObject* eval_frame(PyThreadState* tstate, compat::Frame* frame, int throwflag)
       lock.emplace();
     } catch (py::error_already_set& err) {
       err.restore();
+      compat::release_unrun_frame(tstate, frame);  // the frame never runs (3.12: it must still be popped)
       return nullptr;  // the wait was interrupted (KeyboardInterrupt): the user's error
     }
     // Another thread may have compiled this code while we waited: its entry may fit.
@@ -232,7 +233,10 @@ PyObject* eval_frame(PyThreadState* tstate, compat::Frame* frame, int throwflag)
     }
   }
   if (!e) {
-    if (PyErr_Occurred()) return nullptr;
+    if (PyErr_Occurred()) {
+      compat::release_unrun_frame(tstate, frame);  // raised instead of running (3.12: still popped)
+      return nullptr;
+    }
     return compat::eval_default(tstate, frame, throwflag);
   }
   return run_entry(tstate, frame, e.get());
