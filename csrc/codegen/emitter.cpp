@@ -42,6 +42,35 @@ bytecode::Instruction* Emitter::emit(const char* opname, int arg) {
   return i;
 }
 
+void Emitter::null_before_callable() {
+  if (compat::opargs::kNullBeforeCallable) push_null();
+}
+
+void Emitter::null_after_callable() {
+  if (!compat::opargs::kNullBeforeCallable) push_null();
+}
+
+void Emitter::load_callable(py::handle fn) {
+  null_before_callable();
+  load_const(fn);
+  null_after_callable();
+}
+
+std::vector<std::pair<int, int>> Emitter::make_function_sequence(bool closure) {
+  std::vector<std::pair<int, int>> seq;
+  if (compat::opargs::kMakeFunctionFlags) {
+    seq.emplace_back(bytecode::opcode_by_name("MAKE_FUNCTION"), closure ? 0x08 : 0);
+  } else {
+    seq.emplace_back(bytecode::opcode_by_name("MAKE_FUNCTION"), 0);
+    if (closure) seq.emplace_back(bytecode::opcode_by_name("SET_FUNCTION_ATTRIBUTE"), 0x08);
+  }
+  return seq;
+}
+
+void Emitter::make_function(bool closure) {
+  for (const auto& [op, arg] : make_function_sequence(closure)) bc.append(op, arg)->pos = pos_;
+}
+
 void Emitter::load_global(const std::string& name, bool push_null) {
   emit("LOAD_GLOBAL", compat::opargs::load_global_arg(name_index(name), push_null));
 }
@@ -160,8 +189,7 @@ void Emitter::load_source(const guards::Source& src) {
       load_attr(src.name);
       return;
     case K::GenericAttr:  // object.__getattribute__(base, name)
-      emit("PUSH_NULL");
-      load_const(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyBaseObject_Type)).attr("__getattribute__"));
+      load_callable(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyBaseObject_Type)).attr("__getattribute__"));
       load_source(*src.base);
       load_const(py::str(src.name));
       call(2);

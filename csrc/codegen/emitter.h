@@ -40,7 +40,17 @@ class Emitter {
 
   // Version-neutral emission (the encodings live in compat/opargs.h).
   void push_null() { emit("PUSH_NULL"); }
-  // Pushes the global `name`, with a NULL below it when `push_null` (ready for call()).
+  // A plain callable for call(): null_before_callable(), then the code pushing the callable, then
+  // null_after_callable(); the NULL lands on the side of the callable this Python's CALL expects.
+  void null_before_callable();
+  void null_after_callable();
+  // Pushes `fn` (a constant) as a plain callable for call().
+  void load_callable(py::handle fn);
+  // Makes a function from the code object on top of the stack (below it, a tuple of cells when `closure`).
+  void make_function(bool closure);
+  // The (opcode, arg) sequence of make_function(closure), for code built outside an Emitter.
+  static std::vector<std::pair<int, int>> make_function_sequence(bool closure);
+  // Pushes the global `name`, with a NULL when `push_null` (ready for call()).
   void load_global(const std::string& name, bool push_null);
   // TOS.name.
   void load_attr(const std::string& name);

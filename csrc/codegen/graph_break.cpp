@@ -146,9 +146,13 @@ bytecode::Bytecode clone_reachable(const OriginInfo& src, size_t entry, std::vec
         kept.push_back(-1);
         return c;
       };
-      Tail tail{add("PUSH_NULL", 0), nullptr, k};
+      // [NULL,] chain function [, NULL] (this Python's call layout), the live locals, the call.
+      const bool null_first = compat::opargs::kNullBeforeCallable;
+      Tail tail{null_first ? add("PUSH_NULL", 0) : nullptr, nullptr, k};
       tail.load_chain = add("LOAD_CONST", 0);
-      add("MAKE_FUNCTION", 0);
+      if (!tail.first) tail.first = tail.load_chain;
+      for (const auto& [op, arg] : Emitter::make_function_sequence(false)) add(bytecode::opname(op), arg);
+      if (!null_first) add("PUSH_NULL", 0);
       for (int slot : plan.args[k]) add("LOAD_FAST", slot);  // origin slots, remapped with the body's
       const int nargs = static_cast<int>(plan.args[k].size());
       for (const auto& [op, arg] : Emitter::call_sequence(nargs)) add(bytecode::opname(op), arg);
@@ -306,19 +310,20 @@ void emit_deep_stack(Rebuilder& rb, const Tracer& t, size_t ndeep) {
   }
 }
 
-// Pushes [NULL, continuation]: the published global, or for a continuation with a closure, the function
+// Pushes the continuation as a plain callable with its NULL (this Python's call layout): the published global, or for a continuation with a closure, the function
 // made here from its code and the rewritten frame's cells (origin cell/free slot s is the frame's o.slot(s)).
 void emit_resume_fn(Emitter& e, const Resume& r, const Origin& o) {
   if (!r.closure) {
     e.load_global(r.name, true);
     return;
   }
-  e.push_null();
+  e.null_before_callable();
   const std::vector<int> derefs = deref_slots(o.code);
   for (int s : derefs) e.emit("LOAD_CLOSURE", o.slot(s));
   e.emit("BUILD_TUPLE", static_cast<int>(derefs.size()));
   e.load_const(r.code);
-  e.emit("MAKE_FUNCTION", 0x08);
+  e.make_function(true);
+  e.null_after_callable();
 }
 
 // Slots whose final value the rewritten frame stores before calling the continuation: plain locals below
@@ -416,9 +421,10 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
     const std::vector<int>& args = origin.info->windows.args[static_cast<size_t>(cut)];
     if (passed_locals(t, origin, static_cast<size_t>(cut)) != args)
       throw interp::Unsupported("a local live after a continuation window is not bound");
-    e.push_null();
+    e.null_before_callable();
     e.load_const(chain_code(origin, static_cast<size_t>(cut), counter));
-    e.emit("MAKE_FUNCTION", 0);
+    e.make_function(false);
+    e.null_after_callable();
     if (tmp >= 0) e.emit("DELETE_FAST", tmp);
     rb.release();
     call_resume(0, args);

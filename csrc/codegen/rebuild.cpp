@@ -262,8 +262,7 @@ void Rebuilder::pin(const ValuePtr& v) {
 void Rebuilder::commit_effects() {
   for (const auto& fx : effects_) {
     if (fx.write_back) {
-      e_.push_null();
-      e_.load_const(write_back_fn());
+      e_.load_callable(write_back_fn());
       e_.emit("LOAD_FAST", fx.obj_slot);
       e_.emit("LOAD_FAST", fx.value_slot);
       e_.call(2);
@@ -281,8 +280,7 @@ void Rebuilder::commit_effects() {
 }
 
 void Rebuilder::set_grad_mode(bool enabled) {
-  e_.push_null();
-  e_.load_const(py::module_::import("torch").attr("_C").attr("_set_grad_enabled"));
+  e_.load_callable(py::module_::import("torch").attr("_C").attr("_set_grad_enabled"));
   e_.load_const(py::bool_(enabled));
   e_.call(1);
   e_.emit("POP_TOP");
@@ -294,8 +292,7 @@ void Rebuilder::release() {
 }
 
 void Rebuilder::call_on_tuple(py::handle fn, const std::vector<ValuePtr>& items, int above) {
-  e_.push_null();
-  e_.load_const(fn);
+  e_.load_callable(fn);
   int k = 0;
   for (const auto& i : items) push(i, above + 2 + k++);  // above the NULL and the callable
   e_.emit("BUILD_TUPLE", static_cast<int>(items.size()));
@@ -364,8 +361,7 @@ void Rebuilder::push(const ValuePtr& v, int above) {
     case VKind::Cell:
       throw interp::Unsupported("a closure cell cannot be passed back to Python");
     case VKind::Instance: {  // _new_object(cls, {attrs})
-      e_.push_null();
-      e_.load_const(new_object_fn());
+      e_.load_callable(new_object_fn());
       push(v->self, above + 2);
       int k = 0;
       for (size_t i = 0; i < v->items.size(); ++i) {
@@ -379,8 +375,7 @@ void Rebuilder::push(const ValuePtr& v, int above) {
     }
     case VKind::Record: {  // untraced_call(cls, field=value, ...): ModelOutput's own __init__ runs, uncaptured
       if (!g_untraced_call) throw interp::Unsupported("cannot make a ModelOutput object here");
-      e_.push_null();
-      e_.load_const(py::handle(g_untraced_call));
+      e_.load_callable(py::handle(g_untraced_call));
       push(v->self, above + 2);
       py::tuple names(v->keys.size());
       for (size_t i = 0; i < v->keys.size(); ++i) {

@@ -37,6 +37,11 @@ inline int compare_op(int arg) { return kMinor >= 12 ? arg >> 4 : arg; }
 // Calls: 3.11 runs PRECALL n before CALL n; 3.12 has CALL alone. Both take [NULL|callable, callable|self,
 // args...] and KW_NAMES (a const index) just before.
 inline constexpr bool kHasPrecall = kMinor == 11;
+// Where a plain callable's NULL goes: below the callable through 3.12 ([NULL, callable, args]); 3.13 puts
+// it above ([callable, NULL, args]).
+inline constexpr bool kNullBeforeCallable = kMinor < 13;
+// MAKE_FUNCTION takes its closure/defaults flags in the oparg through 3.12 (3.13: SET_FUNCTION_ATTRIBUTE).
+inline constexpr bool kMakeFunctionFlags = kMinor < 13;
 
 // CALL_INTRINSIC_1 operands (3.12+) cdynamo traces.
 inline constexpr int kIntrinsicUnaryPositive = 5;
