@@ -71,6 +71,14 @@ void release_unrun_frame(PyThreadState* tstate, Frame* frame) {
   pop_frame(tstate, frame);
 }
 
+// main's compat.h declares this (merge): the code of the frame running while the hook is entered for a new
+// frame, its caller (borrowed; nullptr at the top). 3.12's shim frames owned by the C stack are skipped.
+PyCodeObject* caller_code(PyThreadState* tstate) {
+  _PyInterpreterFrame* f = tstate->cframe ? tstate->cframe->current_frame : nullptr;
+  while (f && f->owner == FRAME_OWNED_BY_CSTACK) f = f->previous;
+  return f ? f->f_code : nullptr;
+}
+
 bool frame_started(Frame* f) {
   // A fresh frame points one code unit before the first instruction.
   return f->prev_instr != _PyCode_CODE(f->f_code) - 1;
