@@ -9,10 +9,12 @@ command -v "$PY" >/dev/null 2>&1 || PY=python3
 
 status=0
 
-# The GoogleTest binaries live in the scikit-build build dir (build/<wheel_tag>); use the newest one.
-testfile="$(ls -t build/*/CTestTestfile.cmake 2>/dev/null | head -n 1 || true)"
+# The GoogleTest binaries live in the scikit-build build dir (build/<wheel_tag>) of this Python (cp311-...,
+# cp312-...); use the newest one.
+tag="$("$PY" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')"
+testfile="$(ls -t build/"$tag"-*/CTestTestfile.cmake 2>/dev/null | head -n 1 || true)"
 if [ -z "$testfile" ]; then
-  echo "[test] ERROR: no build/*/CTestTestfile.cmake (was the build configured with CDYNAMO_BUILD_TESTS=ON?)" >&2
+  echo "[test] ERROR: no build/$tag-*/CTestTestfile.cmake (was the build configured with CDYNAMO_BUILD_TESTS=ON?)" >&2
   status=1
 else
   echo "[test] ctest in $(dirname "$testfile")"

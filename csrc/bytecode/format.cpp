@@ -1,5 +1,6 @@
-// format.cpp — owns the dis-style listing (same columns and argument text as `dis.disassemble` in 3.11).
+// format.cpp — owns the dis-style listing (same columns and argument text as `dis.disassemble` of 3.11 / 3.12).
 #include "bytecode/detail.h"
+#include "compat/opargs.h"
 #include "opcodes_gen.h"
 
 #include <algorithm>
@@ -52,9 +53,16 @@ std::string varname(PyCodeObject* code, long long arg) {
   return str_text(name.get());
 }
 
+// A relative jump's target offset as dis computes it (3.12+: after the instruction's inline caches).
+long long jrel_target(int op, long long arg, int offset) {
+  long long to = offset + 2 + (is_backward_jump(op) ? -arg : arg) * 2;
+  if (gen::kPyMinor >= 12) to += 2 * cache_entries(op);
+  return to;
+}
+
 std::string argrepr(PyCodeObject* code, int op, long long arg, int offset) {
   if (gen::kHasConst[op]) {
-    if (op != gen::OP_LOAD_CONST) return "";
+    if (op != gen::OP_LOAD_CONST && gen::kPyMinor < 12) return "";  // 3.12 resolves every const operand
     PyObject* c = tuple_item(code->co_consts, arg);  // borrowed
     return c ? repr_text(c) : "";
   }
@@ -66,16 +74,31 @@ std::string argrepr(PyCodeObject* code, int op, long long arg, int offset) {
       s += name;
       return s;
     }
+    if (compat::opargs::kMinor >= 12 && (op == opcode_by_name("LOAD_ATTR") || op == opcode_by_name("LOAD_SUPER_ATTR"))) {
+      const bool super_attr = op == opcode_by_name("LOAD_SUPER_ATTR");
+      std::string name = str_text(tuple_item(
+          code->co_names, super_attr ? compat::opargs::load_super_attr_name(static_cast<int>(arg))
+                                     : compat::opargs::load_attr_name(static_cast<int>(arg))));
+      if (!(arg & 1) || name.empty()) return name;
+      return "NULL|self + " + name;
+    }
     return str_text(tuple_item(code->co_names, arg));
   }
   if (gen::kHasJabs[op] || gen::kHasJrel[op]) {
-    const long long to = gen::kHasJabs[op] ? arg * 2 : offset + 2 + (is_backward_jump(op) ? -arg : arg) * 2;
+    const long long to = gen::kHasJabs[op] ? arg * 2 : jrel_target(op, arg, offset);
     std::string s = "to ";
     s += std::to_string(to);
     return s;
   }
   if (gen::kHasLocal[op] || gen::kHasFree[op]) return varname(code, arg);
-  if (gen::kHasCompare[op]) return (arg >= 0 && arg < gen::kNumCmpOps) ? gen::kCmpOp[arg] : "";
+  if (gen::kHasCompare[op]) {
+    const int cmp = compat::opargs::compare_op(static_cast<int>(arg));
+    return (cmp >= 0 && cmp < gen::kNumCmpOps) ? gen::kCmpOp[cmp] : "";
+  }
+  if (gen::kNumIntrinsic1 > 0 && op == opcode_by_name("CALL_INTRINSIC_1"))
+    return (arg >= 0 && arg < gen::kNumIntrinsic1) ? gen::kIntrinsic1[arg] : "";
+  if (gen::kNumIntrinsic2 > 0 && op == opcode_by_name("CALL_INTRINSIC_2"))
+    return (arg >= 0 && arg < gen::kNumIntrinsic2) ? gen::kIntrinsic2[arg] : "";
   if (op == gen::OP_FORMAT_VALUE) {
     static const char* const conv[] = {"", "str", "repr", "ascii"};
     std::string s = conv[arg & 3];
@@ -157,7 +180,7 @@ std::string listing(std::string_view code, std::string_view linetable, int first
   for (const auto& u : insts) {
     const int base = deopt(u.op);
     if (!u.has_arg) continue;
-    if (gen::kHasJrel[u.op]) labels.insert(u.offset + 2 + (is_backward_jump(base) ? -u.arg : u.arg) * 2);
+    if (gen::kHasJrel[u.op]) labels.insert(jrel_target(base, u.arg, u.offset));
     if (gen::kHasJabs[u.op]) labels.insert(u.arg * 2);
   }
   for (const auto& e : entries) {

@@ -33,12 +33,16 @@ def generate():
     for i, name in enumerate(all_opname):
         if name in deoptmap:
             deopt[i] = opcode.opmap[deoptmap[name]]
-    caches_base = list(getattr(opcode, "_inline_cache_entries", [0] * 256))
+    entries = getattr(opcode, "_inline_cache_entries", [0] * 256)
+    if isinstance(entries, dict):  # 3.13: {opname: count}
+        caches_base = [entries.get(opcode.opname[i], 0) if i < len(opcode.opname) else 0 for i in range(256)]
+    else:
+        caches_base = list(entries)
     caches = [caches_base[deopt[i]] for i in range(256)]
     backward = {op for name, op in opcode.opmap.items() if "JUMP_BACKWARD" in name}
     uncond = {opcode.opmap[n] for n in ("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT")
               if n in opcode.opmap}
-    exits = {opcode.opmap[n] for n in ("RETURN_VALUE", "RAISE_VARARGS", "RERAISE") if n in opcode.opmap}
+    exits = {opcode.opmap[n] for n in ("RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE") if n in opcode.opmap}
     nb_ops = [sym for _, sym in getattr(opcode, "_nb_ops", [])]
 
     out = []
@@ -55,7 +59,10 @@ def generate():
     out.append(f"inline constexpr int kCache = {opcode.opmap.get('CACHE', -1)};")
     out.append("")
     out.append("// Base opcodes of this Python.")
+    # Pseudo-opcodes (3.12+: 256 and up, the compiler's own) never appear in co_code.
     for name, op in sorted(opcode.opmap.items(), key=lambda kv: kv[1]):
+        if op >= 256:
+            continue
         out.append(f"inline constexpr int OP_{name} = {op};")
     out.append("")
     out.append("// Names as dis prints them (specialized opcodes included; \"<N>\" for unused numbers).")
@@ -64,8 +71,8 @@ def generate():
     out.append(_int_table("kDeopt", "unsigned char", deopt))
     out.append("// Inline CACHE code units following each opcode (specialized opcodes use their base's count).")
     out.append(_int_table("kCacheEntries", "unsigned char", caches))
-    out.append(_bool_table("kHasJrel", set(opcode.hasjrel)))
-    out.append(_bool_table("kHasJabs", set(opcode.hasjabs)))
+    out.append(_bool_table("kHasJrel", {op for op in opcode.hasjrel if op < 256}))
+    out.append(_bool_table("kHasJabs", {op for op in opcode.hasjabs if op < 256}))
     out.append(_bool_table("kBackwardJump", backward))
     out.append(_bool_table("kUnconditionalJump", uncond))
     out.append(_bool_table("kScopeExit", exits))
@@ -77,6 +84,13 @@ def generate():
     out.append("// BINARY_OP oparg -> operator symbol; COMPARE_OP oparg -> operator.")
     out.append(f"inline constexpr int kNumNbOps = {len(nb_ops)};")
     out.append(_str_table("kNbOps", nb_ops or [""]))
+    out.append("// CALL_INTRINSIC_1 / CALL_INTRINSIC_2 oparg -> name (3.12+; empty before).")
+    intr1 = list(getattr(opcode, "_intrinsic_1_descs", []))
+    intr2 = list(getattr(opcode, "_intrinsic_2_descs", []))
+    out.append(f"inline constexpr int kNumIntrinsic1 = {len(intr1)};")
+    out.append(_str_table("kIntrinsic1", intr1 or [""]))
+    out.append(f"inline constexpr int kNumIntrinsic2 = {len(intr2)};")
+    out.append(_str_table("kIntrinsic2", intr2 or [""]))
     out.append(f"inline constexpr int kNumCmpOps = {len(opcode.cmp_op)};")
     out.append(_str_table("kCmpOp", list(opcode.cmp_op)))
     out.append("")

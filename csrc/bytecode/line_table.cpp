@@ -1,5 +1,6 @@
-// line_table.cpp — owns the 3.11 co_linetable (location table) codec: per-code-unit Positions <-> bytes.
+// line_table.cpp — owns the co_linetable (location table) codec of 3.11 and 3.12: per-code-unit Positions <-> bytes.
 #include "bytecode/detail.h"
+#include "opcodes_gen.h"
 
 #include <algorithm>
 #include <climits>
@@ -173,7 +174,19 @@ std::vector<Position> parse_location_table(std::string_view table, int firstline
 
 std::string encode_location_table(const std::vector<LocationRun>& runs, int firstlineno) {
   Writer w(firstlineno);
-  for (const auto& run : runs) w.instruction(run.pos, run.units);
+  if (gen::kPyMinor < 12) {
+    for (const auto& run : runs) w.instruction(run.pos, run.units);
+    return w.take();
+  }
+  // 3.12+: consecutive instructions at the same location share one run (split into entries of 8 units).
+  size_t i = 0;
+  while (i < runs.size()) {
+    int units = 0;
+    size_t j = i;
+    for (; j < runs.size() && runs[j].pos == runs[i].pos; ++j) units += runs[j].units;
+    w.instruction(runs[i].pos, units);
+    i = j;
+  }
   return w.take();
 }
 

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "compat/compat.h"
+#include "compat/opargs.h"
 
 namespace cdynamo::codegen {
 
@@ -39,6 +40,82 @@ bytecode::Instruction* Emitter::emit(const char* opname, int arg) {
   bytecode::Instruction* i = bc.append(op, arg);
   i->pos = pos_;
   return i;
+}
+
+void Emitter::null_before_callable() {
+  if (compat::opargs::kNullBeforeCallable) push_null();
+}
+
+void Emitter::null_after_callable() {
+  if (!compat::opargs::kNullBeforeCallable) push_null();
+}
+
+void Emitter::load_callable(py::handle fn) {
+  null_before_callable();
+  load_const(fn);
+  null_after_callable();
+}
+
+std::vector<std::pair<int, int>> Emitter::make_function_sequence(bool closure) {
+  std::vector<std::pair<int, int>> seq;
+  if (compat::opargs::kMakeFunctionFlags) {
+    seq.emplace_back(bytecode::opcode_by_name("MAKE_FUNCTION"), closure ? 0x08 : 0);
+  } else {
+    seq.emplace_back(bytecode::opcode_by_name("MAKE_FUNCTION"), 0);
+    if (closure) seq.emplace_back(bytecode::opcode_by_name("SET_FUNCTION_ATTRIBUTE"), 0x08);
+  }
+  return seq;
+}
+
+void Emitter::make_function(bool closure) {
+  for (const auto& [op, arg] : make_function_sequence(closure)) bc.append(op, arg)->pos = pos_;
+}
+
+void Emitter::load_global(const std::string& name, bool push_null) {
+  emit("LOAD_GLOBAL", compat::opargs::load_global_arg(name_index(name), push_null));
+}
+
+void Emitter::load_attr(const std::string& name) {
+  emit("LOAD_ATTR", compat::opargs::load_attr_arg(name_index(name), false));
+}
+
+void Emitter::load_method(const std::string& name) {
+  if (compat::opargs::kHasLoadMethod) emit("LOAD_METHOD", name_index(name));
+  else emit("LOAD_ATTR", compat::opargs::load_attr_arg(name_index(name), true));
+}
+
+std::vector<std::pair<int, int>> Emitter::call_sequence(int n, int kw_names_const) {
+  std::vector<std::pair<int, int>> seq;
+  if (kw_names_const >= 0) seq.emplace_back(bytecode::opcode_by_name("KW_NAMES"), kw_names_const);
+  if (compat::opargs::kHasPrecall) seq.emplace_back(bytecode::opcode_by_name("PRECALL"), n);
+  seq.emplace_back(bytecode::opcode_by_name("CALL"), n);
+  return seq;
+}
+
+void Emitter::call(int n, int kw_names_const) {
+  for (const auto& [op, arg] : call_sequence(n, kw_names_const)) bc.append(op, arg)->pos = pos_;
+}
+
+std::optional<Emitter::Jump> Emitter::pop_jump_kind(int opcode) {
+  const std::string name = bytecode::opname(opcode);
+  if (name.rfind("POP_JUMP_", 0) != 0) return std::nullopt;
+  auto ends = [&](const char* s) {
+    std::string suffix(s);
+    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (ends("_IF_NOT_NONE")) return Jump::IfNotNone;
+  if (ends("_IF_NONE")) return Jump::IfNone;
+  if (ends("_IF_TRUE")) return Jump::IfTrue;
+  if (ends("_IF_FALSE")) return Jump::IfFalse;
+  return std::nullopt;
+}
+
+bytecode::Instruction* Emitter::pop_jump_forward(Jump kind) {
+  const bool forward_names = bytecode::opcode_by_name("POP_JUMP_FORWARD_IF_TRUE") >= 0;  // 3.11
+  const char* base = kind == Jump::IfTrue ? "IF_TRUE" : kind == Jump::IfFalse ? "IF_FALSE"
+                     : kind == Jump::IfNone ? "IF_NONE" : "IF_NOT_NONE";
+  std::string name = std::string(forward_names ? "POP_JUMP_FORWARD_" : "POP_JUMP_") + base;
+  return emit(name.c_str(), 0);
 }
 
 size_t Emitter::copy_prefix(const bytecode::Bytecode& original) {
@@ -105,19 +182,17 @@ void Emitter::load_source(const guards::Source& src) {
       return;
     case K::Global:
     case K::Builtin:
-      emit("LOAD_GLOBAL", name_index(src.name) << 1);
+      load_global(src.name, false);
       return;
     case K::Attr:
       load_source(*src.base);
-      emit("LOAD_ATTR", name_index(src.name));
+      load_attr(src.name);
       return;
     case K::GenericAttr:  // object.__getattribute__(base, name)
-      emit("PUSH_NULL");
-      load_const(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyBaseObject_Type)).attr("__getattribute__"));
+      load_callable(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyBaseObject_Type)).attr("__getattribute__"));
       load_source(*src.base);
       load_const(py::str(src.name));
-      emit("PRECALL", 2);
-      emit("CALL", 2);
+      call(2);
       return;
     case K::ModuleGlobal:
     case K::ModuleBuiltin:
@@ -164,7 +239,8 @@ py::object Emitter::finish(bool flatten_args, const std::string& name) {
     // Locals come before the cells and free variables in the frame: those slots moved up. (A cell that
     // is also an argument keeps its argument slot.)
     const int old_nlocals = code_->co_nlocals;
-    for (const char* op : {"LOAD_DEREF", "STORE_DEREF", "DELETE_DEREF", "LOAD_CLOSURE", "MAKE_CELL", "LOAD_CLASSDEREF"}) {
+    for (const char* op : {"LOAD_DEREF", "STORE_DEREF", "DELETE_DEREF", "LOAD_CLOSURE", "MAKE_CELL", "LOAD_CLASSDEREF",
+                           "LOAD_FROM_DICT_OR_DEREF"}) {
       int opcode = bytecode::opcode_by_name(op);
       for (auto& i : bc.insts)
         if (i->opcode == opcode && i->arg >= old_nlocals) i->arg += added_locals_;

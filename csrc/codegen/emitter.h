@@ -6,7 +6,10 @@
 
 #include <pybind11/pybind11.h>
 
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "bytecode/bytecode.h"
 #include "guards/source.h"
@@ -34,6 +37,36 @@ class Emitter {
   // is computed once into a temporary local first, when the code allows new locals.
   void load_inputs(const std::vector<const guards::Source*>& srcs);
   void load_const(py::handle value) { emit("LOAD_CONST", const_index(value)); }
+
+  // Version-neutral emission (the encodings live in compat/opargs.h).
+  void push_null() { emit("PUSH_NULL"); }
+  // A plain callable for call(): null_before_callable(), then the code pushing the callable, then
+  // null_after_callable(); the NULL lands on the side of the callable this Python's CALL expects.
+  void null_before_callable();
+  void null_after_callable();
+  // Pushes `fn` (a constant) as a plain callable for call().
+  void load_callable(py::handle fn);
+  // Makes a function from the code object on top of the stack (below it, a tuple of cells when `closure`).
+  void make_function(bool closure);
+  // The (opcode, arg) sequence of make_function(closure), for code built outside an Emitter.
+  static std::vector<std::pair<int, int>> make_function_sequence(bool closure);
+  // Pushes the global `name`, with a NULL when `push_null` (ready for call()).
+  void load_global(const std::string& name, bool push_null);
+  // TOS.name.
+  void load_attr(const std::string& name);
+  // TOS.name in the method form: [method, self] or [NULL, attribute], ready for call().
+  void load_method(const std::string& name);
+  // Calls [NULL|callable, callable|self, n args] (the last len(kw_names) of them by keyword when
+  // `kw_names_const` >= 0, a const index of a tuple of names); pushes the result.
+  void call(int n, int kw_names_const = -1);
+  // The (opcode, arg) sequence of call(n, kw_names_const), for code built outside an Emitter.
+  static std::vector<std::pair<int, int>> call_sequence(int n, int kw_names_const = -1);
+  // Kinds of conditional jumps, by what they test (the opcode's name differs between versions).
+  enum class Jump { IfTrue, IfFalse, IfNone, IfNotNone };
+  // A forward conditional jump that pops TOS; the caller sets `target`.
+  bytecode::Instruction* pop_jump_forward(Jump kind);
+  // The kind of a POP_JUMP_* opcode of this Python; nullopt for any other opcode.
+  static std::optional<Jump> pop_jump_kind(int opcode);
   // Appends a new local variable and returns its slot. Only for codes without cells/free variables
   // (their slots would shift).
   int add_local(const std::string& name);

@@ -1,6 +1,7 @@
 // graph_break.cpp — owns codegen at a graph break: the rewritten frame (graph call, rebuilt state, the
 // breaking instruction run as Python) and the __resume_at continuations that re-enter the original bytecode.
 #include <algorithm>
+#include <optional>
 #include <unordered_map>
 
 #include "codegen/codegen.h"
@@ -8,6 +9,7 @@
 #include "codegen/rebuild.h"
 #include "codegen/resume_info.h"
 #include "compat/compat.h"
+#include "compat/opargs.h"
 
 namespace cdynamo::codegen {
 
@@ -34,26 +36,9 @@ std::vector<int> deref_slots(PyCodeObject* code) {
 
 bool is_conditional(const Tracer& t) { return t.conditional_break; }
 
-// Stack items consumed by the breaking instruction (it runs as Python in the rewritten code).
-int consumed_by(const bytecode::Instruction& i) {
-  std::string n = bytecode::opname(i.opcode);
-  if (n == "CALL") return i.arg + 2;
-  if (n == "BINARY_OP" || n == "COMPARE_OP" || n == "BINARY_SUBSCR" || n == "CONTAINS_OP" || n == "IS_OP" ||
-      n == "IMPORT_NAME" || n == "DELETE_SUBSCR" || n == "STORE_ATTR")
-    return 2;
-  if (n == "STORE_SUBSCR") return 3;
-  if (n == "BUILD_TUPLE" || n == "BUILD_LIST" || n == "BUILD_SET" || n == "BUILD_STRING" || n == "BUILD_SLICE")
-    return i.arg;
-  if (n == "BUILD_MAP") return 2 * i.arg;
-  if (n == "BUILD_CONST_KEY_MAP") return i.arg + 1;
-  if (n == "FORMAT_VALUE") return (i.arg & 0x04) ? 2 : 1;
-  if (n == "CALL_FUNCTION_EX") return (i.arg & 1) ? 4 : 3;
-  if (n == "LOAD_ATTR" || n == "LOAD_METHOD" || n == "UNPACK_SEQUENCE" || n == "UNPACK_EX" || n == "STORE_GLOBAL" || n == "GET_ITER" ||
-      n == "LIST_TO_TUPLE" || n == "DELETE_ATTR" || n == "PRINT_EXPR" || n == "IMPORT_FROM" || n.rfind("UNARY_", 0) == 0)
-    return 1;
-  if (n == "LOAD_BUILD_CLASS" || n == "LOAD_ASSERTION_ERROR" || n == "DELETE_GLOBAL") return 0;
-  return -1;
-}
+// Stack items consumed by the breaking instruction (it runs as Python in the rewritten code); < 0 when it
+// cannot be restarted.
+int consumed_by(const bytecode::Instruction& i) { return interp::restart_operands(i); }
 
 // What the rewritten frame holds in a local when the continuation is called.
 enum class LocalState { Untouched, Unchanged, Store, Delete };
@@ -161,13 +146,16 @@ bytecode::Bytecode clone_reachable(const OriginInfo& src, size_t entry, std::vec
         kept.push_back(-1);
         return c;
       };
-      Tail tail{add("PUSH_NULL", 0), nullptr, k};
+      // [NULL,] chain function [, NULL] (this Python's call layout), the live locals, the call.
+      const bool null_first = compat::opargs::kNullBeforeCallable;
+      Tail tail{null_first ? add("PUSH_NULL", 0) : nullptr, nullptr, k};
       tail.load_chain = add("LOAD_CONST", 0);
-      add("MAKE_FUNCTION", 0);
+      if (!tail.first) tail.first = tail.load_chain;
+      for (const auto& [op, arg] : Emitter::make_function_sequence(false)) add(bytecode::opname(op), arg);
+      if (!null_first) add("PUSH_NULL", 0);
       for (int slot : plan.args[k]) add("LOAD_FAST", slot);  // origin slots, remapped with the body's
       const int nargs = static_cast<int>(plan.args[k].size());
-      add("PRECALL", nargs);
-      add("CALL", nargs);
+      for (const auto& [op, arg] : Emitter::call_sequence(nargs)) add(bytecode::opname(op), arg);
       add("RETURN_VALUE", 0);
       map[k] = tail.first;
       tails.push_back(tail);
@@ -259,7 +247,9 @@ Resume make_resume(const Origin& o, size_t target, const std::vector<char>& null
       bytecode::opcode_by_name("LOAD_FAST"), bytecode::opcode_by_name("STORE_FAST"),
       bytecode::opcode_by_name("DELETE_FAST"), bytecode::opcode_by_name("LOAD_DEREF"),
       bytecode::opcode_by_name("STORE_DEREF"), bytecode::opcode_by_name("DELETE_DEREF"),
-      bytecode::opcode_by_name("LOAD_CLOSURE"), bytecode::opcode_by_name("LOAD_CLASSDEREF")};
+      bytecode::opcode_by_name("LOAD_CLOSURE"), bytecode::opcode_by_name("LOAD_CLASSDEREF"),
+      bytecode::opcode_by_name("LOAD_FAST_CHECK"), bytecode::opcode_by_name("LOAD_FAST_AND_CLEAR"),
+      bytecode::opcode_by_name("LOAD_FROM_DICT_OR_DEREF")};
   for (auto& i : body.insts)
     if (std::find(local_ops.begin(), local_ops.end(), i->opcode) != local_ops.end()) {
       int to = remap.at(static_cast<size_t>(i->arg));
@@ -320,19 +310,20 @@ void emit_deep_stack(Rebuilder& rb, const Tracer& t, size_t ndeep) {
   }
 }
 
-// Pushes [NULL, continuation]: the published global, or for a continuation with a closure, the function
+// Pushes the continuation as a plain callable with its NULL (this Python's call layout): the published global, or for a continuation with a closure, the function
 // made here from its code and the rewritten frame's cells (origin cell/free slot s is the frame's o.slot(s)).
 void emit_resume_fn(Emitter& e, const Resume& r, const Origin& o) {
   if (!r.closure) {
-    e.emit("LOAD_GLOBAL", (e.name_index(r.name) << 1) | 1);
+    e.load_global(r.name, true);
     return;
   }
-  e.emit("PUSH_NULL");
+  e.null_before_callable();
   const std::vector<int> derefs = deref_slots(o.code);
   for (int s : derefs) e.emit("LOAD_CLOSURE", o.slot(s));
   e.emit("BUILD_TUPLE", static_cast<int>(derefs.size()));
   e.load_const(r.code);
-  e.emit("MAKE_FUNCTION", 0x08);
+  e.make_function(true);
+  e.null_after_callable();
 }
 
 // Slots whose final value the rewritten frame stores before calling the continuation: plain locals below
@@ -372,13 +363,12 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
   int tmp = -1;
   if (!compiled_name.empty()) {
     tmp = e.add_local("___graph_out");
-    e.emit("LOAD_GLOBAL", (e.name_index(compiled_name) << 1) | 1);
+    e.load_global(compiled_name, true);
     std::vector<const guards::Source*> srcs;
     for (const auto& in : t.inputs) srcs.push_back(in.source.get());
     e.load_inputs(srcs);
     int n = static_cast<int>(t.inputs.size());
-    e.emit("PRECALL", n);
-    e.emit("CALL", n);
+    e.call(n);
     e.emit("STORE_FAST", tmp);
   }
   Rebuilder rb(e, outputs, tmp);
@@ -422,8 +412,7 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
     int nargs = 0;
     for (char n : deep_null) nargs += n ? 0 : 1;
     nargs += extra_on_stack + static_cast<int>(passed.size());
-    e.emit("PRECALL", nargs);
-    e.emit("CALL", nargs);
+    e.call(nargs);
     e.emit("RETURN_VALUE");
   };
 
@@ -432,18 +421,18 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
     const std::vector<int>& args = origin.info->windows.args[static_cast<size_t>(cut)];
     if (passed_locals(t, origin, static_cast<size_t>(cut)) != args)
       throw interp::Unsupported("a local live after a continuation window is not bound");
-    e.emit("PUSH_NULL");
+    e.null_before_callable();
     e.load_const(chain_code(origin, static_cast<size_t>(cut), counter));
-    e.emit("MAKE_FUNCTION", 0);
+    e.make_function(false);
+    e.null_after_callable();
     if (tmp >= 0) e.emit("DELETE_FAST", tmp);
     rb.release();
     call_resume(0, args);
   } else if (cond) {
     rb.push(t.stack.back());
-    std::string jump = bytecode::opname(inst.opcode);
-    size_t p = jump.find("BACKWARD");
-    if (p != std::string::npos) jump.replace(p, 8, "FORWARD");
-    bytecode::Instruction* j = e.emit(jump.c_str(), 0);
+    std::optional<Emitter::Jump> kind = Emitter::pop_jump_kind(inst.opcode);
+    if (!kind) throw interp::Unsupported(std::string("cannot restart ") + bytecode::opname(inst.opcode));
+    bytecode::Instruction* j = e.pop_jump_forward(*kind);
     size_t targets[2] = {pc + 1, static_cast<size_t>(t.bc.index_of(inst.target))};
     for (int b = 0; b < 2; ++b) {
       size_t tgt = origin.index(targets[b]);
@@ -459,17 +448,17 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
       out.resumes.push_back(std::move(r));
     }
   } else {
-    int effect = bytecode::stack_effect(inst.opcode, inst.arg, false);
-    // dis.stack_effect splits a call over PRECALL (-oparg) and CALL (-1); the rewritten code runs both.
-    if (std::string(bytecode::opname(inst.opcode)) == "CALL") effect -= inst.arg;
-    int pushed = consumed + effect;
+    const std::string name = bytecode::opname(inst.opcode);
+    const bool is_call = name == "CALL";
+    // A call pushes its result (dis.stack_effect splits 3.11's over PRECALL and CALL).
+    int pushed = is_call ? 1 : consumed + bytecode::stack_effect(inst.opcode, inst.arg, false);
     size_t next = origin.index(pc + 1);
     std::vector<int> passed = passed_locals(t, origin, next);
     std::vector<char> null_at = deep_null;
-    // LOAD_METHOD may push a NULL, which cannot be passed to the continuation: the rewritten frame runs
-    // LOAD_ATTR instead (the bound attribute) and the continuation's prologue puts the NULL below it,
-    // which CALL treats the same way.
-    bool method = std::string(bytecode::opname(inst.opcode)) == "LOAD_METHOD";
+    // The method form of an attribute load may push a NULL, which cannot be passed to the continuation: the
+    // rewritten frame loads the plain attribute instead (the bound attribute) and the continuation's
+    // prologue puts the NULL below it, which CALL treats the same way.
+    const bool method = name == "LOAD_METHOD" || (name == "LOAD_ATTR" && compat::opargs::load_attr_method(inst.arg));
     if (method) {
       null_at.push_back(1);
       null_at.push_back(0);
@@ -481,14 +470,13 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
     emit_resume_fn(e, r, origin);
     emit_deep_stack(rb, t, ndeep);
     // The breaking instruction's own operands, then the instruction itself, run as Python.
-    // [NULL, method] before a CALL is rebuilt as LOAD_METHOD ([function, self]), which CALL takes the same
-    // way; before CALL_FUNCTION_EX the NULL must stay a NULL below the bound method.
-    const bool before_call = std::string(bytecode::opname(inst.opcode)) == "CALL";
+    // [NULL, method] before a CALL is rebuilt by the method form ([function, self]), which CALL takes the
+    // same way; before CALL_FUNCTION_EX the NULL must stay a NULL below the bound method.
     for (size_t i = ndeep; i < t.stack.size(); ++i) {
       const ValuePtr& v = t.stack[i];
-      if (before_call && v->kind == VKind::Null && i + 1 < t.stack.size() && t.stack[i + 1]->kind == VKind::Method) {
+      if (is_call && v->kind == VKind::Null && i + 1 < t.stack.size() && t.stack[i + 1]->kind == VKind::Method) {
         rb.push(t.stack[i + 1]->self);
-        e.emit("LOAD_METHOD", e.name_index(t.stack[i + 1]->name));
+        e.load_method(t.stack[i + 1]->name);
         ++i;
         continue;
       }
@@ -496,19 +484,21 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
     }
     if (tmp >= 0) e.emit("DELETE_FAST", tmp);
     rb.release();
-    std::string name = bytecode::opname(inst.opcode);
-    if (name == "CALL") {
+    if (is_call) {
+      int kw = -1;
       for (size_t k = pc; k-- > 0;) {
         std::string prev = bytecode::opname(t.bc.insts[k]->opcode);
         if (prev == "PRECALL") continue;
-        if (prev == "KW_NAMES") e.emit("KW_NAMES", t.bc.insts[k]->arg);
+        if (prev == "KW_NAMES") kw = t.bc.insts[k]->arg;
         break;
       }
-      e.emit("PRECALL", inst.arg);
+      e.call(inst.arg, kw);
+    } else if (method) {
+      e.load_attr(py::str(t.name_at(compat::opargs::load_attr_name(inst.arg))).cast<std::string>());
+    } else {
+      e.bc.append(inst.opcode, inst.arg);
     }
-    bytecode::Instruction* copy =
-        e.bc.append(method ? bytecode::opcode_by_name("LOAD_ATTR") : inst.opcode, inst.arg);
-    copy->pos = inst.pos;
+    e.bc.insts.back()->pos = inst.pos;
     call_resume(pushed, passed);
     out.resumes.push_back(std::move(r));
   }

@@ -325,12 +325,10 @@ void Rebuilder::pin(const ValuePtr& v) {
 void Rebuilder::commit_effects() {
   for (const auto& fx : effects_) {
     if (fx.write_back) {
-      e_.emit("PUSH_NULL");
-      e_.load_const(write_back_fn());
+      e_.load_callable(write_back_fn());
       e_.emit("LOAD_FAST", fx.obj_slot);
       e_.emit("LOAD_FAST", fx.value_slot);
-      e_.emit("PRECALL", 2);
-      e_.emit("CALL", 2);
+      e_.call(2);
       e_.emit("POP_TOP");
     } else if (fx.obj_slot < 0) {
       e_.emit("LOAD_FAST", fx.value_slot);
@@ -345,11 +343,9 @@ void Rebuilder::commit_effects() {
 }
 
 void Rebuilder::set_grad_mode(bool enabled) {
-  e_.emit("PUSH_NULL");
-  e_.load_const(py::module_::import("torch").attr("_C").attr("_set_grad_enabled"));
+  e_.load_callable(py::module_::import("torch").attr("_C").attr("_set_grad_enabled"));
   e_.load_const(py::bool_(enabled));
-  e_.emit("PRECALL", 1);
-  e_.emit("CALL", 1);
+  e_.call(1);
   e_.emit("POP_TOP");
 }
 
@@ -359,13 +355,11 @@ void Rebuilder::release() {
 }
 
 void Rebuilder::call_on_tuple(py::handle fn, const std::vector<ValuePtr>& items, int above) {
-  e_.emit("PUSH_NULL");
-  e_.load_const(fn);
+  e_.load_callable(fn);
   int k = 0;
   for (const auto& i : items) push(i, above + 2 + k++);  // above the NULL and the callable
   e_.emit("BUILD_TUPLE", static_cast<int>(items.size()));
-  e_.emit("PRECALL", 1);
-  e_.emit("CALL", 1);
+  e_.call(1);
 }
 
 void Rebuilder::push(const ValuePtr& v, int above) {
@@ -415,7 +409,7 @@ void Rebuilder::push(const ValuePtr& v, int above) {
         throw interp::Unsupported("a " + v->name + " value cannot be rebuilt at a graph break yet");
       if (v->self) {  // a bound method: its receiver, then the attribute again
         push(v->self, above);
-        e_.emit("LOAD_ATTR", e_.name_index(v->name));
+        e_.load_attr(v->name);
         return;
       }
       if (v->source) e_.load_source(*v->source);
@@ -444,8 +438,7 @@ void Rebuilder::push(const ValuePtr& v, int above) {
       e_.emit("CALL", v->self ? 1 : 0);
       return;
     case VKind::Instance: {  // _new_object(cls, {attrs})
-      e_.emit("PUSH_NULL");
-      e_.load_const(new_object_fn());
+      e_.load_callable(new_object_fn());
       push(v->self, above + 2);
       int k = 0;
       for (size_t i = 0; i < v->items.size(); ++i) {
@@ -454,14 +447,12 @@ void Rebuilder::push(const ValuePtr& v, int above) {
         k += 2;
       }
       e_.emit("BUILD_MAP", static_cast<int>(v->items.size()));
-      e_.emit("PRECALL", 2);
-      e_.emit("CALL", 2);
+      e_.call(2);
       return;
     }
     case VKind::Record: {  // untraced_call(cls, field=value, ...): ModelOutput's own __init__ runs, uncaptured
       if (!g_untraced_call) throw interp::Unsupported("cannot make a ModelOutput object here");
-      e_.emit("PUSH_NULL");
-      e_.load_const(py::handle(g_untraced_call));
+      e_.load_callable(py::handle(g_untraced_call));
       push(v->self, above + 2);
       py::tuple names(v->keys.size());
       for (size_t i = 0; i < v->keys.size(); ++i) {
@@ -469,17 +460,15 @@ void Rebuilder::push(const ValuePtr& v, int above) {
         push(v->items[i], above + 3 + static_cast<int>(i));
       }
       const int n = static_cast<int>(v->items.size()) + 1;
-      e_.emit("KW_NAMES", e_.const_index(names));
-      e_.emit("PRECALL", n);
-      e_.emit("CALL", n);
+      e_.call(n, e_.const_index(names));
       return;
     }
     case VKind::Null:
-      e_.emit("PUSH_NULL");
+      e_.push_null();
       return;
     case VKind::Method:  // a method of a tensor or dict of the trace: its receiver, then the attribute
       push(v->self, above);
-      e_.emit("LOAD_ATTR", e_.name_index(v->name));
+      e_.load_attr(v->name);
       return;
     case VKind::Dict: {
       int k = 0;

@@ -9,13 +9,12 @@ py::object straight_line(interp::Tracer& t, const std::string& compiled_name,
                          const std::vector<graph::Node*>& outputs) {
   Emitter e(t.code);
   e.copy_prefix(t.bc);
-  e.emit("LOAD_GLOBAL", (e.name_index(compiled_name) << 1) | 1);
+  e.load_global(compiled_name, true);
   std::vector<const guards::Source*> srcs;
   for (const auto& in : t.inputs) srcs.push_back(in.source.get());
   e.load_inputs(srcs);
   int n = static_cast<int>(t.inputs.size());
-  e.emit("PRECALL", n);
-  e.emit("CALL", n);
+  e.call(n);
   const interp::ValuePtr& ret = t.return_value;
   bool effects = Rebuilder::has_effects(t);
   if (!effects && ret->is_tensor() && !ret->source && outputs.size() == 1 && outputs[0] == ret->node) {

@@ -3,6 +3,10 @@
 
 #include <Python.h>
 
+#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030D0000
+#error "cdynamo compat: CPython 3.11 and 3.12 are supported; add compat_3XX.cpp for this version"
+#endif
+
 struct _PyInterpreterFrame;
 
 namespace cdynamo::compat {
@@ -27,10 +31,21 @@ PyObject** frame_localsplus(Frame* f);
 // The code of the frame the thread is running while the hook is entered for a new frame: its caller (borrowed;
 // nullptr at the top of the stack).
 PyCodeObject* caller_code(PyThreadState* tstate);
+// True if a frame object (sys._getframe, tracebacks) refers to the frame.
+bool frame_has_object(Frame* f);
+// The eval-frame function ran the frame's work elsewhere (cached code called with its arguments) and did
+// not hand `frame` to eval_default: releases what the evaluator would have (3.12+ clears the frame's
+// references and pops it from the thread's data stack; 3.11 leaves that to the caller). Only for a frame
+// owned by the thread with no frame object (frame_has_object false); `frame` is invalid afterwards.
+void release_unrun_frame(PyThreadState* tstate, Frame* frame);
 // True once the frame has executed past its first instruction (resumed generators, re-entered frames).
 bool frame_started(Frame* f);
 // Python calls the thread can still make before RecursionError (the recursion limit minus the depth now).
 int recursion_headroom(PyThreadState* tstate);
+
+// The entry `name` of a type's own __dict__ (borrowed: the type keeps it alive), or nullptr with no error
+// set. 3.12 keeps the dict of static builtin types (object, dict, ...) outside tp_dict.
+PyObject* type_dict_item(PyTypeObject* type, const char* name);
 
 // Number of localsplus slots of a code object and the name of slot i (borrowed).
 int code_nlocalsplus(PyCodeObject* code);

@@ -1,8 +1,7 @@
 // compat_311.cpp — CPython 3.11 implementation of compat.h (the only place internal headers are used).
+// Compiled for every version; empty unless building for 3.11 (compat.h rejects unsupported versions).
 #include <Python.h>
-#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030C0000
-#error "cdynamo compat: this file supports CPython 3.11 only; add compat_3XX.cpp for other versions"
-#endif
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
 
 #define Py_BUILD_CORE 1
 #include <internal/pycore_code.h>
@@ -36,6 +35,11 @@ PyObject* frame_function(Frame* f) { return reinterpret_cast<PyObject*>(f->f_fun
 PyObject* frame_locals_dict(Frame* f) { return f->f_locals; }
 PyObject** frame_localsplus(Frame* f) { return f->localsplus; }
 
+bool frame_has_object(Frame* f) { return f->frame_obj != nullptr; }
+
+// 3.11: the caller of the eval-frame function (_PyEval_Vector) clears and pops the frame.
+void release_unrun_frame(PyThreadState*, Frame*) {}
+
 bool frame_started(Frame* f) {
   // A fresh frame points one code unit before the first instruction.
   return f->prev_instr != _PyCode_CODE(f->f_code) - 1;
@@ -48,6 +52,12 @@ PyCodeObject* caller_code(PyThreadState* tstate) {
 }
 
 int recursion_headroom(PyThreadState* tstate) { return tstate->recursion_remaining; }
+
+PyObject* type_dict_item(PyTypeObject* type, const char* name) {
+  if (!type->tp_dict) return nullptr;
+  PyObject* v = PyDict_GetItemString(type->tp_dict, name);  // borrowed; suppresses errors
+  return v;
+}
 
 int code_nlocalsplus(PyCodeObject* code) { return code->co_nlocalsplus; }
 PyObject* code_localsplus_name(PyCodeObject* code, int i) {
@@ -83,3 +93,5 @@ int code_total_args(PyCodeObject* code) {
 }
 
 }  // namespace cdynamo::compat
+
+#endif  // CPython 3.11

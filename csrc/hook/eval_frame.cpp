@@ -29,9 +29,14 @@ guards::FrameView frame_view(compat::Frame* frame) {
 
 namespace {
 
-// Runs the entry's code with the frame's argument slots. Returns a new reference or NULL.
-PyObject* run_entry(PyThreadState* tstate, compat::Frame* frame, CacheEntry* e) {
-  if (!e->code) return compat::eval_default(tstate, frame, 0);
+// A marker returned by call_entry: the graph failed cleanly and the frame must run as Python.
+char g_ran_as_python_marker;
+PyObject* const kRanAsPython = reinterpret_cast<PyObject*>(&g_ran_as_python_marker);
+
+// Calls the entry's function with the frame's argument slots (borrowed from the frame, which stays intact).
+// Returns a new reference, NULL with an error set, or kRanAsPython (the error was fetched into the entry's
+// rerun state: see ran_as_python).
+PyObject* call_entry(PyThreadState*, compat::Frame* frame, CacheEntry* e) {
   RunningCompiled running;
   PyObject* orig = compat::frame_function(frame);  // borrowed
   PyObject* closure = orig ? PyFunction_GET_CLOSURE(orig) : nullptr;
@@ -48,30 +53,45 @@ PyObject* run_entry(PyThreadState* tstate, compat::Frame* frame, CacheEntry* e) 
   clear_clean_failure();
   PyObject* r = PyObject_Vectorcall(e->func.ptr(), compat::frame_localsplus(frame), static_cast<size_t>(e->nargs),
                                     nullptr);  // new reference
-  if (!r && e->graph && take_clean_failure(e->graph.ptr())) {
-    // The graph raised before the rewritten code did anything else (the graph call comes first, its Python
-    // side effects are written after it) and changed no input: eager would have run the side effects
-    // traced before the failing op. The frame, not yet started, runs as Python instead, raising where
-    // eager raises.
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);  // owned here
-    PyErr_NormalizeException(&type, &value, &tb);
-    r = compat::eval_default(tstate, frame, 0);
-    if (r && !e->warned_rerun) {
-      // Eager did not raise where the graph did: the backend's code is at fault. Said once per entry.
-      e->warned_rerun = true;
-      if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
-                           "cdynamo: the compiled graph of %U raised %R, but the frame ran as Python without "
-                           "error (its result is used); the backend may be broken",
-                           compat::frame_code(frame)->co_name, value ? value : Py_None) < 0) {
-        Py_CLEAR(r);  // warnings turned into errors
-      }
+  if (!r && e->graph && take_clean_failure(e->graph.ptr())) return kRanAsPython;
+  return r;
+}
+
+PyObject* ran_as_python(PyThreadState* tstate, compat::Frame* frame, CacheEntry* e) {
+  // The graph raised before the rewritten code did anything else (the graph call comes first, its Python
+  // side effects are written after it) and changed no input: eager would have run the side effects
+  // traced before the failing op. The frame, not yet started, runs as Python instead, raising where
+  // eager raises.
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);  // owned here
+  PyErr_NormalizeException(&type, &value, &tb);
+  PyObject* name = compat::frame_code(frame)->co_name;  // borrowed: the frame (and its code) go below
+  Py_INCREF(name);
+  PyObject* r = compat::eval_default(tstate, frame, 0);  // new reference; the frame is consumed
+  if (r && !e->warned_rerun) {
+    // Eager did not raise where the graph did: the backend's code is at fault. Said once per entry.
+    e->warned_rerun = true;
+    if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
+                         "cdynamo: the compiled graph of %U raised %R, but the frame ran as Python without "
+                         "error (its result is used); the backend may be broken",
+                         name, value ? value : Py_None) < 0) {
+      Py_CLEAR(r);  // warnings turned into errors
     }
-    Py_XDECREF(type);
-    Py_XDECREF(value);
-    Py_XDECREF(tb);
-    return r;
   }
+  Py_DECREF(name);
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(tb);
+  return r;
+}
+
+// Runs the entry's code with the frame's argument slots; the frame itself is either handed to eval_default
+// or released unrun (compat::release_unrun_frame). Returns a new reference or NULL.
+PyObject* run_entry(PyThreadState* tstate, compat::Frame* frame, CacheEntry* e) {
+  if (!e->code || compat::frame_has_object(frame)) return compat::eval_default(tstate, frame, 0);
+  PyObject* r = call_entry(tstate, frame, e);
+  if (r == kRanAsPython) return ran_as_python(tstate, frame, e);
+  compat::release_unrun_frame(tstate, frame);
   return r;
 }
 
@@ -206,6 +226,7 @@ PyObject* eval_frame(PyThreadState* tstate, compat::Frame* frame, int throwflag)
       lock.emplace();
     } catch (py::error_already_set& err) {
       err.restore();
+      compat::release_unrun_frame(tstate, frame);  // the frame never runs (3.12: it must still be popped)
       return nullptr;  // the wait was interrupted (KeyboardInterrupt): the user's error
     }
     // Another thread may have compiled this code while we waited: its entry may fit.
@@ -216,7 +237,10 @@ PyObject* eval_frame(PyThreadState* tstate, compat::Frame* frame, int throwflag)
     }
   }
   if (!e) {
-    if (PyErr_Occurred()) return nullptr;
+    if (PyErr_Occurred()) {
+      compat::release_unrun_frame(tstate, frame);  // raised instead of running (3.12: still popped)
+      return nullptr;
+    }
     return compat::eval_default(tstate, frame, throwflag);
   }
   return run_entry(tstate, frame, e.get());

@@ -355,7 +355,7 @@ ValuePtr Tracer::super_attr(const ValuePtr& sup, const std::string& name) {
   SourcePtr mro_src = fresh ? guards::Source::attr(self->self->source, "__mro__")
                             : guards::Source::attr(guards::Source::attr(self->source, "__class__"), "__mro__");
   for (size_t k = start + 1; k < mro.size(); ++k) {
-    PyObject* d = PyDict_GetItemString(reinterpret_cast<PyTypeObject*>(mro[k].ptr())->tp_dict, name.c_str());
+    PyObject* d = compat::type_dict_item(reinterpret_cast<PyTypeObject*>(mro[k].ptr()), name.c_str());
     if (!d) continue;  // borrowed
     if (mro[k].ptr() == reinterpret_cast<PyObject*>(&PyBaseObject_Type) && name == "__init__") {
       ValuePtr noop = Value::constant(py::none());  // object.__init__(self): nothing to do

@@ -1,5 +1,6 @@
 // ops_arith.cpp — owns handlers for BINARY_OP, COMPARE_OP, unary operators, subscripts, IS_OP, CONTAINS_OP.
 #include "bytecode/bytecode.h"
+#include "compat/opargs.h"
 #include "interp/tracer.h"
 
 namespace cdynamo::interp {
@@ -77,10 +78,11 @@ void binary_op(Tracer& t, const Instruction& i) {
 
 void compare_op(Tracer& t, const Instruction& i) {
   static const char* names[] = {"lt", "le", "eq", "ne", "gt", "ge"};
-  if (i.arg < 0 || i.arg > 5) t.unsupported("COMPARE_OP " + std::to_string(i.arg));
+  const int op = compat::opargs::compare_op(i.arg);
+  if (op < 0 || op > 5) t.unsupported("COMPARE_OP " + std::to_string(i.arg));
   ValuePtr b = t.pop();
   ValuePtr a = t.pop();
-  t.push(t.apply_operator(op_fn(names[i.arg]), {a, b}));
+  t.push(t.apply_operator(op_fn(names[op]), {a, b}));
 }
 
 void unary(Tracer& t, const char* name) {
@@ -152,6 +154,29 @@ bool same_identity(const ValuePtr& a, const ValuePtr& b, bool* known) {
   }
   *known = false;
   return false;
+}
+
+// BINARY_SLICE (3.12): container[start:stop] with constant bounds, as BUILD_SLICE 2; BINARY_SUBSCR.
+void binary_slice(Tracer& t, const Instruction& i) {
+  ValuePtr stop = t.pop();
+  ValuePtr start = t.pop();
+  t.push(slice_of(t, start, stop));
+  binary_subscr(t, i);
+}
+
+// CALL_INTRINSIC_1 (3.12): the intrinsics ordinary code uses in expressions.
+void call_intrinsic_1(Tracer& t, const Instruction& i) {
+  if (i.arg == compat::opargs::kIntrinsicUnaryPositive) {
+    unary(t, "pos");
+    return;
+  }
+  if (i.arg == compat::opargs::kIntrinsicListToTuple) {
+    ValuePtr l = t.pop();
+    if (l->kind != VKind::List) t.unsupported("list-to-tuple on " + l->describe());
+    t.push(Value::tuple(l->items));
+    return;
+  }
+  t.unsupported("CALL_INTRINSIC_1 " + std::to_string(i.arg));
 }
 
 void is_op(Tracer& t, const Instruction& i) {
@@ -226,6 +251,8 @@ void register_arith(HandlerTable& t) {
   auto on = [&](const char* name, Handler h) { on_opcode(t, name, h); };
   on("BINARY_OP", binary_op);
   on("COMPARE_OP", compare_op);
+  on("BINARY_SLICE", binary_slice);
+  on("CALL_INTRINSIC_1", call_intrinsic_1);
   on("UNARY_NEGATIVE", unary_negative);
   on("UNARY_POSITIVE", unary_positive);
   on("UNARY_INVERT", unary_invert);

@@ -14,11 +14,7 @@ void build_list(Tracer& t, const Instruction& i) { t.push(Value::list(t.popn(i.a
 
 void build_slice(Tracer& t, const Instruction& i) {
   std::vector<ValuePtr> parts = t.popn(i.arg);
-  for (const auto& p : parts)
-    if (!p->is_const()) t.unsupported("slice bound " + p->describe() + " is not a constant");
-  PyObject* s = PySlice_New(parts[0]->obj.ptr(), parts[1]->obj.ptr(), i.arg == 3 ? parts[2]->obj.ptr() : nullptr);
-  if (!s) throw py::error_already_set();
-  t.push(Value::constant(py::reinterpret_steal<py::object>(s)));  // s: new reference, stolen
+  t.push(slice_of(t, parts[0], parts[1], i.arg == 3 ? parts[2] : nullptr));
 }
 
 void unpack_sequence(Tracer& t, const Instruction& i) {
@@ -110,6 +106,14 @@ void build_string(Tracer& t, const Instruction& i) {
 }
 
 }  // namespace
+
+ValuePtr slice_of(Tracer& t, const ValuePtr& start, const ValuePtr& stop, const ValuePtr& step) {
+  for (const ValuePtr* p : {&start, &stop, &step})
+    if (*p && !(*p)->is_const()) t.unsupported("slice bound " + (*p)->describe() + " is not a constant");
+  PyObject* s = PySlice_New(start->obj.ptr(), stop->obj.ptr(), step ? step->obj.ptr() : nullptr);  // new reference
+  if (!s) throw py::error_already_set();
+  return Value::constant(py::reinterpret_steal<py::object>(s));  // s stolen
+}
 
 void register_build(HandlerTable& t) {
   auto on = [&](const char* name, Handler h) { on_opcode(t, name, h); };

@@ -74,6 +74,10 @@ void register_control(HandlerTable& t) {
   on("JUMP_FORWARD", jump);
   on("JUMP_BACKWARD", jump);
   on("JUMP_BACKWARD_NO_INTERRUPT", jump);
+  on("POP_JUMP_IF_TRUE", pop_jump_if_true);  // 3.12 names (forward only)
+  on("POP_JUMP_IF_FALSE", pop_jump_if_false);
+  on("POP_JUMP_IF_NONE", pop_jump_if_none_h);
+  on("POP_JUMP_IF_NOT_NONE", pop_jump_if_not_none_h);
   on("POP_JUMP_FORWARD_IF_TRUE", pop_jump_if_true);
   on("POP_JUMP_BACKWARD_IF_TRUE", pop_jump_if_true);
   on("POP_JUMP_FORWARD_IF_FALSE", pop_jump_if_false);

@@ -1,6 +1,7 @@
 // ops_iter.cpp — owns iteration over values known at trace time: GET_ITER / FOR_ITER (loops unroll),
 // and the iterator builtins enumerate / zip / reversed over such values.
 #include "bytecode/bytecode.h"
+#include "compat/opargs.h"
 #include "interp/tracer.h"
 
 namespace cdynamo::interp {
@@ -99,7 +100,14 @@ void for_iter(Tracer& t, const Instruction& i) {
   }
   t.pop();
   if (!i.target) t.unsupported("FOR_ITER without a target");
-  t.pc = static_cast<size_t>(t.bc.index_of(i.target));
+  // 3.12: the target is the loop's END_FOR, which the exhausted iterator skips.
+  t.pc = static_cast<size_t>(t.bc.index_of(i.target)) + (compat::opargs::kForIterSkipsEndFor ? 1 : 0);
+}
+
+// END_FOR (3.12): pops the iterator and its last value; reached only by a jump the trace never takes.
+void end_for(Tracer& t, const Instruction&) {
+  t.pop();
+  t.pop();
 }
 
 }  // namespace
@@ -157,6 +165,7 @@ void register_iter(HandlerTable& t) {
   auto on = [&](const char* name, Handler h) { on_opcode(t, name, h); };
   on("GET_ITER", get_iter);
   on("FOR_ITER", for_iter);
+  on("END_FOR", end_for);
 }
 
 }  // namespace cdynamo::interp

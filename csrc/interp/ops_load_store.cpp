@@ -1,5 +1,6 @@
 // ops_load_store.cpp — owns handlers for loads, stores, attribute access and stack shuffling opcodes.
 #include "bytecode/bytecode.h"
+#include "compat/opargs.h"
 #include "interp/tracer.h"
 
 namespace cdynamo::interp {
@@ -16,8 +17,18 @@ void load_fast(Tracer& t, const Instruction& i) {
   t.push(v);
 }
 
+// LOAD_FAST_AND_CLEAR (3.12, PEP 709 inlined comprehensions): saves the local (NULL when unbound) and
+// unbinds it; a STORE_FAST of the saved NULL unbinds it again afterwards.
+void load_fast_and_clear(Tracer& t, const Instruction& i) {
+  ValuePtr v = t.load_local(i.arg);
+  t.push(v ? v : Value::null());
+  t.locals[i.arg] = nullptr;
+  t.local_loaded[i.arg] = 1;
+}
+
 void store_fast(Tracer& t, const Instruction& i) {
-  t.locals[i.arg] = t.pop();
+  ValuePtr v = t.pop();
+  t.locals[i.arg] = v->kind == VKind::Null ? nullptr : v;
   t.local_loaded[i.arg] = 1;
 }
 
@@ -56,11 +67,17 @@ void load_const(Tracer& t, const Instruction& i) {
   t.unsupported(std::string("constant of type ") + Py_TYPE(c.ptr())->tp_name);
 }
 
+// RETURN_CONST (3.12): LOAD_CONST; RETURN_VALUE.
+void return_const(Tracer& t, const Instruction& i) {
+  load_const(t, i);
+  t.return_value = t.pop();
+  t.stopped = true;
+}
+
 void load_global(Tracer& t, const Instruction& i) {
-  // 3.11: the low bit asks for a NULL pushed before the global.
-  std::string name = py::str(t.name_at(i.arg >> 1)).cast<std::string>();
+  std::string name = py::str(t.name_at(compat::opargs::load_global_name(i.arg))).cast<std::string>();
   ValuePtr v = t.load_global(name);
-  if (i.arg & 1) t.push(Value::null());
+  if (compat::opargs::load_global_null(i.arg)) t.push(Value::null());
   t.push(v);
 }
 
@@ -73,17 +90,32 @@ void load_deref(Tracer& t, const Instruction& i) {
 }
 
 
+// The method form (3.11 LOAD_METHOD, 3.12 LOAD_ATTR with its method bit) is modelled as [NULL, bound
+// callable]: CALL then sees a plain callable and `n` arguments.
+void push_attr(Tracer& t, const ValuePtr& obj, int name, bool method) {
+  ValuePtr v = t.load_attr(obj, py::str(t.name_at(name)).cast<std::string>());
+  if (method) t.push(Value::null());
+  t.push(v);
+}
+
 void load_attr(Tracer& t, const Instruction& i) {
   ValuePtr obj = t.pop();
-  t.push(t.load_attr(obj, py::str(t.name_at(i.arg)).cast<std::string>()));
+  push_attr(t, obj, compat::opargs::load_attr_name(i.arg), compat::opargs::load_attr_method(i.arg));
 }
 
 void load_method(Tracer& t, const Instruction& i) {
-  // Modelled as [NULL, bound callable]: CALL then sees a plain callable and `n` arguments.
   ValuePtr obj = t.pop();
-  ValuePtr m = t.load_attr(obj, py::str(t.name_at(i.arg)).cast<std::string>());
-  t.push(Value::null());
-  t.push(m);
+  push_attr(t, obj, i.arg, true);
+}
+
+// LOAD_SUPER_ATTR (3.12): [super, class, self] -> super(class, self).name (method form when asked). Both
+// the zero-argument and the two-argument forms call super with the class and self on the stack.
+void load_super_attr(Tracer& t, const Instruction& i) {
+  ValuePtr self = t.pop();
+  ValuePtr cls = t.pop();
+  ValuePtr super_fn = t.pop();
+  ValuePtr proxy = t.call(super_fn, {cls, self}, {});
+  push_attr(t, proxy, compat::opargs::load_super_attr_name(i.arg), compat::opargs::load_super_attr_method(i.arg));
 }
 
 void store_subscr(Tracer& t, const Instruction&) {
@@ -126,6 +158,16 @@ void store_subscr(Tracer& t, const Instruction&) {
   if (!container->is_tensor()) t.unsupported("item assignment on " + container->describe());
   // operator.setitem returns None; the node is kept for its effect on the tensor.
   t.setitem(container, key, value);
+}
+
+// STORE_SLICE (3.12): container[start:stop] = value with constant bounds, as BUILD_SLICE 2; STORE_SUBSCR.
+void store_slice(Tracer& t, const Instruction& i) {
+  ValuePtr stop = t.pop();
+  ValuePtr start = t.pop();
+  ValuePtr container = t.pop();
+  t.push(container);
+  t.push(slice_of(t, start, stop));
+  store_subscr(t, i);
 }
 
 void delete_subscr(Tracer& t, const Instruction&) {
@@ -187,6 +229,10 @@ void register_load_store(HandlerTable& t) {
   on("MAKE_CELL", nop);
   on("COPY_FREE_VARS", nop);
   on("LOAD_FAST", load_fast);
+  on("LOAD_FAST_CHECK", load_fast);
+  on("LOAD_FAST_AND_CLEAR", load_fast_and_clear);
+  on("RETURN_CONST", return_const);
+  on("LOAD_SUPER_ATTR", load_super_attr);
   on("STORE_FAST", store_fast);
   on("DELETE_FAST", delete_fast);
   on("LOAD_CONST", load_const);
@@ -195,6 +241,7 @@ void register_load_store(HandlerTable& t) {
   on("LOAD_ATTR", load_attr);
   on("LOAD_METHOD", load_method);
   on("STORE_SUBSCR", store_subscr);
+  on("STORE_SLICE", store_slice);
   on("DELETE_SUBSCR", delete_subscr);
   on("STORE_ATTR", store_attr);
   on("STORE_GLOBAL", store_global);

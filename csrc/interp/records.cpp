@@ -1,6 +1,7 @@
 // records.cpp — owns Record values: transformers' ModelOutput dataclasses (dict subclasses) made in the trace,
 // modelled by their fields (construction, attribute / key / index reads, to_tuple, keys, values, items, get)
 // and made for real, with the same field values, only where they reach Python.
+#include "compat/compat.h"
 #include "interp/tracer.h"
 
 namespace cdynamo::interp {
@@ -14,7 +15,7 @@ PyObject* model_output_base(PyTypeObject* type) {
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); ++i) {
     auto* t = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i));
     if (std::string(t->tp_name) != "ModelOutput") continue;
-    PyObject* mod = PyDict_GetItemString(t->tp_dict, "__module__");  // borrowed
+    PyObject* mod = compat::type_dict_item(t, "__module__");  // borrowed
     if (!mod || !PyUnicode_Check(mod)) continue;
     std::string m = PyUnicode_AsUTF8(mod);
     if (m == "transformers.utils.generic" || m == "transformers.file_utils") return reinterpret_cast<PyObject*>(t);

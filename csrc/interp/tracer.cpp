@@ -2,8 +2,10 @@
 #include "interp/tracer.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "compat/compat.h"
+#include "compat/opargs.h"
 #include "guards/tensor_match.h"
 #include "interp/torch_rules.h"
 
@@ -192,7 +194,7 @@ namespace {
 // objects they are.
 enum class Use : uint8_t {
   Move, AttrRead, One, Two, Is, CallN, ArgN, Arg2N, ArgN1, CallEx, Format, StoreAttr, DeleteAttr, WriteItem, Spread,
-  Subscript, Contains, Iterate, All
+  Subscript, Contains, Iterate, Intrinsic1, All
 };
 
 // A tuple, list or dict the trace models item by item (not an object of the frame with its own methods), or
@@ -250,7 +252,7 @@ const std::vector<Use>& use_table() {
          "POP_TOP", "COPY", "SWAP", "PUSH_NULL", "PRECALL", "KW_NAMES", "LOAD_DEREF", "STORE_DEREF",
          "LOAD_CLOSURE", "MAKE_CELL", "COPY_FREE_VARS", "LOAD_GLOBAL", "STORE_GLOBAL", "BUILD_TUPLE",
          "BUILD_LIST", "LIST_APPEND", "RETURN_VALUE", "YIELD_VALUE", "JUMP_FORWARD", "JUMP_BACKWARD",
-         "JUMP_BACKWARD_NO_INTERRUPT"},
+         "JUMP_BACKWARD_NO_INTERRUPT", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "RETURN_CONST", "END_FOR"},
         Use::Move);
     set({"LOAD_ATTR", "LOAD_METHOD"}, Use::AttrRead);
     // Building argument tuples and dicts (`f(self, *args, **kw)`) moves the items of tuples, lists and dicts.
@@ -258,15 +260,18 @@ const std::vector<Use>& use_table() {
     set({"GET_ITER", "FOR_ITER", "UNPACK_SEQUENCE", "UNPACK_EX"}, Use::Iterate);
     set({"SET_ADD", "SET_UPDATE", "BEFORE_WITH", "UNARY_NEGATIVE", "UNARY_POSITIVE",
          "UNARY_INVERT", "UNARY_NOT", "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_FORWARD_IF_FALSE",
-         "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE", "JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP"},
+         "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE", "JUMP_IF_TRUE_OR_POP", "JUMP_IF_FALSE_OR_POP",
+         "POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE"},
         Use::One);
     // `x is None` jumps: a lazily wrapped object is never None (its guarded type decides).
     set({"POP_JUMP_FORWARD_IF_NONE", "POP_JUMP_FORWARD_IF_NOT_NONE", "POP_JUMP_BACKWARD_IF_NONE",
-         "POP_JUMP_BACKWARD_IF_NOT_NONE"},
+         "POP_JUMP_BACKWARD_IF_NOT_NONE", "POP_JUMP_IF_NONE", "POP_JUMP_IF_NOT_NONE"},
         Use::Move);
     set({"BINARY_OP", "COMPARE_OP", "MAP_ADD"}, Use::Two);
     set({"IS_OP"}, Use::Is);
     set({"BINARY_SUBSCR"}, Use::Subscript);
+    set({"BINARY_SLICE", "STORE_SLICE"}, Use::All);
+    set({"CALL_INTRINSIC_1"}, Use::Intrinsic1);
     set({"CONTAINS_OP"}, Use::Contains);
     set({"STORE_ATTR"}, Use::StoreAttr);
     set({"DELETE_ATTR"}, Use::DeleteAttr);
@@ -366,6 +371,11 @@ int identity_uses(Tracer& t, const bytecode::Instruction& inst) {
       return modelled_container(top) || (top && top->kind == VKind::Iter) ? 0 : 1;
     }
     case Use::Spread: return !t.stack.empty() && modelled_container(t.stack.back()) ? 0 : 1;
+    // 3.12's list-to-tuple (f(*args) building its tuple) moves the items as LIST_TO_TUPLE did; unary + is One.
+    case Use::Intrinsic1:
+      if (inst.arg == compat::opargs::kIntrinsicListToTuple)
+        return !t.stack.empty() && modelled_container(t.stack.back()) ? 0 : 1;
+      return 1;
     case Use::CallEx: {
       // f(*args, **kwargs) of a callee the trace inlines, as for CALL.
       size_t depth = (inst.arg & 1) ? 3 : 2;
@@ -428,10 +438,24 @@ bool Tracer::with_cleanup(const bytecode::ExceptionEntry& e) const {
   return handler_is(e, {{"PUSH_EXC_INFO", -1}, {"WITH_EXCEPT_START", -1}});
 }
 
+bool Tracer::comprehension_cleanup(const bytecode::ExceptionEntry& e) const {
+  // PEP 709 (3.12): an inlined comprehension's handler restores the locals it saved with
+  // LOAD_FAST_AND_CLEAR and re-raises: SWAP 2; POP_TOP; SWAP n; STORE_FAST...; RERAISE 0.
+  static const int store_fast = bytecode::opcode_by_name("STORE_FAST");
+  static const int reraise = bytecode::opcode_by_name("RERAISE");
+  if (bytecode::opcode_by_name("LOAD_FAST_AND_CLEAR") < 0) return false;
+  if (!handler_is(e, {{"SWAP", 2}, {"POP_TOP", -1}, {"SWAP", -1}})) return false;
+  size_t k = static_cast<size_t>(bc.index_of(e.target)) + 3;
+  size_t stores = 0;
+  for (; k < bc.insts.size() && bc.insts[k]->opcode == store_fast; ++k) ++stores;
+  return stores > 0 && k < bc.insts.size() && bc.insts[k]->opcode == reraise && bc.insts[k]->arg == 0;
+}
+
 bool Tracer::in_user_try(size_t index) const {
-  // A with block's cleanup (PUSH_EXC_INFO; WITH_EXCEPT_START) runs __exit__, which the trace models.
+  // A with block's cleanup (PUSH_EXC_INFO; WITH_EXCEPT_START) runs __exit__, which the trace models; an
+  // inlined comprehension's handler only restores its saved locals.
   for (const auto& e : bc.exception_table)
-    if (covers(e, index) && bc.index_of(e.target) >= 0 && !with_cleanup(e)) return true;
+    if (covers(e, index) && bc.index_of(e.target) >= 0 && !with_cleanup(e) && !comprehension_cleanup(e)) return true;
   return false;
 }
 
@@ -439,6 +463,37 @@ bool Tracer::in_handler_range(size_t index) const {
   for (const auto& e : bc.exception_table)
     if (covers(e, index)) return true;
   return false;
+}
+
+int restart_operands(const bytecode::Instruction& i) {
+  // The instructions a graph break can stop before: the rewritten frame rebuilds their operands and runs
+  // them as Python. Keyed by name; names a version does not have never match.
+  static const std::unordered_map<std::string, int> fixed = {
+      {"BINARY_OP", 2},       {"COMPARE_OP", 2},       {"BINARY_SUBSCR", 2},      {"CONTAINS_OP", 2},
+      {"IS_OP", 2},           {"IMPORT_NAME", 2},      {"DELETE_SUBSCR", 2},      {"STORE_ATTR", 2},
+      {"STORE_SUBSCR", 3},    {"BINARY_SLICE", 3},     {"STORE_SLICE", 4},        {"LOAD_ATTR", 1},
+      {"LOAD_METHOD", 1},     {"UNPACK_SEQUENCE", 1},  {"UNPACK_EX", 1},          {"STORE_GLOBAL", 1},
+      {"GET_ITER", 1},        {"LIST_TO_TUPLE", 1},    {"DELETE_ATTR", 1},        {"PRINT_EXPR", 1},
+      {"IMPORT_FROM", 1},     {"UNARY_NOT", 1},        {"UNARY_NEGATIVE", 1},     {"UNARY_INVERT", 1},
+      {"UNARY_POSITIVE", 1},  {"LOAD_BUILD_CLASS", 0}, {"LOAD_ASSERTION_ERROR", 0}, {"DELETE_GLOBAL", 0},
+      {"LOAD_GLOBAL", -2},     {"LIST_APPEND", -2},     {"LIST_EXTEND", -2},       {"DICT_UPDATE", -2},
+      {"DICT_MERGE", -2},     {"SET_UPDATE", -2},      {"SET_ADD", -2},           {"MAP_ADD", -2},
+      {"MAKE_FUNCTION", -2}};
+  const std::string n = bytecode::opname(i.opcode);
+  if (n == "CALL") return i.arg + 2;
+  if (n == "BUILD_TUPLE" || n == "BUILD_LIST" || n == "BUILD_SET" || n == "BUILD_STRING" || n == "BUILD_SLICE")
+    return i.arg;
+  if (n == "BUILD_MAP") return 2 * i.arg;
+  if (n == "BUILD_CONST_KEY_MAP") return i.arg + 1;
+  if (n == "FORMAT_VALUE") return (i.arg & 0x04) ? 2 : 1;
+  if (n == "CALL_FUNCTION_EX") return (i.arg & 1) ? 4 : 3;
+  if (n == "CALL_INTRINSIC_1" &&
+      (i.arg == compat::opargs::kIntrinsicUnaryPositive || i.arg == compat::opargs::kIntrinsicListToTuple))
+    return 1;
+  auto it = fixed.find(n);
+  if (it == fixed.end()) return -1;
+  // -2: a break may stop there, but the rewritten frame cannot restart it (it reaches below its operands).
+  return it->second == -2 ? -2 : it->second;
 }
 
 bool Tracer::breakable(size_t index, std::string* why) const {
@@ -492,30 +547,74 @@ bool Tracer::breakable(size_t index, std::string* why) const {
     *why = "inside a loop or at a control-flow instruction";
     return false;
   }
-  static const char* restartable[] = {"CALL",          "LOAD_ATTR",     "LOAD_METHOD",  "BINARY_OP",   "COMPARE_OP",
-                                      "BINARY_SUBSCR", "STORE_SUBSCR",  "STORE_ATTR",   "BUILD_TUPLE", "BUILD_LIST",
-                                      "BUILD_MAP",     "BUILD_CONST_KEY_MAP", "BUILD_SET", "UNPACK_SEQUENCE",
-                                      "UNPACK_EX",     "IMPORT_NAME",   "IMPORT_FROM",  "LOAD_GLOBAL", "STORE_GLOBAL",
-                                      "FORMAT_VALUE",  "BUILD_STRING",  "CONTAINS_OP",  "IS_OP",       "UNARY_NOT",
-                                      "UNARY_NEGATIVE", "UNARY_INVERT", "UNARY_POSITIVE", "LIST_APPEND", "LIST_EXTEND",
-                                      "DELETE_SUBSCR", "CALL_FUNCTION_EX", "LOAD_BUILD_CLASS", "BUILD_SLICE",
-                                      "DICT_UPDATE",   "DICT_MERGE",    "SET_UPDATE",   "LIST_TO_TUPLE", "MAP_ADD",
-                                      "SET_ADD",       "GET_ITER",      "PRINT_EXPR",   "LOAD_ASSERTION_ERROR",
-                                      "MAKE_FUNCTION", "DELETE_ATTR",   "DELETE_GLOBAL"};
-  for (const char* r : restartable)
-    if (name == r) return true;
+  if (restart_operands(*inst) != -1) return true;
   *why = "instruction " + name + " cannot be restarted as Python";
   return false;
 }
 
-bool Tracer::loop_depth(size_t index) const {
-  // An instruction is inside a loop if some backward jump at or after it targets at or before it.
-  for (size_t j = index; j < bc.insts.size(); ++j) {
-    const auto* i = bc.insts[j].get();
-    if (i->target && bytecode::is_backward_jump(i->opcode)) {
-      int target = bc.index_of(i->target);
-      if (target >= 0 && static_cast<size_t>(target) <= index) return true;
+const std::vector<char>& Tracer::loop_back_edges() const {
+  // A backward jump closes a loop when its target dominates it (every path from the entry to the jump,
+  // exception edges included, passes the target). 3.12 moves exception handlers after the function's normal
+  // code: the jump by which a handler (an except clause, a with statement's exit) rejoins the code after its
+  // block is backward but closes no loop, and its target does not dominate it (the block reaches the handler
+  // without passing there).
+  const void* key = bc.insts.empty() ? nullptr : bc.insts.front().get();  // inlining swaps bc: one per code
+  if (loop_edges_ready_ && loop_edges_key_ == key) return loop_edges_;
+  const size_t n = bc.insts.size();
+  std::vector<std::vector<size_t>> succ(n);
+  for (size_t i = 0; i < n; ++i) {
+    const auto* inst = bc.insts[i].get();
+    if (!bytecode::is_unconditional_jump(inst->opcode) && !bytecode::is_terminator(inst->opcode) && i + 1 < n)
+      succ[i].push_back(i + 1);
+    if (inst->target) {
+      int t = bc.index_of(inst->target);
+      if (t >= 0) succ[i].push_back(static_cast<size_t>(t));
     }
+  }
+  for (const auto& e : bc.exception_table) {
+    int s = bc.index_of(e.start), end = bc.index_of(e.end), h = bc.index_of(e.target);
+    if (s < 0 || end < 0 || h < 0) continue;
+    for (int i = s; i <= end; ++i) succ[static_cast<size_t>(i)].push_back(static_cast<size_t>(h));
+  }
+  loop_edges_.assign(n, 0);
+  std::vector<char> seen(n);
+  std::vector<size_t> work;
+  for (size_t j = 0; j < n; ++j) {
+    const auto* inst = bc.insts[j].get();
+    if (!inst->target || !bytecode::is_backward_jump(inst->opcode)) continue;
+    const int t = bc.index_of(inst->target);
+    if (t < 0) continue;
+    // Is j reachable from the entry without passing t?
+    std::fill(seen.begin(), seen.end(), 0);
+    bool bypass = false;
+    if (t != 0) {
+      work.assign(1, 0);
+      seen[0] = 1;
+      while (!work.empty() && !bypass) {
+        size_t i = work.back();
+        work.pop_back();
+        if (i == j) bypass = true;
+        for (size_t k : succ[i])
+          if (!seen[k] && k != static_cast<size_t>(t)) {
+            seen[k] = 1;
+            work.push_back(k);
+          }
+      }
+    }
+    loop_edges_[j] = bypass ? 0 : 1;
+  }
+  loop_edges_ready_ = true;
+  loop_edges_key_ = key;
+  return loop_edges_;
+}
+
+bool Tracer::loop_depth(size_t index) const {
+  // An instruction is inside a loop if some loop back edge at or after it targets at or before it.
+  const std::vector<char>& edges = loop_back_edges();
+  for (size_t j = index; j < bc.insts.size(); ++j) {
+    if (!edges[j]) continue;
+    int target = bc.index_of(bc.insts[j]->target);
+    if (target >= 0 && static_cast<size_t>(target) <= index) return true;
   }
   return false;
 }

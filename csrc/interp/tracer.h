@@ -91,6 +91,13 @@ bool is_grad_context_class(py::handle fn);
 // (assume_constant.cpp).
 bool marked_constant_result(py::handle f);
 
+// Stack items a graph break before `i` rebuilds as its operands (the rewritten frame runs it as Python);
+// -2 where a break may stop but the instruction cannot be restarted there, -1 where no break may stop.
+// The one list tracer.cpp (breakable) and codegen/graph_break.cpp share.
+int restart_operands(const bytecode::Instruction& i);
+// slice(start, stop[, step]) of constant bounds as a constant; not constant: unsupported (ops_build.cpp).
+ValuePtr slice_of(Tracer& t, const ValuePtr& start, const ValuePtr& stop, const ValuePtr& step = nullptr);
+
 class Tracer {
  public:
   // Returned: traced to RETURN_VALUE. Break: stopped before bc.insts[pc] with the stack as it was before
@@ -185,6 +192,8 @@ class Tracer {
   bool covers(const bytecode::ExceptionEntry& e, size_t index) const;
   bool handler_is(const bytecode::ExceptionEntry& e, std::initializer_list<std::pair<const char*, int>> ops) const;
   bool with_cleanup(const bytecode::ExceptionEntry& e) const;
+  // True for a PEP 709 inlined comprehension's handler (restores its saved locals and re-raises).
+  bool comprehension_cleanup(const bytecode::ExceptionEntry& e) const;
   ValuePtr load_local(int slot);
   // Wraps a real Python value seen at `src` into a symbolic value and installs the guards it needs.
   ValuePtr wrap(py::handle value, SourcePtr src);
@@ -361,6 +370,11 @@ class Tracer {
   bool breakable(size_t index, std::string* why) const;
   // True if instruction `index` is inside a loop (a later backward jump lands at or before it).
   bool loop_depth(size_t index) const;
+  // Per instruction: 1 for a backward jump that closes a loop (its target dominates it), computed once.
+  const std::vector<char>& loop_back_edges() const;
+  mutable std::vector<char> loop_edges_;
+  mutable bool loop_edges_ready_ = false;
+  mutable const void* loop_edges_key_ = nullptr;
   // Runs handlers until RETURN_VALUE in the current (inlined) frame state; Unsupported propagates.
   void run_nested();
   // Runs the handler of bc.insts[pc] and advances pc unless the handler jumped.

@@ -15,6 +15,13 @@ using namespace cdynamo;
 
 namespace {
 
+// The forward conditional jump on a false value, by its name in this Python.
+#if PY_VERSION_HEX < 0x030C0000
+const char* const kJumpIfFalse = "POP_JUMP_FORWARD_IF_FALSE";
+#else
+const char* const kJumpIfFalse = "POP_JUMP_IF_FALSE";
+#endif
+
 py::dict run(const std::string& src) {
   py::dict g;
   g["__builtins__"] = py::module_::import("builtins");
@@ -104,7 +111,7 @@ TEST(Liveness, LoopKeepsLoopCarriedLocalsLive) {
   auto live = codegen::live_locals(bc, co->co_nlocals);  // n=0 s=1 i=2
   // At the start of the body (after the loop test's jump), n, s and i are all live: the backward
   // jump carries them to the next iteration and to the return after it.
-  size_t body = find_op(bc, "POP_JUMP_FORWARD_IF_FALSE") + 1;
+  size_t body = find_op(bc, kJumpIfFalse) + 1;
   EXPECT_TRUE(live[body][0]);
   EXPECT_TRUE(live[body][1]);
   EXPECT_TRUE(live[body][2]);
@@ -164,7 +171,7 @@ TEST(Continuations, BarBreaksOnTheBranchWithTwoContinuations) {
   EXPECT_NE(listing.find("__compiled_fn_test"), std::string::npos);
   EXPECT_NE(listing.find(bc.resumes[0].name), std::string::npos);
   EXPECT_NE(listing.find(bc.resumes[1].name), std::string::npos);
-  EXPECT_NE(listing.find("POP_JUMP_FORWARD_IF_FALSE"), std::string::npos);
+  EXPECT_NE(listing.find(kJumpIfFalse), std::string::npos);
 }
 
 TEST(Continuations, CallBreakPassesTheCallResultOnTheStack) {

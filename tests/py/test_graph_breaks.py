@@ -4,6 +4,7 @@
 import contextlib
 import copy
 import io
+import sys
 
 import pytest
 import torch
@@ -88,7 +89,8 @@ def test_bar_modified_bytecode_calls_two_continuations():
     text = top["modified_bytecode"]
     assert "__compiled_fn_" in text
     assert text.count("__resume_at_") == 2
-    assert "POP_JUMP_FORWARD_IF_FALSE" in text
+    # The branch on the tensor runs as Python: 3.11 names it POP_JUMP_FORWARD_IF_FALSE, 3.12 POP_JUMP_IF_FALSE.
+    assert ("POP_JUMP_FORWARD_IF_FALSE" if sys.version_info < (3, 12) else "POP_JUMP_IF_FALSE") in text
     assert len(top["resume_bytecode"]) == 2
     assert top["break_reasons"] and "tensor" in top["break_reasons"][0]["reason"]
 

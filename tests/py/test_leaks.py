@@ -1,6 +1,7 @@
 # test_leaks.py — owns the memory-stability tests: a million cached calls and repeated recompiles/resets
 # must not grow the process's resident memory.
 import gc
+import sys
 
 import torch
 
@@ -151,3 +152,34 @@ def test_functions_made_per_trace_do_not_accumulate_over_resets():
     cdynamo.reset()
     gc.collect()
     assert sum(r() is not None for r in refs) == 0
+
+
+def breaks(x, marker):
+    print(end="")  # a graph break: an error under fullgraph
+    return x + 1
+
+
+def test_frames_the_hook_does_not_run_release_their_arguments():
+    """On 3.12 the eval-frame function must clear and pop a frame it does not hand to CPython: a cached
+    call, or a compile that raised. Its arguments' references are dropped either way."""
+    cdynamo.reset()
+    marker = object()
+    x = torch.randn(2)
+    base = sys.getrefcount(marker)
+    opt = cdynamo.optimize("eager")(small)
+    for _ in range(100):
+        opt(x, 2)
+    strict = cdynamo.optimize("eager", nopython=True)(breaks)
+    for _ in range(100):
+        try:
+            strict(x, marker)
+        except Exception:
+            pass
+    gc.collect()
+    assert sys.getrefcount(marker) == base
+    cached = cdynamo.optimize("eager")(lambda a, m: a * 2)
+    for _ in range(100):
+        cached(x, marker)
+    gc.collect()
+    assert sys.getrefcount(marker) == base
+    cdynamo.reset()

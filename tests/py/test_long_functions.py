@@ -88,7 +88,7 @@ def test_long_chain_of_breaks_equals_eager_with_small_continuations():
     assert len(sizes) >= 600
     # Every continuation copies a window (~1,024 instructions, ~7.5 kB with inline caches, and a tail
     # call), not the rest of the function (~53 kB for the first ones).
-    assert len(fn.__code__.co_code) > 50_000
+    assert len(fn.__code__.co_code) > 40_000  # 3.11: ~53 kB; 3.12 (no PRECALL): ~43 kB
     assert max(sizes) < 10_000, max(sizes)
     # Cached: the same graphs run again, nothing recompiles.
     frames = cnt.frame_count

@@ -1,0 +1,54 @@
+// opargs.h — owns how each CPython version encodes the opargs cdynamo reads and writes (LOAD_GLOBAL's null
+// bit, LOAD_ATTR's method bit, COMPARE_OP, LOAD_SUPER_ATTR) and which call sequence it emits; the only place
+// outside compat_3XX.cpp that knows these encodings.
+#pragma once
+
+#include <Python.h>
+
+#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030D0000
+#error "cdynamo compat: opargs.h knows CPython 3.11 and 3.12; add the encodings of this version"
+#endif
+
+namespace cdynamo::compat::opargs {
+
+inline constexpr int kMinor = PY_MINOR_VERSION;
+
+// LOAD_GLOBAL: name index and whether a NULL is pushed before the value (3.11+: namei << 1 | null).
+inline int load_global_name(int arg) { return arg >> 1; }
+inline bool load_global_null(int arg) { return (arg & 1) != 0; }
+inline int load_global_arg(int name, bool push_null) { return (name << 1) | (push_null ? 1 : 0); }
+
+// LOAD_ATTR: name index and whether it is the method form (3.12: namei << 1 | method; 3.11 has a separate
+// LOAD_METHOD opcode taking the name index, and LOAD_ATTR's arg is the name index).
+inline int load_attr_name(int arg) { return kMinor >= 12 ? arg >> 1 : arg; }
+inline bool load_attr_method(int arg) { return kMinor >= 12 && (arg & 1) != 0; }
+inline int load_attr_arg(int name, bool method) { return kMinor >= 12 ? (name << 1) | (method ? 1 : 0) : name; }
+// Whether the method form is LOAD_METHOD (3.11) rather than LOAD_ATTR with the method bit.
+inline constexpr bool kHasLoadMethod = kMinor == 11;
+
+// LOAD_SUPER_ATTR (3.12+): name index, method form, two-argument super(cls, self) call.
+inline int load_super_attr_name(int arg) { return arg >> 2; }
+inline bool load_super_attr_method(int arg) { return (arg & 1) != 0; }
+inline bool load_super_attr_two_args(int arg) { return (arg & 2) != 0; }
+
+// COMPARE_OP: index into opcode.cmp_op (3.12: the low four bits are a specialization mask).
+inline int compare_op(int arg) { return kMinor >= 12 ? arg >> 4 : arg; }
+
+// Calls: 3.11 runs PRECALL n before CALL n; 3.12 has CALL alone. Both take [NULL|callable, callable|self,
+// args...] and KW_NAMES (a const index) just before.
+inline constexpr bool kHasPrecall = kMinor == 11;
+// Where a plain callable's NULL goes: below the callable through 3.12 ([NULL, callable, args]); 3.13 puts
+// it above ([callable, NULL, args]).
+inline constexpr bool kNullBeforeCallable = kMinor < 13;
+// MAKE_FUNCTION takes its closure/defaults flags in the oparg through 3.12 (3.13: SET_FUNCTION_ATTRIBUTE).
+inline constexpr bool kMakeFunctionFlags = kMinor < 13;
+
+// CALL_INTRINSIC_1 operands (3.12+) cdynamo traces.
+inline constexpr int kIntrinsicUnaryPositive = 5;
+inline constexpr int kIntrinsicListToTuple = 6;
+
+// FOR_ITER on an exhausted iterator (3.12+): pops the iterator and continues after the END_FOR at its target
+// (3.11: at the target itself).
+inline constexpr bool kForIterSkipsEndFor = kMinor >= 12;
+
+}  // namespace cdynamo::compat::opargs
