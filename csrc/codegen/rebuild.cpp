@@ -395,14 +395,12 @@ void Rebuilder::push(const ValuePtr& v, int above) {
         return;
       }
       if (v->made_in_trace) {  // _make_function(template, (cells...))
-        e_.emit("PUSH_NULL");
-        e_.load_const(builtin_fn(&make_function_def, &make_function_obj));
+        e_.load_callable(builtin_fn(&make_function_def, &make_function_obj));
         e_.load_const(v->obj);
         int k = 0;
         for (const auto& c : v->closure) push(c, above + 3 + k++);
         e_.emit("BUILD_TUPLE", static_cast<int>(v->closure.size()));
-        e_.emit("PRECALL", 2);
-        e_.emit("CALL", 2);
+        e_.call(2);
         return;
       }
       if (!v->name.empty() && v->name[0] == '<')  // super(), functools.partial, ... modelled by the trace
@@ -431,11 +429,9 @@ void Rebuilder::push(const ValuePtr& v, int above) {
       return;
     }
     case VKind::Cell:  // _make_cell(content) / _make_cell()
-      e_.emit("PUSH_NULL");
-      e_.load_const(builtin_fn(&make_cell_def, &make_cell_obj));
+      e_.load_callable(builtin_fn(&make_cell_def, &make_cell_obj));
       if (v->self) push(v->self, above + 2);
-      e_.emit("PRECALL", v->self ? 1 : 0);
-      e_.emit("CALL", v->self ? 1 : 0);
+      e_.call(v->self ? 1 : 0);
       return;
     case VKind::Instance: {  // _new_object(cls, {attrs})
       e_.load_callable(new_object_fn());
