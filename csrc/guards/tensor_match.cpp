@@ -12,7 +12,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/frontend/tracer.h>
 
-#include <sstream>
+#include <string>
 
 namespace cdynamo::guards {
 
@@ -23,13 +23,13 @@ c10::DispatchKeySet effective_keys(const at::Tensor& t) {
   return (t.key_set() | tls.included_) - tls.excluded_;
 }
 
+// "[a, b, c]" without iostreams: on the GPU machine's torch 2.11 build, an ostringstream here crashed (its
+// locale facets were null) when a guard failed.
 template <typename T>
 std::string join(c10::ArrayRef<T> v) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
-  os << "]";
-  return os.str();
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
 }
 
 c10::DispatchKeySet from_raw(uint64_t bits) { return c10::DispatchKeySet(c10::DispatchKeySet::RAW, bits); }
