@@ -4,11 +4,11 @@
 #include <vector>
 
 #include "bytecode/bytecode.h"
+#include "bytecode/flow.h"
 
 namespace cdynamo::codegen {
 
-// Successors of each instruction (indices): fall-through, jump target, exception handlers covering it.
-std::vector<std::vector<size_t>> successors(const bytecode::Bytecode& bc);
+using bytecode::successors;  // bytecode/flow.h
 
 // live[i][slot] != 0 iff local `slot` (< nlocals) may be read before being written on some path starting
 // at instruction i (successors: fall-through, jump targets, exception handlers covering i).

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "bytecode/flow.h"
 #include "compat/compat.h"
 #include "compat/opargs.h"
 #include "guards/tensor_match.h"
@@ -561,21 +562,7 @@ const std::vector<char>& Tracer::loop_back_edges() const {
   const void* key = bc.insts.empty() ? nullptr : bc.insts.front().get();  // inlining swaps bc: one per code
   if (loop_edges_ready_ && loop_edges_key_ == key) return loop_edges_;
   const size_t n = bc.insts.size();
-  std::vector<std::vector<size_t>> succ(n);
-  for (size_t i = 0; i < n; ++i) {
-    const auto* inst = bc.insts[i].get();
-    if (!bytecode::is_unconditional_jump(inst->opcode) && !bytecode::is_terminator(inst->opcode) && i + 1 < n)
-      succ[i].push_back(i + 1);
-    if (inst->target) {
-      int t = bc.index_of(inst->target);
-      if (t >= 0) succ[i].push_back(static_cast<size_t>(t));
-    }
-  }
-  for (const auto& e : bc.exception_table) {
-    int s = bc.index_of(e.start), end = bc.index_of(e.end), h = bc.index_of(e.target);
-    if (s < 0 || end < 0 || h < 0) continue;
-    for (int i = s; i <= end; ++i) succ[static_cast<size_t>(i)].push_back(static_cast<size_t>(h));
-  }
+  const std::vector<std::vector<size_t>> succ = bytecode::successors(bc);
   loop_edges_.assign(n, 0);
   std::vector<char> seen(n);
   std::vector<size_t> work;
