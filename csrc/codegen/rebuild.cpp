@@ -144,6 +144,35 @@ PyObject* new_object(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return obj;  // new reference
 }
 
+// Makes a transformers ModelOutput the trace created, as its dataclass __init__ leaves it, without running
+// it: cls.__new__(cls), then per field in field order object.__setattr__(name, value) and, for a value that
+// is not None, OrderedDict.__setitem__(name, value). That is what ModelOutput's __setattr__ does for each
+// field and what its __post_init__ repeats, on the path the trace modelled (records.cpp refuses the other);
+// rebuild decides this only for classes whose pytree registration (__post_init__'s other effect) is done.
+// Called by rewritten code as _new_record(cls, names, *values) (borrowed arguments).
+PyObject* new_record(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs < 2 || !PyType_Check(args[0]) || !PyTuple_Check(args[1]) || PyTuple_GET_SIZE(args[1]) != nargs - 2 ||
+      !PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(args[0]), &PyODict_Type)) {
+    PyErr_SetString(PyExc_TypeError, "_new_record(cls, names, *values)");
+    return nullptr;
+  }
+  auto* type = reinterpret_cast<PyTypeObject*>(args[0]);
+  PyObject* empty = PyTuple_New(0);  // new
+  if (!empty) return nullptr;
+  PyObject* obj = type->tp_new(type, empty, nullptr);  // new
+  Py_DECREF(empty);
+  if (!obj) return nullptr;
+  for (Py_ssize_t i = 0; i < nargs - 2; ++i) {
+    PyObject* name = PyTuple_GET_ITEM(args[1], i);  // borrowed
+    PyObject* value = args[i + 2];                  // borrowed
+    if (PyObject_GenericSetAttr(obj, name, value) < 0 || (value != Py_None && PyODict_SetItem(obj, name, value) < 0)) {
+      Py_DECREF(obj);
+      return nullptr;
+    }
+  }
+  return obj;  // new reference
+}
+
 // A builtin function object for `def` (created once, kept for the process lifetime: code objects hold it).
 py::handle builtin_fn(PyMethodDef* def, PyObject** slot) {
   if (!*slot) *slot = PyCFunction_New(def, nullptr);  // new reference, never released
@@ -156,6 +185,9 @@ PyMethodDef new_object_def = {"_cdynamo_new_object", reinterpret_cast<PyCFunctio
 PyMethodDef write_back_def = {"_cdynamo_write_back", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(write_back)),
                               METH_FASTCALL, "Writes a traced container's final contents back into it."};
 PyObject* new_object_obj = nullptr;
+PyMethodDef new_record_def = {"_cdynamo_new_record", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(new_record)),
+                              METH_FASTCALL, "Makes a ModelOutput the trace created, with its fields."};
+PyObject* new_record_obj = nullptr;
 PyObject* write_back_obj = nullptr;
 PyMethodDef make_cell_def = {"_cdynamo_make_cell", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(make_cell)),
                              METH_FASTCALL, "A cell for a closure the trace made."};
@@ -166,6 +198,25 @@ PyObject* make_cell_obj = nullptr;
 PyObject* make_function_obj = nullptr;
 
 py::handle new_object_fn() { return builtin_fn(&new_object_def, &new_object_obj); }
+py::handle new_record_fn() { return builtin_fn(&new_record_def, &new_record_obj); }
+
+// A ModelOutput class `_new_record` may make: an OrderedDict whose pytree registration, the one effect of its
+// __post_init__ besides the fields, is done (transformers registers each subclass when it is defined).
+bool fast_record_class(py::handle cls) {
+  if (!PyType_Check(cls.ptr()) || !PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(cls.ptr()), &PyODict_Type))
+    return false;
+  PyObject* generic = PyImport_GetModule(py::str("transformers.utils.generic").ptr());  // new, or NULL
+  if (!generic) {
+    PyErr_Clear();
+    return false;
+  }
+  py::object mod = py::reinterpret_steal<py::object>(generic);
+  py::object done = py::getattr(mod, "_registered_model_output_types", py::none());
+  if (!PySet_Check(done.ptr())) return false;
+  int r = PySet_Contains(done.ptr(), cls.ptr());
+  if (r < 0) throw py::error_already_set();
+  return r == 1;
+}
 
 PyObject* g_untraced_call = nullptr;  // borrowed (the hook stage keeps it for the process lifetime)
 py::handle write_back_fn() { return builtin_fn(&write_back_def, &write_back_obj); }
@@ -446,7 +497,18 @@ void Rebuilder::push(const ValuePtr& v, int above) {
       e_.call(2);
       return;
     }
-    case VKind::Record: {  // untraced_call(cls, field=value, ...): ModelOutput's own __init__ runs, uncaptured
+    case VKind::Record: {
+      if (fast_record_class(v->self->obj)) {  // _new_record(cls, names, *values)
+        e_.load_callable(new_record_fn());
+        push(v->self, above + 2);
+        py::tuple names(v->keys.size());
+        for (size_t i = 0; i < v->keys.size(); ++i) names[i] = v->keys[i];
+        e_.load_const(names);
+        for (size_t i = 0; i < v->items.size(); ++i) push(v->items[i], above + 4 + static_cast<int>(i));
+        e_.call(static_cast<int>(v->items.size()) + 2);
+        return;
+      }
+      // untraced_call(cls, field=value, ...): ModelOutput's own __init__ runs, uncaptured
       if (!g_untraced_call) throw interp::Unsupported("cannot make a ModelOutput object here");
       e_.load_callable(py::handle(g_untraced_call));
       push(v->self, above + 2);

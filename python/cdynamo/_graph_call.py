@@ -54,9 +54,57 @@ def _schema_mutable(target):
     return bool(schema is not None and getattr(schema, "is_mutable", False))
 
 
+# torch.nn.functional functions with an ``inplace`` (and a ``training``) parameter: their positions, and the
+# ``training`` default. Such a call writes its input only when ``inplace`` is true, and the dropouts draw
+# random numbers only when ``training`` is true (an eval-mode model's dropouts neither write nor draw).
+_F_FLAGS = {
+    "dropout": (3, 2, True), "dropout1d": (3, 2, True), "dropout2d": (3, 2, True), "dropout3d": (3, 2, True),
+    "alpha_dropout": (3, 2, False), "feature_alpha_dropout": (3, 2, False),
+    "relu": (1, None, None), "relu6": (1, None, None), "elu": (2, None, None), "selu": (1, None, None),
+    "celu": (2, None, None), "leaky_relu": (2, None, None), "hardtanh": (3, None, None),
+    "rrelu": (4, 3, False), "threshold": (3, None, None), "hardsigmoid": (1, None, None),
+    "hardswish": (1, None, None), "silu": (1, None, None), "mish": (1, None, None)}
+_UNKNOWN = object()
+
+
+def _flag(node, index, keyword, default):
+    """A bool argument of ``node`` by position or keyword: its constant value, ``default`` when absent,
+    ``_UNKNOWN`` when it is computed in the graph."""
+    if index is not None and index < len(node.args):
+        v = node.args[index]
+    elif keyword in node.kwargs:
+        v = node.kwargs[keyword]
+    else:
+        return default
+    return v if isinstance(v, (bool, int, float)) else _UNKNOWN
+
+
+def _functional_flags(node, name):
+    """(writes, draws) for a torch.nn.functional call listed in ``_F_FLAGS``, else None."""
+    if node.op != "call_function" or name not in _F_FLAGS:
+        return None
+    if getattr(node.target, "__module__", None) != "torch.nn.functional" or \
+            getattr(torch.nn.functional, name, None) is not node.target:
+        return None
+    inplace_at, training_at, training_default = _F_FLAGS[name]
+    inplace = _flag(node, inplace_at, "inplace", False)
+    writes = inplace is _UNKNOWN or bool(inplace)
+    draws = False
+    if training_at is not None:
+        training = _flag(node, training_at, "training", training_default)
+        p = _flag(node, 1, "p", 0.5)
+        draws = training is _UNKNOWN or (bool(training) and (p is _UNKNOWN or p != 0))
+        if name == "rrelu":
+            draws = training is _UNKNOWN or bool(training)
+    return writes, draws
+
+
 def _known_write(node, name):
     """A torch op that writes some of its operands (in-place forms, ``out=``, running statistics, ...)."""
     target = node.target
+    flags = _functional_flags(node, name)
+    if flags is not None:
+        return flags[0]
     if node.op == "call_function" and (target in _INPLACE_OPERATORS or _schema_mutable(target)):
         return True
     if name.endswith("_") and not name.endswith("__"):
@@ -83,7 +131,15 @@ def _may_write(node, name):
 
 
 def _draws_random(node, name):
-    return node.op == "call_module" or name in _RANDOM_NAMES
+    if node.op == "call_module":
+        return True
+    flags = _functional_flags(node, name)
+    if flags is not None:
+        return flags[1]
+    if name == "scaled_dot_product_attention" and node.op == "call_function":
+        p = _flag(node, 4, "dropout_p", 0.0)  # (query, key, value, attn_mask, dropout_p, ...): 0 draws nothing
+        return p is _UNKNOWN or p != 0
+    return name in _RANDOM_NAMES
 
 
 # Ops whose result never shares storage with an argument (a write to it cannot reach an input).

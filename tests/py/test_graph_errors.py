@@ -256,7 +256,25 @@ def _policy(fn, *args):
     (lambda x: x.add_(1) * 2, _graph_call.CHECK_VERSIONS, False),
     (lambda x: torch.relu_(x) + 1, _graph_call.CHECK_VERSIONS, False),
     (lambda x: torch.nn.functional.relu(x, inplace=True) + 1, _graph_call.CHECK_VERSIONS, False),
-    (lambda x: torch.nn.functional.dropout(x, 0.5) + 1, _graph_call.CHECK_VERSIONS, True),
+    # torch.nn.functional's dropouts and activations write only with inplace=True; dropouts draw only while
+    # training with p > 0 (an eval-mode model's graph is clean and saves no RNG state per call).
+    (lambda x: torch.nn.functional.dropout(x, 0.5) + 1, _graph_call.CLEAN, True),
+    (lambda x: torch.nn.functional.dropout(x, 0.5, True, True) + 1, _graph_call.CHECK_VERSIONS, True),
+    (lambda x: torch.nn.functional.dropout(x, 0.5, training=False) + 1, _graph_call.CLEAN, False),
+    (lambda x: torch.nn.functional.dropout(x, 0.0, True) + 1, _graph_call.CLEAN, False),
+    (lambda x: torch.nn.functional.dropout2d(x[None], 0.5, False, inplace=True) + 1, _graph_call.CHECK_VERSIONS,
+     False),
+    (lambda x: torch.nn.functional.alpha_dropout(x, 0.5) + 1, _graph_call.CLEAN, False),
+    (lambda x: torch.nn.functional.alpha_dropout(x, 0.5, True) + 1, _graph_call.CLEAN, True),
+    (lambda x: torch.nn.functional.relu(x) + 1, _graph_call.CLEAN, False),
+    (lambda x: torch.nn.functional.leaky_relu(x, 0.2, True) + 1, _graph_call.CHECK_VERSIONS, False),
+    (lambda x: torch.nn.functional.rrelu(x) + 1, _graph_call.CLEAN, False),
+    (lambda x: torch.nn.functional.rrelu(x, training=True) + 1, _graph_call.CLEAN, True),
+    (lambda x: torch.nn.functional.scaled_dot_product_attention(x[None], x[None], x[None]) + 1,
+     _graph_call.CLEAN, False),
+    (lambda x: torch.nn.functional.scaled_dot_product_attention(x[None], x[None], x[None], dropout_p=0.1) + 1,
+     _graph_call.CLEAN, True),
+    (lambda x: torch.dropout(x, 0.5, False) + 1, _graph_call.CHECK_VERSIONS, True),  # not refined: conservative
     (lambda x: x + torch.rand(3), _graph_call.CLEAN, True),
     # Running stats made in the graph: the writes reach no input, so a failed call changed nothing.
     (lambda x: torch.nn.functional.batch_norm(x, torch.zeros(3), torch.ones(3), training=True) + 1,

@@ -191,3 +191,45 @@ def test_user_defined_output_class_and_lone_non_tensor_field():
     _same(got[0], ref[0])
     assert list(got[1].keys()) == list(ref[1].keys()) == ["logits", "extra"]
     torch.testing.assert_close(got[1].extra, ref[1].extra)
+
+
+def _same_state(a, b):
+    """Equal objects down to their state: attribute dict (names, order, values) and dict items in order."""
+    assert type(a) is type(b)
+    assert list(vars(a)) == list(vars(b))
+    assert list(a.keys()) == list(b.keys())
+    for k in vars(a):
+        x, y = vars(a)[k], vars(b)[k]
+        _same(x, y)
+        if x is not None:
+            assert a[k] is x  # the dict item is the attribute's object
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_rebuilt_output_state_equals_eager(fast, monkeypatch):
+    """The returned ModelOutput is made without running its __init__ (cls.__new__, then the fields) where
+    transformers keeps its set of classes registered as pytree nodes and the class is in it; otherwise (here: the
+    registry is not a set) its own __init__ runs. Either way its attribute dict and dict items, in order, are
+    eager's, and it flattens as a pytree node."""
+    import transformers.utils.generic as generic
+    from transformers.modeling_outputs import BaseModelOutputWithPastAndCrossAttentions as Out
+
+    def fn(x):
+        return Out(last_hidden_state=x + 1, hidden_states=None, attentions=(x * 2,), cross_attentions=None)
+
+    if not fast:
+        monkeypatch.setattr(generic, "_registered_model_output_types", list(generic._registered_model_output_types))
+    post_inits = []
+    original = ModelOutput.__post_init__
+
+    def counted(self):
+        post_inits.append(1)
+        original(self)
+    monkeypatch.setattr(ModelOutput, "__post_init__", counted)
+    x = torch.randn(2, 3)
+    got = cdynamo.optimize("eager")(fn)(x)
+    assert len(post_inits) == (0 if fast else 1)
+    ref = fn(x)
+    _same_state(got, ref)
+    leaves, spec = torch.utils._pytree.tree_flatten(got)
+    assert len(leaves) == 2 and list(torch.utils._pytree.tree_unflatten(leaves, spec).keys()) == list(ref.keys())
