@@ -227,6 +227,14 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
       kwargs.empty() && args[1]->is_const() && PyUnicode_Check(args[1]->obj.ptr())) {
     std::string attr = args[1]->obj.cast<std::string>();
     const ValuePtr& obj = args[0];
+    if (obj->is_const()) {
+      // An immutable constant (None, a number, a str, a dtype, ...): its attributes are its builtin type's.
+      int has = PyObject_HasAttrString(obj->obj.ptr(), attr.c_str());
+      if (name == "hasattr") return Value::constant(py::bool_(has == 1));
+      if (has == 1) return load_attr(obj, attr);
+      if (args.size() == 3) return args[2];
+      unsupported("getattr of a missing attribute of " + obj->describe() + " (AttributeError is raised by Python)");
+    }
     if (obj->kind == VKind::Object && obj->source && !PyModule_Check(obj->obj.ptr())) {
       // Whether the attribute exists is guarded; its value is read (and guarded) only when it does.
       int has = PyObject_HasAttrString(obj->obj.ptr(), attr.c_str());

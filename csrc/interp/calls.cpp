@@ -184,6 +184,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
   }
   if (fn->kind == VKind::Method && autograd_.ctx && fn->self == autograd_.ctx)
     return autograd_ctx_call(fn->name, args, kwargs);
+  if (fn->kind == VKind::Method && is_environ(fn->self)) return environ_call(fn->self, fn->name, args, kwargs);
   if (fn->kind == VKind::Method) {
     switch (fn->self->kind) {
       case VKind::Dict: return call_dict_method(fn->self, fn->name, std::move(args), std::move(kwargs));

@@ -40,6 +40,8 @@ ValuePtr Tracer::method_of(const ValuePtr& self, py::handle func, const std::str
 
 ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
   py::handle o = obj->obj;
+  if (is_environ(obj) && (name == "get" || name == "__getitem__" || name == "__contains__"))
+    return Value::method(obj, name);
   if (!obj->source) unsupported("attribute '" + name + "' of " + obj->describe() + " (an object without a source)");
   PyTypeObject* type = Py_TYPE(o.ptr());
   py::str key(name);
@@ -104,6 +106,8 @@ ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
 }
 
 ValuePtr Tracer::call_user_dunder(const ValuePtr& obj, const char* dunder, std::vector<ValuePtr> args) {
+  if (is_environ(obj) && (std::string(dunder) == "__getitem__" || std::string(dunder) == "__contains__"))
+    return environ_call(obj, dunder, args, {});
   if (obj->kind == VKind::Instance) {  // made in the trace: the method of its class, guarded on the class
     auto* type = reinterpret_cast<PyTypeObject*>(obj->self->obj.ptr());
     PyObject* descr = _PyType_Lookup(type, py::str(dunder).ptr());  // borrowed, may be NULL
@@ -205,6 +209,24 @@ ValuePtr Tracer::module_iteration(const ValuePtr& self, py::handle func, const s
   return it;
 }
 
+bool Tracer::slice_only_iterated() {
+  // The subscript's result goes straight to GET_ITER, or is the one argument of builtin enumerate whose
+  // result goes straight to GET_ITER.
+  auto op = [&](size_t i) { return i < bc.insts.size() ? bc.insts[i]->opcode : -1; };
+  static const int get_iter = bytecode::opcode_by_name("GET_ITER"), precall = bytecode::opcode_by_name("PRECALL"),
+                   call_op = bytecode::opcode_by_name("CALL");
+  if (op(pc + 1) == get_iter) return true;
+  size_t i = pc + 1;
+  if (precall >= 0 && op(i) == precall) ++i;
+  if (op(i) != call_op || bc.insts[i]->arg != 1 || op(i + 1) != get_iter) return false;
+  static PyObject* enumerate = reinterpret_cast<PyObject*>(&PyEnum_Type);
+  for (size_t depth = 1; depth <= 2 && depth <= stack.size(); ++depth) {
+    const ValuePtr& v = peek(depth);
+    if (v->kind == VKind::Object && v->obj.ptr() == enumerate) return true;
+  }
+  return false;
+}
+
 ValuePtr Tracer::module_item(const ValuePtr& obj, const ValuePtr& key) {
   if (obj->kind != VKind::Object || !obj->source || !key->is_const()) return nullptr;
   auto& refs = PyRefs::get();
@@ -225,10 +247,10 @@ ValuePtr Tracer::module_item(const ValuePtr& obj, const ValuePtr& key) {
     return wrap(child, guards::Source::dict_item(msrc, k));
   };
   std::string k;
-  if (indexed && PySlice_Check(key->obj.ptr()) && pc + 1 < bc.insts.size() &&
-      bc.insts[pc + 1]->opcode == bytecode::opcode_by_name("GET_ITER")) {
-    // `for m in self.layers[a:b]`: the slice is a new container that only the loop sees; its children in
-    // order (a tuple to iterate), each read through the original container (its size guarded).
+  if (indexed && PySlice_Check(key->obj.ptr()) && slice_only_iterated()) {
+    // `for m in self.layers[a:b]` (or `enumerate(self.layers[a:b])`): the slice is a new container that only
+    // the loop sees; its children in order (a tuple to iterate), each read through the original container
+    // (its size guarded).
     guards.add(guards::length_match(msrc, mods.ptr()));
     py::list keys = py::reinterpret_borrow<py::dict>(mods).attr("keys")();
     py::list picked = keys[py::reinterpret_borrow<py::slice>(key->obj)];

@@ -317,6 +317,11 @@ class Tracer {
                               std::vector<std::pair<std::string, ValuePtr>> kwargs);
   bool record_none(const ValuePtr& v) const;
   std::vector<size_t> record_present(const ValuePtr& rec) const;  // indices of the fields not None
+  // os.environ (environ.cpp): `get`, `[]` and `in` with a constant str key are constants of the trace,
+  // guarded on the variable's presence and value.
+  bool is_environ(const ValuePtr& v) const;
+  ValuePtr environ_call(const ValuePtr& env, const std::string& name, const std::vector<ValuePtr>& args,
+                        const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
   // obj.name = value on an object of the frame: recorded and replayed after the graph, in program order.
   void store_attr(const ValuePtr& obj, const std::string& name, const ValuePtr& value);
   // `a <op> b` for set operators (| & - ^ and their in-place forms) on sets and `|` on dicts; nullptr
@@ -324,6 +329,8 @@ class Tracer {
   ValuePtr container_operator(const std::string& op, const ValuePtr& a, const ValuePtr& b);
   // Attribute of a user object or nn.Module (objects.cpp); calls of bound methods and modules.
   ValuePtr object_attr(const ValuePtr& obj, const std::string& name);
+  // The subscript at pc only feeds a loop (GET_ITER next, or enumerate(...) then GET_ITER).
+  bool slice_only_iterated();
   // `obj.<dunder>(*args)` for an object of the frame whose class defines `dunder` in Python (a user
   // Mapping's __contains__ / __getitem__): the method inlined, guarded through type(obj). nullptr when
   // `obj` is not such an object.

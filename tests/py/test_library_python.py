@@ -1,6 +1,7 @@
 # test_library_python.py — owns tests of the Python constructs library model code uses (issue 11 item 2):
 # each is traced into one graph (counted against torch._dynamo where it captures) with eager's results.
 import importlib
+import os
 import sys
 import textwrap
 
@@ -331,3 +332,107 @@ def test_inspect_signature_is_a_trace_time_constant():
     assert cnt.frame_count == 3
     ex = cdynamo.explain(_nargs)(_one, x)
     assert ex.graph_count == 1 and not ex.break_reasons
+
+
+# ---- os.environ reads (transformers' sdpa_attention reads TRANSFORMERS_SDPA_FORCE_GQA per call) -----------
+
+def env_reads(x):
+    y = x * 2 if os.environ.get("CDYNAMO_TEST_FLAG", "0") == "1" else x * 3
+    if "CDYNAMO_TEST_FLAG" in os.environ:
+        y = y + int(os.environ["CDYNAMO_TEST_FLAG"])
+    return y - len(os.environ.get("CDYNAMO_TEST_OTHER") or "")
+
+
+@pytest.mark.parametrize("start", [None, "1", "5"])
+def test_os_environ_reads_are_constants_guarded_on_the_variable(start, monkeypatch):
+    """Like torch._dynamo: one graph; the values read are guarded, so setting, changing or removing the
+    variable recompiles with eager's answer, and an unchanged environment reuses the graph."""
+    monkeypatch.delenv("CDYNAMO_TEST_OTHER", raising=False)
+    if start is None:
+        monkeypatch.delenv("CDYNAMO_TEST_FLAG", raising=False)
+    else:
+        monkeypatch.setenv("CDYNAMO_TEST_FLAG", start)
+    x = torch.randn(4)
+    opt, cnt = compiled(env_reads)
+    torch.testing.assert_close(opt(x), env_reads(x))
+    assert cnt.frame_count == 1 == dynamo_graphs(env_reads, x)
+    opt(torch.randn(4))
+    assert cnt.frame_count == 1
+    for value in ("1", "7", None):
+        if value is None:
+            monkeypatch.delenv("CDYNAMO_TEST_FLAG", raising=False)
+        else:
+            monkeypatch.setenv("CDYNAMO_TEST_FLAG", value)
+        torch.testing.assert_close(opt(x), env_reads(x))
+    monkeypatch.setenv("CDYNAMO_TEST_OTHER", "abc")
+    torch.testing.assert_close(opt(x), env_reads(x))
+    assert cdynamo.explain(env_reads)(x).graph_break_count == 0
+
+
+def env_missing_item(x):
+    return x + len(os.environ["CDYNAMO_TEST_MISSING"])
+
+
+def test_os_environ_missing_item_raises_key_error_as_eager(monkeypatch):
+    monkeypatch.delenv("CDYNAMO_TEST_MISSING", raising=False)
+    opt, _ = compiled(env_missing_item)
+    with pytest.raises(KeyError):
+        opt(torch.randn(2))
+
+
+# ---- getattr / hasattr on constants (masking_utils: getattr(cache, "is_compileable", False), cache None) ----
+
+def const_getattr(x, cache):
+    if getattr(cache, "is_compileable", False) or hasattr(cache, "shape"):
+        return x + 1
+    return x * getattr(2.5, "real") + hasattr("s", "upper")
+
+
+@pytest.mark.parametrize("cache", [None, 3, "text"])
+def test_getattr_and_hasattr_on_constants_are_folded(cache):
+    x = torch.randn(3)
+    opt, cnt = compiled(const_getattr)
+    torch.testing.assert_close(opt(x, cache), const_getattr(x, cache))
+    assert cnt.frame_count == 1 == dynamo_graphs(const_getattr, x, cache)
+    assert cdynamo.explain(const_getattr)(x, cache).graph_break_count == 0
+
+
+def const_getattr_missing(x):
+    return x + getattr(None, "nothing_here")
+
+
+def test_getattr_of_missing_attribute_on_a_constant_raises_as_eager():
+    opt, _ = compiled(const_getattr_missing)
+    with pytest.raises(AttributeError):
+        opt(torch.randn(2))
+
+
+# ---- enumerate over a slice of a ModuleList (Qwen2: enumerate(self.layers[: config.num_hidden_layers])) ----
+
+class SlicedLayers(torch.nn.Module):
+    def __init__(self, n=4, use=3):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(n))
+        self.use = use
+
+    def forward(self, x):
+        for i, layer in enumerate(self.layers[: self.use]):
+            x = layer(x) * (i + 1)
+        for layer in self.layers[1::2]:
+            x = layer(x)
+        return x
+
+
+def test_enumerate_over_a_module_list_slice_is_one_graph():
+    torch.manual_seed(0)
+    m = SlicedLayers()
+    x = torch.randn(2, 4)
+    opt, cnt = compiled(m)
+    torch.testing.assert_close(opt(x), m(x))
+    assert cnt.frame_count == 1 == dynamo_graphs(m, x)
+    assert cnt.op_count == 3 * 2 + 2
+    assert cdynamo.explain(m)(x).graph_break_count == 0
+    m.use = 2  # the slice bound is guarded
+    torch.testing.assert_close(opt(x), m(x))
+    m.layers.append(torch.nn.Linear(4, 4))  # the container's size is guarded
+    torch.testing.assert_close(opt(x), m(x))
