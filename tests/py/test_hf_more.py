@@ -1,0 +1,52 @@
+# test_hf_more.py — owns the checks of transformers model families beyond the zoo (hf_more_models.py): eval output equal to eager, graphs no more than torch._dynamo's, no recompile on a second same-shape call.
+"""Each family was first tried as a new user would; what split it (os.environ reads in sdpa_attention, getattr
+on None in masking_utils, enumerate over a ModuleList slice) is a regression test in test_library_python.py.
+BART's decoder builds a DynamicCache whose config.get_text_config(decoder=True) deep-copies a legacy flat
+encoder-decoder config (copy.deepcopy of a config object is not traced yet): xfail with today's count."""
+import logging
+import warnings
+
+import pytest
+import torch
+import torch._dynamo
+import torch._dynamo.testing
+
+import cdynamo
+from cdynamo.testing import CompileCounter
+
+transformers = pytest.importorskip("transformers")
+from hf_more_models import MORE  # noqa: E402
+
+logging.getLogger("transformers").setLevel(logging.ERROR)
+pytestmark = pytest.mark.usefixtures("cdynamo_and_dynamo_reset")
+
+GRAPHS_TODAY = {"bart": 4}  # torch._dynamo: 1
+
+
+def _main(out):
+    return out["last_hidden_state"] if "last_hidden_state" in out else out["logits"]
+
+
+@pytest.mark.parametrize("name", sorted(MORE))
+def test_eval_graphs_and_equality_against_dynamo(name):
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model, inputs = MORE[name]()
+    model.eval()
+    cnt = CompileCounter()
+    cm = cdynamo.optimize(cnt)(model)
+    with torch.no_grad():
+        ref = model(**inputs)
+        got = cm(**inputs)
+        first = cnt.frame_count
+        cm(**inputs)
+        dcnt = torch._dynamo.testing.CompileCounter()
+        torch.compile(model, backend=dcnt)(**inputs)
+    assert type(got) is type(ref) and list(got.keys()) == list(ref.keys())
+    torch.testing.assert_close(_main(got), _main(ref), atol=1e-5, rtol=1e-5)
+    assert cnt.frame_count == first  # no recompile
+    if name in GRAPHS_TODAY:
+        assert first == GRAPHS_TODAY[name]
+        pytest.xfail(f"{name}: {first} graphs, torch._dynamo {dcnt.frame_count} (deepcopy of a config)")
+    assert first <= dcnt.frame_count == 1
