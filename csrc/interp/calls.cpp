@@ -1,5 +1,6 @@
 // calls.cpp — owns symbolic calls: torch functions and tensor methods into the graph (with meta shape
 // propagation), operators and pure builtins folded on constants.
+#include <functional>
 #include <optional>
 #include <unordered_set>
 
@@ -336,31 +337,46 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
           if (py::len(shape) == 0) unsupported("len() of a 0-d tensor");
           return Value::constant(shape[py::int_(0)]);
         }
-        if (name == "isinstance" && args.size() == 2 && args[0]->is_tensor() && args[1]->is_constant_like() == false &&
-            args[1]->kind == VKind::Object) {
-          py::object cls = args[1]->obj;
-          py::handle meta = reinterpret_cast<PyObject*>(Py_TYPE(cls.ptr()));
-          if (py::str(meta.attr("__module__")).cast<std::string>() == "torch" &&
-              py::str(meta.attr("__name__")).cast<std::string>() == "tensortype") {
-            // torch.FloatTensor and the other legacy types: an instance check on dtype, device type and
-            // layout (all guarded by the tensor's TENSOR_MATCH), answered from the example and its device.
-            const ValuePtr& v = args[0];
-            bool r = v->example.attr("dtype").equal(cls.attr("dtype")) &&
-                     v->device.attr("type").cast<std::string>() == (cls.attr("is_cuda").cast<bool>() ? "cuda" : "cpu") &&
-                     v->example.attr("is_sparse").cast<bool>() == cls.attr("is_sparse").cast<bool>();
-            return Value::constant(py::bool_(r));
-          }
-          PyObject* real_cls = args[0]->node && args[0]->node->op == graph::OpKind::Placeholder
-                                   ? nullptr
-                                   : PyRefs::get().tensor_type.ptr();
+        if (name == "isinstance" && args.size() == 2 && args[0]->is_tensor() && kwargs.empty()) {
+          // The class argument: a class, or a tuple of classes (nested tuples flattened, as isinstance does).
+          std::vector<py::object> classes;
+          bool known = true;
+          std::function<void(const ValuePtr&)> collect = [&](const ValuePtr& c) {
+            if (c->kind == VKind::Object && PyType_Check(c->obj.ptr())) {
+              classes.push_back(c->obj);
+            } else if (c->kind == VKind::Tuple && !c->obj) {
+              for (const auto& i : c->items) collect(i);
+            } else {
+              known = false;
+            }
+          };
+          collect(args[1]);
+          const ValuePtr& v = args[0];
+          PyObject* real_cls = v->node && v->node->op == graph::OpKind::Placeholder ? nullptr
+                                                                                  : PyRefs::get().tensor_type.ptr();
           if (!real_cls) {
             for (const auto& in : inputs)
-              if (in.node == args[0]->node) real_cls = reinterpret_cast<PyObject*>(Py_TYPE(in.value.ptr()));
+              if (in.node == v->node) real_cls = reinterpret_cast<PyObject*>(Py_TYPE(in.value.ptr()));
           }
-          if (real_cls) {
-            int r = PyObject_IsSubclass(real_cls, cls.ptr());
-            if (r < 0) throw py::error_already_set();
-            return Value::constant(py::bool_(r == 1));
+          if (known && real_cls) {
+            bool r = false;
+            for (const auto& cls : classes) {
+              py::handle meta = reinterpret_cast<PyObject*>(Py_TYPE(cls.ptr()));
+              if (py::str(meta.attr("__module__")).cast<std::string>() == "torch" &&
+                  py::str(meta.attr("__name__")).cast<std::string>() == "tensortype") {
+                // torch.FloatTensor and the other legacy types: an instance check on dtype, device type and
+                // layout (all guarded by the tensor's TENSOR_MATCH), answered from the example and its device.
+                r = r || (v->example.attr("dtype").equal(cls.attr("dtype")) &&
+                          v->device.attr("type").cast<std::string>() ==
+                              (cls.attr("is_cuda").cast<bool>() ? "cuda" : "cpu") &&
+                          v->example.attr("is_sparse").cast<bool>() == cls.attr("is_sparse").cast<bool>());
+                continue;
+              }
+              int sub = PyObject_IsSubclass(real_cls, cls.ptr());
+              if (sub < 0) throw py::error_already_set();
+              r = r || sub == 1;
+            }
+            return Value::constant(py::bool_(r));
           }
         }
         unsupported("call to " + name + " with tensor arguments");

@@ -80,7 +80,11 @@ void map_add(Tracer& t, const Instruction& i) {
 bool Tracer::dict_subscr(const ValuePtr& d, const ValuePtr& key) {
   if (d->kind != VKind::Dict) return false;
   int at = d->find_key(key_of(*this, key));
-  if (at < 0) unsupported("dict has no key " + key->describe() + " (KeyError is raised by Python)");
+  if (at < 0) {
+    // In an inlined function, a KeyError that a modelled handler (Mapping.get) may catch.
+    if (inline_depth() > 0 && key->is_constant_like()) raise_builtin_exception(py::handle(PyExc_KeyError), {key});
+    unsupported("dict has no key " + key->describe() + " (KeyError is raised by Python)");
+  }
   push(d->items[static_cast<size_t>(at)]);
   return true;
 }

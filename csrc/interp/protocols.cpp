@@ -16,6 +16,12 @@ PyObject* sequence_iter() {
   return f;
 }
 
+// collections.abc.Mapping's `get` and `__contains__` mixins (new references kept for the process lifetime): both
+// call self[key] under `except KeyError`.
+PyObject* mapping_mixin(const char* name) {
+  return py::object(py::module_::import("collections.abc").attr("Mapping").attr("__dict__")[name]).release().ptr();
+}
+
 bool builtin_exception_class(py::handle cls) {
   return PyExceptionClass_Check(cls.ptr()) &&
          !(reinterpret_cast<PyTypeObject*>(cls.ptr())->tp_flags & Py_TPFLAGS_HEAPTYPE);
@@ -96,6 +102,26 @@ void raise_varargs(Tracer& t, const bytecode::Instruction& i) {
 }  // namespace
 
 bool is_builtin_exception_class(py::handle cls) { return builtin_exception_class(cls); }
+
+ValuePtr Tracer::mapping_mixin_call(py::handle f, const std::vector<ValuePtr>& args,
+                                    const std::vector<std::pair<std::string, ValuePtr>>& kwargs) {
+  static PyObject* get = mapping_mixin("get");
+  static PyObject* contains = mapping_mixin("__contains__");
+  const bool is_get = f.ptr() == get;
+  if ((!is_get && f.ptr() != contains) || !kwargs.empty()) return nullptr;
+  if (args.size() < 2 || args.size() > (is_get ? 3u : 2u)) return nullptr;
+  // `try: v = self[key] except KeyError: <default / False>`: self[key] traced (the class's __getitem__
+  // inlined); a KeyError it raises (a TracedRaise) is the handler's case.
+  try {
+    ValuePtr v = call_user_dunder(args[0], "__getitem__", {args[1]});
+    if (!v) return nullptr;
+    return is_get ? v : Value::constant(py::bool_(true));
+  } catch (const TracedRaise& e) {
+    if (!PyErr_GivenExceptionMatches(e.exc.ptr(), PyExc_KeyError)) throw;
+    if (!is_get) return Value::constant(py::bool_(false));
+    return args.size() == 3 ? args[2] : Value::constant(py::none());
+  }
+}
 
 void register_protocols(HandlerTable& t) { on_opcode(t, "RAISE_VARARGS", raise_varargs); }
 

@@ -236,6 +236,10 @@ class Tracer {
   std::optional<std::vector<ValuePtr>> iterate_user_object(const ValuePtr& v);
   // Calling a builtin exception class right before `raise` in an inlined function: throws TracedRaise.
   void raise_builtin_exception(py::handle cls, const std::vector<ValuePtr>& args);
+  // collections.abc.Mapping.get / __contains__ called on a user mapping (protocols.cpp): self[key] traced, its
+  // KeyError handled as the mixin does; nullptr when `f` is neither.
+  ValuePtr mapping_mixin_call(py::handle f, const std::vector<ValuePtr>& args,
+                              const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
   bool trusted_globals() const { return trusted_globals_; }
   // True while the globals in use are the traced frame's own (not an inlined callee's from another module).
   bool in_frame_module() const { return fv.globals == frame_globals_; }

@@ -1,5 +1,6 @@
 # test_library_python.py — owns tests of the Python constructs library model code uses (issue 11 item 2):
 # each is traced into one graph (counted against torch._dynamo where it captures) with eager's results.
+import collections.abc
 import importlib
 import os
 import sys
@@ -436,3 +437,70 @@ def test_enumerate_over_a_module_list_slice_is_one_graph():
     torch.testing.assert_close(opt(x), m(x))
     m.layers.append(torch.nn.Linear(4, 4))  # the container's size is guarded
     torch.testing.assert_close(opt(x), m(x))
+
+
+# ---- isinstance of a tensor with a tuple of classes (funnel: isinstance(tensor, (tuple, list))) ---------------
+
+def isinstance_tuple(x, legacy):
+    a = 1 if isinstance(x, (tuple, list)) else 2
+    b = 10 if isinstance(x * 2, (dict, (torch.Tensor,))) else 20
+    c = 100 if isinstance(x, (int, legacy)) else 200
+    return x + a + b + c
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_isinstance_of_a_tensor_with_a_tuple_of_classes(dtype):
+    x = torch.randn(3, dtype=dtype)
+    opt, cnt = compiled(isinstance_tuple)
+    torch.testing.assert_close(opt(x, torch.FloatTensor), isinstance_tuple(x, torch.FloatTensor))
+    assert cnt.frame_count == 1 == dynamo_graphs(isinstance_tuple, x, torch.FloatTensor)
+    assert cdynamo.explain(isinstance_tuple)(x, torch.FloatTensor).graph_break_count == 0
+
+
+# ---- Mapping.get / __contains__ mixins whose __getitem__ raises KeyError (transformers' AttentionInterface) ----
+
+class Registry(collections.abc.MutableMapping):
+    _global = {"a": 1}
+
+    def __init__(self):
+        self._local = {}
+
+    def __getitem__(self, key):
+        if key in self._local:
+            return self._local[key]
+        return self._global[key]
+
+    def __setitem__(self, key, value):
+        self._local[key] = value
+
+    def __delitem__(self, key):
+        del self._local[key]
+
+    def __iter__(self):
+        return iter({**self._global, **self._local})
+
+    def __len__(self):
+        return len(self._global) + len(self._local)
+
+
+REG = Registry()
+
+
+def registry_get(x):
+    return x * REG.get("a", 0) + REG.get("missing", 5) + (REG.get("missing2", None) is None) + ("b" in REG)
+
+
+def test_mapping_get_of_a_missing_key_returns_the_default():
+    x = torch.randn(3)
+    opt, cnt = compiled(registry_get)
+    torch.testing.assert_close(opt(x), registry_get(x))
+    assert cnt.frame_count == 1 == dynamo_graphs(registry_get, x)
+    assert cdynamo.explain(registry_get)(x).graph_break_count == 0
+    REG["b"] = 2  # the local mapping's keys are guarded: now present
+    try:
+        torch.testing.assert_close(opt(x), registry_get(x))
+        REG["missing"] = 7
+        torch.testing.assert_close(opt(x), registry_get(x))
+    finally:
+        REG._local.clear()
+    torch.testing.assert_close(opt(x), registry_get(x))
