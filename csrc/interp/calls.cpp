@@ -435,6 +435,7 @@ ValuePtr Tracer::call_tensor_method(const ValuePtr& self, const std::string& nam
   auto& refs = PyRefs::get();
   py::object device = self->device;
   if (name == "type") return tensor_type(self, args, kwargs);
+  if (ValuePtr r = optimizer_op_decomposition(self, name, args, kwargs)) return r;  // optimizer.cpp
   if (!tensor_method_allowed(name) && !tensor_method_metadata(name) && name != "cpu")
     unsupported("Tensor." + name + "() needs real tensor data (not supported in a graph)");
   if (name == "cpu") {

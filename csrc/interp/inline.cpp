@@ -38,6 +38,7 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
   if ((flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE)) && !genexpr)
     unsupported("call to generator/coroutine function " + name);
   if (marked_constant_result(f)) return call_constant_result(fn, args, kwargs);
+  if (ValuePtr r = optimizer_init_group(fn, args, kwargs)) return r;  // torch.optim (optimizer.cpp)
   if (is_skipped_code(callee) || is_skipped_function(f.ptr()))
     unsupported("call to " + name + ", marked skip or disable: it runs as Python");
   if (function_marked(f.ptr(), "__script_if_tracing_wrapper")) {

@@ -218,6 +218,14 @@ void contains_op(Tracer& t, const Instruction& i) {
           in = true;
           break;
         }
+        // Objects whose classes keep object's == (classes of plain metaclasses, e.g. `type(p) in [Tensor, Parameter]`)
+        // compare by identity: not equal.
+        richcmpfunc base_cmp = PyBaseObject_Type.tp_richcompare;
+        if (Py_TYPE(x->obj.ptr())->tp_richcompare == base_cmp && Py_TYPE(item->obj.ptr())->tp_richcompare == base_cmp) {
+          t.realize(x);
+          t.realize(item);
+          continue;
+        }
         t.unsupported("`in` comparing objects by ==");
       }
       int r = PyObject_RichCompareBool(x->as_python().ptr(), item->as_python().ptr(), Py_EQ);

@@ -224,6 +224,14 @@ class Tracer {
   ValuePtr call_constant_result(const ValuePtr& fn, const std::vector<ValuePtr>& args,
                                 const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
   ValuePtr constant_result(const std::string& attr, py::handle result, int depth);
+  // `optimizer._init_group(group, [], [], ...)` of a torch.optim optimizer: made for real, its lists mapped back onto
+  // guarded inputs (optimizer.cpp); nullptr when `fn` is not that call or it cannot be made that way.
+  // torch._dynamo's decompositions of addcmul_ / addcdiv_ with value= and add_ with a tensor alpha= (optimizer.cpp),
+  // or nullptr when the call is not one of those (or config.enable_dynamo_decompositions is off).
+  ValuePtr optimizer_op_decomposition(const ValuePtr& self, const std::string& name, const std::vector<ValuePtr>& args,
+                                      const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
+  ValuePtr optimizer_init_group(const ValuePtr& fn, const std::vector<ValuePtr>& args,
+                                const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
   // Traces a call of a user Python function (a PyFunction) inline; throws Unsupported when it cannot.
   ValuePtr inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
                        std::vector<std::pair<std::string, ValuePtr>> kwargs);

@@ -28,6 +28,9 @@ _OPTIONS = {
                                "(honoured by the dynamic-shapes work)"),
     "capture_dynamic_output_shape_ops": (bool, False, "accepted, not read yet: ops with data-dependent output "
                                          "shapes (nonzero, unique) graph-break (honoured by the dynamic-shapes work)"),
+    "enable_dynamo_decompositions": (bool, True, "addcmul_/addcdiv_ with value= and add_ with a tensor alpha= are "
+                                    "traced as torch._dynamo decomposes them (mul/div, prims.fma, copy_): torch.optim's "
+                                    "tensor step sizes stay in the graph; read while tracing"),
     "traceable_tensor_subclasses": (set, set(), "accepted, not read (deprecated and unused in torch._dynamo too)"),
 }
 _ALIASES = {"cache_size_limit": "recompile_limit", "accumulated_cache_size_limit": "accumulated_recompile_limit"}
