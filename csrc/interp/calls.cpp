@@ -281,6 +281,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
       return call_torch(f, std::move(args), std::move(kwargs), true);
     case CallKind::CompilingQuery:
       if (!args.empty() || !kwargs.empty()) unsupported(callable_name(f) + " with arguments");
+      ++compiling_folds;
       return Value::constant(py::bool_(true));
     case CallKind::TorchAssert: {
       // A condition known while tracing (a guarded size compared with a constant) that holds: no effect.

@@ -110,6 +110,10 @@ void binary_subscr(Tracer& t, const Instruction&) {
     t.push(child);
     return;
   }
+  if (ValuePtr item = t.tensor_keyed_item(container, key)) {  // optimizer.cpp
+    t.push(item);
+    return;
+  }
   if ((container->kind == VKind::Tuple || container->kind == VKind::List) && key->is_const()) {
     py::handle k = key->obj;
     if (PyLong_Check(k.ptr()) && !PyBool_Check(k.ptr())) {

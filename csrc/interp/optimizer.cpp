@@ -187,4 +187,25 @@ ValuePtr Tracer::optimizer_op_decomposition(const ValuePtr& self, const std::str
   return call_tensor_method(self, "copy_", {fused}, {});
 }
 
+ValuePtr Tracer::tensor_keyed_item(const ValuePtr& container, const ValuePtr& key) {
+  // d[t] on a dict (or dict subclass: an optimizer's `state` defaultdict) read from the frame, keyed by a tensor the
+  // frame holds: the item read through a C-level lookup (no __missing__) and wrapped from its source, the key's
+  // identity guarded. A missing key (a defaultdict would insert one) is left to Python.
+  if (container->kind != VKind::Object || !container->source || !container->obj || !PyDict_Check(container->obj.ptr()))
+    return nullptr;
+  if (!key->is_tensor() || !key->source || !key->node || key->node->op != graph::OpKind::Placeholder) return nullptr;
+  py::object real_key;
+  for (const auto& in : inputs)
+    if (in.node == key->node) real_key = in.value;
+  if (!real_key) return nullptr;
+  PyObject* found = PyDict_GetItemWithError(container->obj.ptr(), real_key.ptr());  // borrowed
+  if (!found) {
+    if (PyErr_Occurred()) throw py::error_already_set();
+    unsupported("a tensor key missing from " + container->describe());
+  }
+  py::object item = py::reinterpret_borrow<py::object>(found);  // owned while wrapped
+  guards.add(guards::id_match(key->source, real_key.ptr()));
+  return wrap(item, guards::Source::dict_item_key(container->source, real_key.ptr()));
+}
+
 }  // namespace cdynamo::interp
