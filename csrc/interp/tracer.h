@@ -162,9 +162,9 @@ class Tracer {
   int break_at = -1;
   std::string break_at_reason;
   bool ops_in_try = false;
-  // torch.compiler.is_compiling() calls this trace folded to True: code after them may rely on a compile-only path
-  // (torch.optim's _stack_if_compiling stacks what its compiled caller made tensors), so no graph break may follow
-  // one: the frame runs as Python instead, where the query is False throughout.
+  // torch.compiler.is_compiling() calls in torch's own code this trace folded to True: code after them may rely on a
+  // compile-only path (torch.optim's _stack_if_compiling stacks what its compiled caller made tensors), so no graph
+  // break may follow one: the frame runs as Python instead, where the query is False throughout.
   int compiling_folds = 0;
   // Tensors the graph holds as constants (get_attr targets, assume_constant_result): set on the GraphModule's root.
   std::vector<std::pair<std::string, py::object>> graph_attrs;

@@ -1,0 +1,293 @@
+# test_optimizer_step.py — owns the behaviour tests of compiled torch.optim steps: optimizer.step() and zero_grad()
+# under cdynamo compared with eager (parameters and state) and with torch._dynamo (graphs, ops, recompiles), and a
+# compiled training step.
+import time
+
+import pytest
+import torch
+import torch._dynamo
+from torch._dynamo.testing import CompileCounterWithBackend as DynamoCounter
+
+import cdynamo
+from cdynamo.testing import CompileCounterWithBackend
+from cdynamo.utils import counters
+
+pytestmark = pytest.mark.usefixtures("cdynamo_and_dynamo_reset")
+
+# name -> (class, kwargs). The first six take torch's default (single-tensor on CPU); the _foreach ones force the
+# multi-tensor path.
+OPTIMIZERS = {
+    "SGD": (torch.optim.SGD, dict(lr=0.1)),
+    "SGD_momentum": (torch.optim.SGD, dict(lr=0.1, momentum=0.9)),
+    "Adam": (torch.optim.Adam, dict(lr=0.01)),
+    "AdamW": (torch.optim.AdamW, dict(lr=0.01)),
+    "RMSprop": (torch.optim.RMSprop, dict(lr=0.01)),
+    "Adagrad": (torch.optim.Adagrad, dict(lr=0.01)),
+}
+FOREACH = {
+    "Adam_foreach": (torch.optim.Adam, dict(lr=0.01, foreach=True)),
+    "SGD_momentum_foreach": (torch.optim.SGD, dict(lr=0.1, momentum=0.9, foreach=True)),
+    "Adagrad_foreach": (torch.optim.Adagrad, dict(lr=0.01, foreach=True)),
+}
+STEPS = 4
+
+
+def make_model(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 3))
+
+
+def inputs(n=STEPS, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(5, 4, generator=g), torch.randn(5, 3, generator=g)) for _ in range(n)]
+
+
+def state_of(opt):
+    """The optimizer's per-parameter state, as lists in parameter order (tensors cloned)."""
+    out = []
+    for group in opt.param_groups:
+        for p in group["params"]:
+            st = opt.state.get(p, {})
+            out.append({k: (v.detach().clone() if torch.is_tensor(v) else v) for k, v in sorted(st.items())})
+    return out
+
+
+def assert_close_state(a, b):
+    assert len(a) == len(b)
+    for sa, sb in zip(a, b):
+        assert sorted(sa) == sorted(sb)
+        for k in sa:
+            if torch.is_tensor(sa[k]):
+                torch.testing.assert_close(sa[k], sb[k], atol=1e-6, rtol=1e-5, msg=lambda m: f"state {k}: {m}")
+            else:
+                assert sa[k] == sb[k], k
+
+
+def run_steps(kind, spec, backend="eager", steps=STEPS):
+    """Runs `steps` optimizer steps (backward in eager, step() compiled by `kind`: None, "cdynamo", "dynamo").
+    Returns (params, state, counter, compiles seen after each step)."""
+    cls, kwargs = spec
+    model = make_model()
+    opt = cls(model.parameters(), **kwargs)
+
+    def step():
+        opt.step()
+
+    cnt = None
+    if kind == "cdynamo":
+        cnt = CompileCounterWithBackend(backend)
+        fn = cdynamo.optimize(cnt)(step)
+    elif kind == "dynamo":
+        cnt = DynamoCounter(backend)
+        fn = torch.compile(step, backend=cnt)
+    else:
+        fn = step
+    seen = []
+    for x, y in inputs(steps):
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        fn()
+        opt.zero_grad()
+        seen.append(cnt.frame_count if cnt else 0)
+    return [p.detach().clone() for p in model.parameters()], state_of(opt), cnt, seen
+
+
+def recompiles():
+    return sum(counters["recompiles"].values())
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_step_matches_eager_and_dynamo(name, backend):
+    spec = OPTIMIZERS[name]
+    ref_params, ref_state, _, _ = run_steps(None, spec)
+    counters.clear()
+    params, state, cnt, seen = run_steps("cdynamo", spec, backend)
+    ours_recompiles = recompiles()
+    torch._dynamo.reset()
+    _, _, dcnt, dseen = run_steps("dynamo", spec, backend)
+    for a, b in zip(params, ref_params):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    assert_close_state(state, ref_state)
+    assert len(ref_state[0]) > 0 or name == "SGD"  # the state really was built
+    # Graphs (frames that compiled one, as CompileCounter counts them) and ops as torch._dynamo's, on the same torch.
+    assert cnt.frame_count == dcnt.frame_count, (cnt.frame_count, dcnt.frame_count)
+    assert cnt.op_count == dcnt.op_count, (cnt.op_count, dcnt.op_count)
+    # No more compiles than torch._dynamo at any step (state initialised at the first one: no recompile for it),
+    # and none at all once the state exists.
+    assert all(a <= b for a, b in zip(seen, dseen)), (seen, dseen)
+    assert seen[-1] == seen[1], seen
+    assert ours_recompiles <= dcnt.frame_count - 1, (ours_recompiles, dict(counters["recompiles"]))
+
+
+@pytest.mark.parametrize("name", list(FOREACH))
+def test_foreach_step_matches_eager(name):
+    spec = FOREACH[name]
+    ref_params, ref_state, _, _ = run_steps(None, spec)
+    params, state, cnt, seen = run_steps("cdynamo", spec, "eager")
+    _, _, dcnt, _ = run_steps("dynamo", spec, "eager")
+    for a, b in zip(params, ref_params):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    assert_close_state(state, ref_state)
+    assert cnt.frame_count == dcnt.frame_count
+    # cdynamo's graphs also hold the getitem nodes of the foreach ops' list results.
+    assert cnt.op_count >= dcnt.op_count
+    assert seen[-1] == seen[1]
+
+
+def test_adam_inductor():
+    spec = OPTIMIZERS["Adam"]
+    ref_params, ref_state, _, _ = run_steps(None, spec, steps=3)
+    t0 = time.perf_counter()
+    params, state, cnt, _ = run_steps("cdynamo", spec, "inductor", steps=3)
+    assert time.perf_counter() - t0 < 60
+    for a, b in zip(params, ref_params):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    assert_close_state(state, ref_state)
+    assert cnt.frame_count == 1
+
+
+def test_state_is_made_at_trace_time_once():
+    """The lazy state of Adam is initialised while tracing the first step (as torch._dynamo): one graph reads it."""
+    model = make_model()
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    cnt = CompileCounterWithBackend("eager")
+    step = cdynamo.optimize(cnt)(lambda: opt.step())
+    x, y = inputs(1)[0]
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    step()
+    assert cnt.frame_count == 1
+    assert all(float(opt.state[p]["step"]) == 1.0 for p in model.parameters())
+
+
+def test_changed_hyperparameter_recompiles():
+    """lr is a constant of the graph, guarded: a new lr makes a new graph, and the result is eager's (to the rounding
+    of the capturable formulas at a large lr, which torch._dynamo's graphs share: those are matched exactly)."""
+    spec = OPTIMIZERS["Adam"]
+    results = []
+    for kind in (None, "cdynamo", "dynamo"):
+        model = make_model()
+        opt = spec[0](model.parameters(), **spec[1])
+        cnt = CompileCounterWithBackend("eager") if kind == "cdynamo" else DynamoCounter("eager")
+        fn = lambda: opt.step()  # noqa: E731
+        if kind == "cdynamo":
+            fn = cdynamo.optimize(cnt)(fn)
+        elif kind == "dynamo":
+            fn = torch.compile(fn, backend=cnt)
+        for i, (x, y) in enumerate(inputs(4)):
+            if i == 2:
+                opt.param_groups[0]["lr"] = 0.5
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            fn()
+            opt.zero_grad()
+        results.append(([p.detach().clone() for p in model.parameters()], cnt.frame_count))
+    for a, b, c in zip(results[0][0], results[1][0], results[2][0]):
+        torch.testing.assert_close(b, a, atol=2e-5, rtol=1e-4)
+        torch.testing.assert_close(b, c, atol=1e-7, rtol=1e-6)
+    assert results[1][1] == 2 == results[2][1]
+
+
+def test_param_without_grad_is_skipped():
+    """A parameter whose grad is None takes no step (its None grad is guarded): same as eager."""
+    out = []
+    for kind in (None, "cdynamo"):
+        model = make_model()
+        model[2].bias.requires_grad_(False)
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+        fn = cdynamo.optimize("eager")(lambda: opt.step()) if kind else (lambda: opt.step())
+        for x, y in inputs(3):
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            fn()
+            opt.zero_grad()
+        out.append(([p.detach().clone() for p in model.parameters()], state_of(opt)))
+    for a, b in zip(out[0][0], out[1][0]):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    assert_close_state(out[0][1], out[1][1])
+    assert out[1][1][-1] == {}
+
+
+def train_step(model, opt, x, y):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return loss
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_compiled_training_step(backend):
+    """forward, backward (a graph break: autograd runs as in eager), step and zero_grad in one compiled function."""
+    results = {}
+    for kind in (None, "cdynamo", "dynamo"):
+        model = make_model()
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+        cnt = None
+        if kind == "cdynamo":
+            counters.clear()
+            cnt = CompileCounterWithBackend(backend)
+            fn = cdynamo.optimize(cnt)(train_step)
+        elif kind == "dynamo":
+            torch._dynamo.reset()
+            cnt = DynamoCounter(backend)
+            fn = torch.compile(train_step, backend=cnt)
+        else:
+            fn = train_step
+        losses = [fn(model, opt, x, y).detach() for x, y in inputs(5)]
+        results[kind] = (losses, [p.detach().clone() for p in model.parameters()], state_of(opt), cnt,
+                         [p.grad for p in model.parameters()])
+    ref = results[None]
+    ours = results["cdynamo"]
+    for a, b in zip(ours[0], ref[0]):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    for a, b in zip(ours[1], ref[1]):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    assert_close_state(ours[2], ref[2])
+    assert all(g is None for g in ours[4])  # zero_grad's set_to_none
+    dyn = results["dynamo"][3]
+    assert ours[3].frame_count == dyn.frame_count
+    assert ours[3].op_count == dyn.op_count
+
+
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_zero_grad(set_to_none):
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def fn(x):
+        opt.zero_grad(set_to_none=set_to_none)
+        return model(x).sum()
+
+    cnt = CompileCounterWithBackend("eager")
+    opt_fn = cdynamo.optimize(cnt)(fn)
+    x = torch.randn(2, 4)
+    model(x).sum().backward()
+    out = opt_fn(x)
+    torch.testing.assert_close(out, model(x).sum())
+    for p in model.parameters():
+        if set_to_none:
+            assert p.grad is None
+        else:
+            assert p.grad is not None and not p.grad.any()
+    torch._dynamo.reset()
+    dcnt = DynamoCounter("eager")
+    model(x).sum().backward()
+    torch.compile(fn, backend=dcnt)(x)
+    assert cnt.frame_count == dcnt.frame_count
+
+
+def test_is_compiling_in_user_code_keeps_dynamo_graphs():
+    """User code that branches on torch.compiler.is_compiling() and then breaks keeps torch._dynamo's graphs (the
+    no-break-after-the-query rule holds only for torch's own code)."""
+
+    def fn(x):
+        if torch.compiler.is_compiling():
+            x = x + 1
+        print("", end="")
+        return x * 2
+
+    x = torch.randn(3)
+    cnt = CompileCounterWithBackend("eager")
+    out = cdynamo.optimize(cnt)(fn)(x)
+    dcnt = DynamoCounter("eager")
+    dout = torch.compile(fn, backend=dcnt)(x)
+    torch.testing.assert_close(out, dout)
+    assert cnt.frame_count == dcnt.frame_count == 2
