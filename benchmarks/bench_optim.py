@@ -73,7 +73,7 @@ def run(quick=False):
             first[fe.name] = "ERR"
             notes.append(f"{fe.name}: {C.short_error(e)}")
     rat = C.ratio(first.get(dyn.name), first.get(cdyn.name))
-    t1.add("Adam (5 params, 26k elements)", C.median(eager_first), first.get(dyn.name), first.get(cdyn.name), rat,
+    t1.add("Adam (6 params, 26k elements)", C.median(eager_first), first.get(dyn.name), first.get(cdyn.name), rat,
            ">=1x", C.status(None if rat is None else rat >= 1.0))
     for n in notes:
         t1.note(n)

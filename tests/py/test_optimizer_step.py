@@ -147,16 +147,22 @@ def test_adam_inductor():
 
 
 def test_state_is_made_at_trace_time_once():
-    """The lazy state of Adam is initialised while tracing the first step (as torch._dynamo): one graph reads it."""
+    """The lazy state of Adam is initialised while tracing the first step (as torch._dynamo): the graph is the
+    optimizer's own step frame, reading params, grads and state from `self` (torch._dynamo's inputs are
+    L_self_param_groups_0_params_0_grad, ...)."""
+    from cdynamo.testing import EagerAndRecordGraphs
     model = make_model()
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    cnt = CompileCounterWithBackend("eager")
-    step = cdynamo.optimize(cnt)(lambda: opt.step())
+    rec = EagerAndRecordGraphs()
+    step = cdynamo.optimize(rec)(lambda: opt.step())
     x, y = inputs(1)[0]
     torch.nn.functional.mse_loss(model(x), y).backward()
     step()
-    assert cnt.frame_count == 1
+    assert len(rec.graphs) == 1
     assert all(float(opt.state[p]["step"]) == 1.0 for p in model.parameters())
+    names = [n.name for n in rec.graphs[0].graph.nodes if n.op == "placeholder"]
+    assert len(names) == 4 * 5  # per param: itself, its grad, step, exp_avg, exp_avg_sq
+    assert all(n.startswith("self_param_groups_0_params_") or n.startswith("self_state_") for n in names), names
 
 
 def test_changed_hyperparameter_recompiles():
@@ -193,7 +199,8 @@ def test_param_without_grad_is_skipped():
         model = make_model()
         model[2].bias.requires_grad_(False)
         opt = torch.optim.Adam(model.parameters(), lr=0.01)
-        fn = cdynamo.optimize("eager")(lambda: opt.step()) if kind else (lambda: opt.step())
+        cnt = CompileCounterWithBackend("eager")
+        fn = cdynamo.optimize(cnt)(lambda: opt.step()) if kind else (lambda: opt.step())
         for x, y in inputs(3):
             torch.nn.functional.mse_loss(model(x), y).backward()
             fn()
@@ -203,6 +210,31 @@ def test_param_without_grad_is_skipped():
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
     assert_close_state(out[0][1], out[1][1])
     assert out[1][1][-1] == {}
+    assert cnt.frame_count == 1
+
+
+@pytest.mark.parametrize("name", ["Adam", "SGD_momentum"])
+def test_grad_appearing_later_recompiles(name):
+    """Which params have a grad is guarded: params unused (grad None) for two steps, then used, get their state and
+    steps as in eager (a graph that skipped them is not reused; nothing else about them changed)."""
+    spec = OPTIMIZERS[name]
+    out = []
+    for kind in (None, "cdynamo"):
+        model = make_model()
+        extra = torch.nn.Linear(4, 3)
+        opt = spec[0](list(model.parameters()) + list(extra.parameters()), **spec[1])
+        cnt = CompileCounterWithBackend("eager")
+        fn = cdynamo.optimize(cnt)(lambda: opt.step()) if kind else (lambda: opt.step())
+        for i, (x, y) in enumerate(inputs(5)):
+            out_ = model(x) + extra(x) if i >= 2 else model(x)
+            torch.nn.functional.mse_loss(out_, y).backward()
+            fn()
+            opt.zero_grad()
+        out.append(([p.detach().clone() for p in list(model.parameters()) + list(extra.parameters())], state_of(opt)))
+    for a, b in zip(out[0][0], out[1][0]):
+        torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-5)
+    assert_close_state(out[1][1], out[0][1])
+    assert cnt.frame_count >= 2  # before and after the bias took part
 
 
 def train_step(model, opt, x, y):
@@ -291,3 +323,21 @@ def test_is_compiling_in_user_code_keeps_dynamo_graphs():
     dout = torch.compile(fn, backend=dcnt)(x)
     torch.testing.assert_close(out, dout)
     assert cnt.frame_count == dcnt.frame_count == 2
+
+
+def test_no_break_after_is_compiling_in_torch_code():
+    """torch.optim's _stack_if_compiling stacks under compile and returns its list in eager; called with floats (as a
+    frame running as Python after a break would), its frame must run wholly as Python, not take the compile branch
+    and then break on torch.stack (which raised before)."""
+    from torch.optim.optimizer import _get_value, _stack_if_compiling
+
+    def fn(x):
+        y = x * 2
+        return y, _stack_if_compiling([1.0, 2.0]), _get_value(torch.tensor(3.0))
+
+    cnt = CompileCounterWithBackend("eager")
+    y, stacked, value = cdynamo.optimize(cnt)(fn)(torch.ones(2))
+    torch.testing.assert_close(y, torch.full((2,), 2.0))
+    assert stacked == [1.0, 2.0]
+    assert float(value) == 3.0  # (a tensor here, as under torch.compile: _get_value is inlined and folded)
+    assert cnt.frame_count >= 1
