@@ -43,11 +43,32 @@ ValuePtr Tracer::optimizer_init_group(const ValuePtr& fn, const std::vector<Valu
   if (!is_opt) return nullptr;
   // The group: a param group read from the frame, unchanged by the trace so far.
   if (group->kind != VKind::Dict || !group->source || !group->obj) return nullptr;
-  for (const auto& m : mutated)
-    if (m == group) return nullptr;
-  // Anything the trace would still write back (attribute stores, changed containers of the frame) could be read
-  // by the real call before the graph wrote it: traced as ordinary code instead.
-  if (!attr_stores.empty() || !mutated.empty()) return nullptr;
+  // What the trace would still write back could be read by the real call before the graph wrote it: attribute
+  // stores (a param's .grad), or changes to the group, its params list, the optimizer's state dict or the state of
+  // one of the group's params. Then the call is traced as ordinary code instead. (Changes to other groups' state, as
+  // SGD's momentum buffers stored after the previous group's update, do not matter to this call.)
+  if (!attr_stores.empty()) return nullptr;
+  if (!mutated.empty()) {
+    std::vector<PyObject*> read{group->obj.ptr()};
+    PyObject* params_obj = PyDict_GetItemString(group->obj.ptr(), "params");  // borrowed
+    if (params_obj) read.push_back(params_obj);
+    PyObject* state_obj = PyObject_GetAttrString(self->obj.ptr(), "state");  // new
+    if (!state_obj) {
+      PyErr_Clear();
+      return nullptr;
+    }
+    py::object state_ref = py::reinterpret_steal<py::object>(state_obj);
+    read.push_back(state_obj);
+    if (params_obj && PyList_Check(params_obj) && PyDict_Check(state_obj))
+      for (Py_ssize_t i = 0; i < PyList_GET_SIZE(params_obj); ++i) {
+        PyObject* st = PyDict_GetItemWithError(state_obj, PyList_GET_ITEM(params_obj, i));  // borrowed
+        if (!st && PyErr_Occurred()) throw py::error_already_set();
+        if (st) read.push_back(st);
+      }
+    for (const auto& m : mutated)
+      for (PyObject* r : read)
+        if (m->obj && m->obj.ptr() == r) return nullptr;
+  }
   // The other arguments: empty lists made in the trace (filled by the call) or constants.
   py::list real_args;
   real_args.append(self->obj);

@@ -341,3 +341,30 @@ def test_no_break_after_is_compiling_in_torch_code():
     assert stacked == [1.0, 2.0]
     assert float(value) == 3.0  # (a tensor here, as under torch.compile: _get_value is inlined and folded)
     assert cnt.frame_count >= 1
+
+
+@pytest.mark.parametrize("name", ["Adam", "SGD_momentum"])
+def test_two_param_groups(name):
+    """Two param groups (the second with its own lr): one graph as torch._dynamo's, eager's parameters. SGD's second
+    _init_group runs after the first group's momentum buffers were stored (pending writes of other params' state)."""
+    cls, kwargs = OPTIMIZERS[name]
+    res = {}
+    for kind in (None, "cdynamo", "dynamo"):
+        model = make_model()
+        opt = cls([{"params": model[0].parameters()}, {"params": model[2].parameters(), "lr": 0.05}], **kwargs)
+        cnt = CompileCounterWithBackend("eager") if kind == "cdynamo" else DynamoCounter("eager")
+        fn = lambda: opt.step()  # noqa: E731
+        if kind == "cdynamo":
+            fn = cdynamo.optimize(cnt)(fn)
+        elif kind == "dynamo":
+            fn = torch.compile(fn, backend=cnt)
+        for x, y in inputs(4):
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            fn()
+            opt.zero_grad()
+        res[kind] = ([p.detach().clone() for p in model.parameters()], state_of(opt), cnt)
+    for a, b in zip(res["cdynamo"][0], res[None][0]):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    assert_close_state(res["cdynamo"][1], res[None][1])
+    assert res["cdynamo"][2].frame_count == res["dynamo"][2].frame_count
+    assert res["cdynamo"][2].op_count == res["dynamo"][2].op_count
