@@ -60,7 +60,7 @@ bool marked_constant_result(py::handle f) {
   // _default_to_fused_or_foreach asks. Called while tracing, their result a constant, as torch._dynamo folds them.
   if (!f || !PyFunction_Check(f.ptr())) return false;
   PyObject* mod = PyFunction_GET_MODULE(f.ptr());  // borrowed, may be NULL
-  if (!mod || !PyUnicode_Check(mod) || std::string(PyUnicode_AsUTF8(mod)) != "torch.utils._foreach_utils") return false;
+  if (!mod || !PyUnicode_Check(mod) || PyUnicode_CompareWithASCIIString(mod, "torch.utils._foreach_utils") != 0) return false;
   std::string name = py::str(py::getattr(f, "__name__", py::str(""))).cast<std::string>();
   return name == "_get_fused_kernels_supported_devices" || name == "_get_foreach_kernels_supported_devices";
 }

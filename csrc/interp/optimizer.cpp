@@ -31,6 +31,10 @@ ValuePtr Tracer::optimizer_init_group(const ValuePtr& fn, const std::vector<Valu
                                       const std::vector<std::pair<std::string, ValuePtr>>& kwargs) {
   py::handle f = fn->obj;
   if (!f || !PyFunction_Check(f.ptr()) || args.size() < 2 || !kwargs.empty()) return nullptr;
+  // __name__ first (every inlined call asks). Once torch._dynamo has run, torch.optim's _init_group methods are
+  // torch._dynamo.disable wrappers (functools.wraps'd: same __name__ and __qualname__); calling one calls the method.
+  PyObject* fname = reinterpret_cast<PyFunctionObject*>(f.ptr())->func_name;  // borrowed
+  if (!fname || !PyUnicode_Check(fname) || PyUnicode_CompareWithASCIIString(fname, "_init_group") != 0) return nullptr;
   std::string qual = py::str(py::getattr(f, "__qualname__", py::str(""))).cast<std::string>();
   std::string mod = py::str(py::getattr(f, "__module__", py::str(""))).cast<std::string>();
   if (!ends_with(qual, "._init_group") || mod.rfind("torch.optim", 0) != 0) return nullptr;

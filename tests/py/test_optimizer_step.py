@@ -368,3 +368,27 @@ def test_two_param_groups(name):
     assert_close_state(res["cdynamo"][1], res[None][1])
     assert res["cdynamo"][2].frame_count == res["dynamo"][2].frame_count
     assert res["cdynamo"][2].op_count == res["dynamo"][2].op_count
+
+
+def test_without_torch_compile_in_the_process():
+    """Before torch.compile has run, torch.optim's _init_group methods are plain functions (torch._dynamo wraps them
+    in its disable when it first compiles, as in this test process): both forms are made for real."""
+    import subprocess
+    import sys
+    code = (
+        "import torch, cdynamo\n"
+        "from cdynamo.testing import CompileCounter\n"
+        "torch.manual_seed(0)\n"
+        "m = torch.nn.Linear(4, 3)\n"
+        "opt = torch.optim.Adam(m.parameters(), lr=0.01)\n"
+        "assert torch.optim.Adam._init_group.__code__.co_name == '_init_group'\n"
+        "c = CompileCounter()\n"
+        "step = cdynamo.optimize(c)(lambda: opt.step())\n"
+        "for _ in range(3):\n"
+        "    m(torch.randn(2, 4)).sum().backward()\n"
+        "    step()\n"
+        "print(c.frame_count, c.op_count, float(opt.state[m.weight]['step']))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["1", "38", "3.0"], out.stdout
