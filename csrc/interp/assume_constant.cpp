@@ -54,7 +54,16 @@ std::string attr_base(py::handle f) {
 
 }  // namespace
 
-bool marked_constant_result(py::handle f) { return function_marked(f.ptr(), "_dynamo_marked_constant"); }
+bool marked_constant_result(py::handle f) {
+  if (function_marked(f.ptr(), "_dynamo_marked_constant")) return true;
+  // torch's device-capability queries (lists of device type names, fixed for the process): what torch.optim's
+  // _default_to_fused_or_foreach asks. Called while tracing, their result a constant, as torch._dynamo folds them.
+  if (!f || !PyFunction_Check(f.ptr())) return false;
+  PyObject* mod = PyFunction_GET_MODULE(f.ptr());  // borrowed, may be NULL
+  if (!mod || !PyUnicode_Check(mod) || PyUnicode_CompareWithASCIIString(mod, "torch.utils._foreach_utils") != 0) return false;
+  std::string name = py::str(py::getattr(f, "__name__", py::str(""))).cast<std::string>();
+  return name == "_get_fused_kernels_supported_devices" || name == "_get_foreach_kernels_supported_devices";
+}
 
 ValuePtr Tracer::constant_result(const std::string& attr, py::handle result, int depth) {
   if (depth > 8) unsupported("assume_constant_result: result nested too deep");

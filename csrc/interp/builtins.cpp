@@ -138,6 +138,17 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
       return Value::constant(py::int_(PyLong_AsLong(r->obj.ptr())));
     }
   }
+  if (name == "zip" && !args.empty() && kwargs.size() == 1 && kwargs[0].first == "strict" && kwargs[0].second->is_const() &&
+      PyBool_Check(kwargs[0].second->obj.ptr())) {
+    // zip(..., strict=True) over lists/tuples of known length (torch.optim's loops): lengths that differ make
+    // Python raise, so that runs as Python.
+    if (kwargs[0].second->obj.ptr() == Py_True)
+      for (const auto& a : args) {
+        if (a->kind != VKind::List && a->kind != VKind::Tuple) unsupported("zip(strict=True) over " + a->describe());
+        if (a->items.size() != args[0]->items.size()) unsupported("zip(strict=True) over sequences of different lengths");
+      }
+    return call_iter_builtin(name, args);
+  }
   if (name == "enumerate" && args.size() == 1 && kwargs.size() == 1 && kwargs[0].first == "start")
     return call_iter_builtin(name, {args[0], kwargs[0].second});
   if ((name == "list" || name == "tuple") && args.size() == 1 && kwargs.empty() &&

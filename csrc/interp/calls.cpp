@@ -283,6 +283,13 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
       return call_torch(f, std::move(args), std::move(kwargs), true);
     case CallKind::CompilingQuery:
       if (!args.empty() || !kwargs.empty()) unsupported(callable_name(f) + " with arguments");
+      // Only torch's own code (torch.optim: _get_value, _stack_if_compiling, the capturable checks) is held to
+      // this; user code keeps torch._dynamo's behaviour (the query is True in every traced part).
+      if (PyUnicode_Check(code->co_filename)) {
+        const char* file = PyUnicode_AsUTF8(code->co_filename);  // borrowed buffer
+        if (!file) throw py::error_already_set();
+        if (std::string(file).find("/torch/") != std::string::npos) ++compiling_folds;
+      }
       return Value::constant(py::bool_(true));
     case CallKind::TorchAssert: {
       // A condition known while tracing (a guarded size compared with a constant) that holds: no effect.
@@ -452,6 +459,7 @@ ValuePtr Tracer::call_tensor_method(const ValuePtr& self, const std::string& nam
   auto& refs = PyRefs::get();
   py::object device = self->device;
   if (name == "type") return tensor_type(self, args, kwargs);
+  if (ValuePtr r = optimizer_op_decomposition(self, name, args, kwargs)) return r;  // optimizer.cpp
   if (!tensor_method_allowed(name) && !tensor_method_metadata(name) && name != "cpu")
     unsupported("Tensor." + name + "() needs real tensor data (not supported in a graph)");
   if (name == "cpu") {

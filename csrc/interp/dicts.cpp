@@ -9,7 +9,20 @@ namespace {
 
 using bytecode::Instruction;
 
+// A plain tuple of constants (no namedtuple, no list inside): a constant key, as `(device, dtype)` groupings use.
+bool constant_tuple(const ValuePtr& k) {
+  if (k->kind != VKind::Tuple || k->obj) return false;
+  for (const auto& i : k->items)
+    if (!i->is_const() && !constant_tuple(i)) return false;
+  return true;
+}
+
 py::object key_of(Tracer& t, const ValuePtr& k) {
+  if (constant_tuple(k)) {
+    py::object key = k->as_python();
+    if (PyObject_Hash(key.ptr()) == -1) throw py::error_already_set();
+    return key;
+  }
   if (!k->is_const()) t.unsupported("dict key " + k->describe() + " (only constant keys are traced)");
   if (PyObject_Hash(k->obj.ptr()) == -1) throw py::error_already_set();
   return k->obj;

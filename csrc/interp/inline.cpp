@@ -39,6 +39,12 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
     unsupported("call to generator/coroutine function " + name);
   if (marked_constant_result(f)) return call_constant_result(fn, args, kwargs);
   if (ValuePtr r = mapping_mixin_call(f, args, kwargs)) return r;
+  if (ValuePtr r = optimizer_init_group(fn, args, kwargs)) return r;  // torch.optim (optimizer.cpp)
+  if (args.size() == 2 && kwargs.empty() && name == "cast") {
+    // typing.cast(type, value) returns value unchanged (torch.optim's wrappers cast `self`).
+    PyObject* mod = PyFunction_GET_MODULE(f.ptr());  // borrowed, may be NULL
+    if (mod && PyUnicode_Check(mod) && PyUnicode_CompareWithASCIIString(mod, "typing") == 0) return args[1];
+  }
   if (is_skipped_code(callee) || is_skipped_function(f.ptr()))
     unsupported("call to " + name + ", marked skip or disable: it runs as Python");
   if (function_marked(f.ptr(), "__script_if_tracing_wrapper")) {

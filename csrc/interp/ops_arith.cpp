@@ -110,6 +110,10 @@ void binary_subscr(Tracer& t, const Instruction&) {
     t.push(child);
     return;
   }
+  if (ValuePtr item = t.tensor_keyed_item(container, key)) {  // optimizer.cpp
+    t.push(item);
+    return;
+  }
   if ((container->kind == VKind::Tuple || container->kind == VKind::List) && key->is_const()) {
     py::handle k = key->obj;
     if (PyLong_Check(k.ptr()) && !PyBool_Check(k.ptr())) {
@@ -217,6 +221,14 @@ void contains_op(Tracer& t, const Instruction& i) {
         if (x->obj.is(item->obj)) {
           in = true;
           break;
+        }
+        // Objects whose classes keep object's == (classes of plain metaclasses, e.g. `type(p) in [Tensor, Parameter]`)
+        // compare by identity: not equal.
+        richcmpfunc base_cmp = PyBaseObject_Type.tp_richcompare;
+        if (Py_TYPE(x->obj.ptr())->tp_richcompare == base_cmp && Py_TYPE(item->obj.ptr())->tp_richcompare == base_cmp) {
+          t.realize(x);
+          t.realize(item);
+          continue;
         }
         t.unsupported("`in` comparing objects by ==");
       }

@@ -191,7 +191,10 @@ CallKind classify_callable(py::handle fn) {
     // Private torch functions are not graph ops, except the fused kernels torch.nn's fast paths call.
     static const std::unordered_set<std::string> private_ops = {"_transformer_encoder_layer_fwd",
                                                                 "_native_multi_head_attention", "_weight_norm"};
-    bool blocked = blocked_torch_names().count(name) > 0 || (!name.empty() && name[0] == '_' && !private_ops.count(name));
+    // torch._foreach_* (lists of tensors in, lists out or in place): graph ops, as torch.optim's foreach paths use them.
+    bool foreach_op = mod == "torch" && starts_with(name, "_foreach_");
+    bool blocked = blocked_torch_names().count(name) > 0 ||
+                   (!name.empty() && name[0] == '_' && !private_ops.count(name) && !foreach_op);
     for (const auto& p : blocked_torch_modules())
       if (mod == p || starts_with(mod, p + ".")) blocked = true;
     // Queries whose answer is fixed in eager Python (scripting, tracing, compiling): folded.

@@ -89,6 +89,7 @@ Tracer::Status Tracer::run() {
     size_t saved_stores = attr_stores.size();
     size_t saved_mutated = mutated.size();
     size_t saved_guards = guards.size();
+    int saved_folds = compiling_folds;
     undo_.clear();
     try {
       if (stopped) {
@@ -114,6 +115,7 @@ Tracer::Status Tracer::run() {
       }
       undo_.clear();
       mutated.resize(saved_mutated);
+      compiling_folds = saved_folds;
       std::string why;
       if (pc < bc.insts.size() && breakable(pc, &why)) {
         status_ = Status::Break;
@@ -499,6 +501,10 @@ int restart_operands(const bytecode::Instruction& i) {
 
 bool Tracer::breakable(size_t index, std::string* why) const {
   if (at_window_end(index)) return true;  // an empty stack outside loops and try blocks, by construction
+  if (compiling_folds > 0) {
+    *why = "after torch.compiler.is_compiling() was taken as True: the frame runs as Python";
+    return false;
+  }
   const bytecode::Instruction* inst = bc.insts[index].get();
   // Cells are rebuilt by STORE_DEREF in the rewritten frame and handed to the continuation as its
   // closure; a function made in this trace that captures one (its Cell value) cannot be rebuilt.

@@ -162,6 +162,10 @@ class Tracer {
   int break_at = -1;
   std::string break_at_reason;
   bool ops_in_try = false;
+  // torch.compiler.is_compiling() calls in torch's own code this trace folded to True: code after them may rely on a
+  // compile-only path (torch.optim's _stack_if_compiling stacks what its compiled caller made tensors), so no graph
+  // break may follow one: the frame runs as Python instead, where the query is False throughout.
+  int compiling_folds = 0;
   // Tensors the graph holds as constants (get_attr targets, assume_constant_result): set on the GraphModule's root.
   std::vector<std::pair<std::string, py::object>> graph_attrs;
   bool at_window_end(size_t index) const { return index < window_end.size() && window_end[index] >= 0; }
@@ -224,6 +228,16 @@ class Tracer {
   ValuePtr call_constant_result(const ValuePtr& fn, const std::vector<ValuePtr>& args,
                                 const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
   ValuePtr constant_result(const std::string& attr, py::handle result, int depth);
+  // `optimizer._init_group(group, [], [], ...)` of a torch.optim optimizer: made for real, its lists mapped back onto
+  // guarded inputs (optimizer.cpp); nullptr when `fn` is not that call or it cannot be made that way.
+  // torch._dynamo's decompositions of addcmul_ / addcdiv_ with value= and add_ with a tensor alpha= (optimizer.cpp),
+  // or nullptr when the call is not one of those (or config.enable_dynamo_decompositions is off).
+  ValuePtr optimizer_op_decomposition(const ValuePtr& self, const std::string& name, const std::vector<ValuePtr>& args,
+                                      const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
+  // d[t] on a dict read from the frame keyed by a tensor the frame holds (an optimizer's state), or nullptr.
+  ValuePtr tensor_keyed_item(const ValuePtr& container, const ValuePtr& key);
+  ValuePtr optimizer_init_group(const ValuePtr& fn, const std::vector<ValuePtr>& args,
+                                const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
   // Traces a call of a user Python function (a PyFunction) inline; throws Unsupported when it cannot.
   ValuePtr inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
                        std::vector<std::pair<std::string, ValuePtr>> kwargs);

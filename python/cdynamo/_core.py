@@ -82,6 +82,8 @@ def _torch_disable_codes():
 # usefully); every other installed package is user code, wherever it is installed.
 THIRD_PARTY_SKIP = ("_pytest", "pytest", "pluggy", "numpy", "scipy", "pandas", "sympy", "tqdm", "hypothesis",
                     "networkx", "IPython", "tensorflow", "jax")
+# Directories of torch whose code is traced as user code.
+TORCH_USER_DIRS = ("optim",)
 # (pip and setuptools are not looked up: asking for their specs runs setuptools' distutils shim.)
 
 
@@ -118,6 +120,9 @@ def _skip_dirs():
         if d:
             skip.append(d)
     keep = [paths["purelib"], paths["platlib"]]
+    # torch.optim is captured and inlined like user code, as torch._dynamo traces optimizer.step()
+    # (its own graph breaks and torch._disable_dynamo helpers are honoured as in any user code).
+    keep += [os.path.join(os.path.dirname(torch.__file__), d) for d in TORCH_USER_DIRS]
     try:
         keep += site.getsitepackages()
     except AttributeError:  # some virtualenv versions

@@ -5,7 +5,8 @@ Read and set them as attributes: ``cdynamo.config.recompile_limit = 4``. Unknown
 AttributeError (on get and on set, as torch._dynamo.config), values of the wrong type raise TypeError.
 An alias (``cache_size_limit``) and its option (``recompile_limit``) are one value.
 ``config.patch(...)`` changes options for a ``with`` block or a decorated function. The C++ core reads
-``recompile_limit`` on each recompile and ``suppress_errors`` on a backend failure; the Python callback reads
+``recompile_limit`` on each recompile, ``suppress_errors`` on a backend failure and ``enable_dynamo_decompositions``
+while tracing; the Python callback reads
 ``verbose`` and ``verify_correctness`` on each event. ``accumulated_recompile_limit``, ``capture_scalar_outputs``,
 ``capture_dynamic_output_shape_ops`` and ``traceable_tensor_subclasses`` are accepted and not read yet (see
 docs/python_api.md).
@@ -28,6 +29,9 @@ _OPTIONS = {
                                "(honoured by the dynamic-shapes work)"),
     "capture_dynamic_output_shape_ops": (bool, False, "accepted, not read yet: ops with data-dependent output "
                                          "shapes (nonzero, unique) graph-break (honoured by the dynamic-shapes work)"),
+    "enable_dynamo_decompositions": (bool, True, "addcmul_/addcdiv_ with value= and add_ with a tensor alpha= are "
+                                    "traced as torch._dynamo decomposes them (mul/div, prims.fma, copy_): torch.optim's "
+                                    "tensor step sizes stay in the graph; read while tracing"),
     "traceable_tensor_subclasses": (set, set(), "accepted, not read (deprecated and unused in torch._dynamo too)"),
 }
 _ALIASES = {"cache_size_limit": "recompile_limit", "accumulated_cache_size_limit": "accumulated_recompile_limit"}
