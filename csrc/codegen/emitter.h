@@ -63,7 +63,8 @@ class Emitter {
   static std::vector<std::pair<int, int>> call_sequence(int n, int kw_names_const = -1);
   // Kinds of conditional jumps, by what they test (the opcode's name differs between versions).
   enum class Jump { IfTrue, IfFalse, IfNone, IfNotNone };
-  // A forward conditional jump that pops TOS; the caller sets `target`.
+  // A forward conditional jump that pops TOS (on 3.13 a truth jump is TO_BOOL; POP_JUMP_*, as compiled);
+  // the caller sets `target` of the returned jump.
   bytecode::Instruction* pop_jump_forward(Jump kind);
   // The kind of a POP_JUMP_* opcode of this Python; nullopt for any other opcode.
   static std::optional<Jump> pop_jump_kind(int opcode);
