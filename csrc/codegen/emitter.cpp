@@ -50,6 +50,14 @@ void Emitter::null_after_callable() {
   if (!compat::opargs::kNullBeforeCallable) push_null();
 }
 
+void Emitter::load_closure(int slot) {
+  if (compat::opargs::kHasLoadClosure) {
+    emit("LOAD_CLOSURE", slot);
+    return;
+  }
+  closure_loads_.push_back(emit("LOAD_FAST", slot));
+}
+
 void Emitter::load_callable(py::handle fn) {
   null_before_callable();
   load_const(fn);
@@ -252,6 +260,8 @@ py::object Emitter::finish(bool flatten_args, const std::string& name) {
       for (auto& i : bc.insts)
         if (i->opcode == opcode && i->arg >= old_nlocals) i->arg += added_locals_;
     }
+    for (bytecode::Instruction* i : closure_loads_)  // 3.13's LOAD_CLOSURE is a LOAD_FAST of the cell slot
+      if (i->arg >= old_nlocals) i->arg += added_locals_;
   }
   if (varnames_changed_) {
     // code.replace() checks co_nlocals against co_varnames but does not recompute it.

@@ -346,7 +346,7 @@ void emit_resume_fn(Emitter& e, const Resume& r, const Origin& o) {
   }
   e.null_before_callable();
   const std::vector<int> derefs = deref_slots(o.code);
-  for (int s : derefs) e.emit("LOAD_CLOSURE", o.slot(s));
+  for (int s : derefs) e.load_closure(o.slot(s));
   e.emit("BUILD_TUPLE", static_cast<int>(derefs.size()));
   e.load_const(r.code);
   e.make_function(true);

@@ -44,6 +44,9 @@ inline constexpr bool kHasCallKw = kMinor >= 13;
 // Where a plain callable's NULL goes: below the callable through 3.12 ([NULL, callable, args]); 3.13 puts
 // it above ([callable, NULL, args]).
 inline constexpr bool kNullBeforeCallable = kMinor < 13;
+// LOAD_CLOSURE is an opcode through 3.12; 3.13 compiles it to LOAD_FAST of the cell or free slot (which holds
+// the cell itself).
+inline constexpr bool kHasLoadClosure = kMinor < 13;
 // POP_JUMP_IF_TRUE/FALSE and UNARY_NOT take an exact bool on 3.13 (TO_BOOL before them); any value before.
 inline constexpr bool kJumpNeedsBool = kMinor >= 13;
 // MAKE_FUNCTION takes its closure/defaults flags in the oparg through 3.12 (3.13: SET_FUNCTION_ATTRIBUTE).

@@ -11,21 +11,7 @@ namespace {
 
 using bytecode::Instruction;
 
-void load_closure(Tracer& t, const Instruction& i) {
-  // The slot's Cell, made on first capture with the slot's current content (the same value object, so a
-  // list or dict made in the trace stays one object inside and outside the function).
-  ValuePtr box = t.cell_of(i.arg);
-  if (!box) {
-    ValuePtr current = t.load_local(i.arg);
-    box = std::make_shared<Value>();
-    box->kind = VKind::Cell;
-    box->self = current;  // null: an empty cell (assigned later)
-    box->cell_slot = i.arg;
-    if (t.cell_boxes.size() < t.locals.size()) t.cell_boxes.resize(t.locals.size());
-    t.cell_boxes[static_cast<size_t>(i.arg)] = box;
-  }
-  t.push(box);
-}
+void load_closure(Tracer& t, const Instruction& i) { push_closure_cell(t, i.arg); }
 
 // A function attribute set by MAKE_FUNCTION's flags (3.11, 3.12) or SET_FUNCTION_ATTRIBUTE (3.13): 0x01
 // defaults, 0x02 keyword-only defaults, 0x04 annotations (not used by calls), 0x08 the closure.
@@ -104,6 +90,22 @@ void yield_value(Tracer& t, const Instruction&) {
 }
 
 }  // namespace
+
+void push_closure_cell(Tracer& t, int slot) {
+  // The slot's Cell, made on first capture with the slot's current content (the same value object, so a
+  // list or dict made in the trace stays one object inside and outside the function).
+  ValuePtr box = t.cell_of(slot);
+  if (!box) {
+    ValuePtr current = t.load_local(slot);
+    box = std::make_shared<Value>();
+    box->kind = VKind::Cell;
+    box->self = current;  // null: an empty cell (assigned later)
+    box->cell_slot = slot;
+    if (t.cell_boxes.size() < t.locals.size()) t.cell_boxes.resize(t.locals.size());
+    t.cell_boxes[static_cast<size_t>(slot)] = box;
+  }
+  t.push(box);
+}
 
 void register_functions(HandlerTable& t) {
   auto on = [&](const char* name, Handler h) { on_opcode(t, name, h); };

@@ -1,5 +1,6 @@
 // ops_load_store.cpp — owns handlers for loads, stores, attribute access and stack shuffling opcodes.
 #include "bytecode/bytecode.h"
+#include "compat/compat.h"
 #include "compat/opargs.h"
 #include "interp/tracer.h"
 
@@ -12,6 +13,12 @@ using bytecode::Instruction;
 void nop(Tracer&, const Instruction&) {}
 
 void load_fast(Tracer& t, const Instruction& i) {
+  // 3.13 compiles LOAD_CLOSURE to a LOAD_FAST of the cell or free slot (plain reads of those are LOAD_DEREF).
+  if (!compat::opargs::kHasLoadClosure &&
+      (compat::code_localsplus_kind(t.code, i.arg) & (compat::kFastCell | compat::kFastFree))) {
+    push_closure_cell(t, i.arg);
+    return;
+  }
   ValuePtr v = t.load_local(i.arg);
   if (!v) t.unsupported("local variable '" + t.local_name(i.arg) + "' referenced before assignment");
   t.push(v);
