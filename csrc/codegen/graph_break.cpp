@@ -80,8 +80,14 @@ Origin origin_of(const Tracer& t) {
     o.info = &origin_info(o.code);
     const auto& map = o.resume->origin_index;
     bool same = t.bc.insts.size() == map.size();
-    for (size_t i = 0; same && i < map.size(); ++i)
-      same = map[i] < 0 || t.bc.insts[i]->opcode == o.info->bc.insts[static_cast<size_t>(map[i])]->opcode;
+    static const int load_fast = bytecode::opcode_by_name("LOAD_FAST");
+    static const int store_fast = bytecode::opcode_by_name("STORE_FAST");
+    for (size_t i = 0; same && i < map.size(); ++i) {
+      if (map[i] < 0) continue;
+      const int mine = t.bc.insts[i]->opcode, orig = o.info->bc.insts[static_cast<size_t>(map[i])]->opcode;
+      // A 3.13 paired fast-local instruction split by make_resume keeps its record in its first half.
+      same = mine == orig || (bytecode::is_paired_fast(orig) && (mine == load_fast || mine == store_fast));
+    }
     if (!same) throw interp::Unsupported("continuation bytecode does not match its record");
     return o;
   }
