@@ -173,7 +173,7 @@ std::vector<Unpacked> unpack(std::string_view code) {
     const int op = static_cast<unsigned char>(code[i]);
     const int base = deopt(op);
     caches = cache_entries(base);
-    Unpacked u{static_cast<int>(i), op, base >= gen::kHaveArgument, 0};
+    Unpacked u{static_cast<int>(i), op, gen::kHasArg[base], 0};
     if (u.has_arg) {
       u.arg = static_cast<unsigned char>(code[i + 1]) | ext;
       ext = base == gen::kExtendedArg ? (u.arg << 8) : 0;

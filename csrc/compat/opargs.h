@@ -44,6 +44,9 @@ inline constexpr bool kHasCallKw = kMinor >= 13;
 // Where a plain callable's NULL goes: below the callable through 3.12 ([NULL, callable, args]); 3.13 puts
 // it above ([callable, NULL, args]).
 inline constexpr bool kNullBeforeCallable = kMinor < 13;
+// co_stacksize: 3.13's compiler counts RETURN_CONST's constant as a slot (it sizes the stack before folding
+// LOAD_CONST; RETURN_VALUE into RETURN_CONST); 3.12's does not.
+inline constexpr bool kReturnConstNeedsSlot = kMinor >= 13;
 // LOAD_CLOSURE is an opcode through 3.12; 3.13 compiles it to LOAD_FAST of the cell or free slot (which holds
 // the cell itself).
 inline constexpr bool kHasLoadClosure = kMinor < 13;
