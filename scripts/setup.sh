@@ -7,19 +7,20 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore PIP_NO_INPUT=
 say() { echo "[setup] $*"; }
 die() { echo "[setup] ERROR: $*" >&2; exit 1; }
 
-# 1. Python 3.11 or 3.12 (cdynamo's C++ core is written against CPython internals, per version in csrc/compat).
-#    PYTHON=python3.12 picks the interpreter; without it the first 3.11, then 3.12 found is used.
-supported='import sys; sys.exit(sys.version_info[:2] not in ((3, 11), (3, 12)))'
+# 1. Python 3.11, 3.12 or 3.13 (cdynamo's C++ core is written against CPython internals, per version in
+#    csrc/compat). PYTHON=python3.12 (or python3.13) picks the interpreter; without it the first 3.11, then 3.12,
+#    then 3.13 found is used.
+supported='import sys; sys.exit(sys.version_info[:2] not in ((3, 11), (3, 12), (3, 13)))'
 PY="${PYTHON:-}"
 if [ -z "$PY" ]; then
-  for cand in python3.11 python3.12 python3 python; do
+  for cand in python3.11 python3.12 python3.13 python3 python; do
     if command -v "$cand" >/dev/null 2>&1 && "$cand" -c "$supported" 2>/dev/null; then
       PY="$cand"; break
     fi
   done
 fi
-[ -n "$PY" ] || die "Python 3.11 or 3.12 not found (set PYTHON=/path/to/python3.11 or python3.12)"
-"$PY" -c "$supported" || die "$PY is not Python 3.11 or 3.12"
+[ -n "$PY" ] || die "Python 3.11, 3.12 or 3.13 not found (set PYTHON=/path/to/python3.11, python3.12 or python3.13)"
+"$PY" -c "$supported" || die "$PY is not Python 3.11, 3.12 or 3.13"
 say "python: $(command -v "$PY") ($("$PY" -c 'import sys; print(sys.version.split()[0])'))"
 pip_install() { "$PY" -m pip install -q "$@"; }
 

@@ -10,7 +10,7 @@ command -v "$PY" >/dev/null 2>&1 || PY=python3
 status=0
 
 # The GoogleTest binaries live in the scikit-build build dir (build/<wheel_tag>) of this Python (cp311-...,
-# cp312-...); use the newest one.
+# cp312-..., cp313-...); use the newest one.
 tag="$("$PY" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')"
 testfile="$(ls -t build/"$tag"-*/CTestTestfile.cmake 2>/dev/null | head -n 1 || true)"
 if [ -z "$testfile" ]; then

@@ -72,6 +72,11 @@ Bytecode decode(PyCodeObject* code) {
     if (op == gen::kCache || opname(op)[0] == '<') {
       throw std::runtime_error(std::string("decode: invalid opcode ") + std::to_string(op) + at(static_cast<int>(2 * i)));
     }
+    // 3.13's tier-2 executors patch ENTER_EXECUTOR into the live code; co_code (PyCode_GetCode) gives the
+    // original instruction back, so one here means bytes that did not come from co_code.
+    static const int enter_executor = opcode_by_name("ENTER_EXECUTOR");  // 3.13+; -1 before
+    if (enter_executor >= 0 && op == enter_executor)
+      throw std::runtime_error("decode: ENTER_EXECUTOR (a tier-2 executor) in co_code" + at(static_cast<int>(2 * i)));
     const unsigned long long full = ext | static_cast<unsigned char>(bytes[2 * i + 1]);
     if (full > 0x7FFFFFFFull) throw std::runtime_error("decode: oparg overflow" + at(static_cast<int>(2 * i)));
     const size_t end = i + 1 + static_cast<size_t>(cache_entries(op));

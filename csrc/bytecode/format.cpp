@@ -1,10 +1,12 @@
-// format.cpp — owns the dis-style listing (same columns and argument text as `dis.disassemble` of 3.11 / 3.12).
+// format.cpp — owns the dis-style listing (same columns and argument text as `dis.disassemble` of 3.11 / 3.12,
+// and 3.13's labelled layout).
 #include "bytecode/detail.h"
 #include "compat/opargs.h"
 #include "opcodes_gen.h"
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 
@@ -60,7 +62,9 @@ long long jrel_target(int op, long long arg, int offset) {
   return to;
 }
 
-std::string argrepr(PyCodeObject* code, int op, long long arg, int offset) {
+// `labels` (3.13): jump target offset -> label number.
+std::string argrepr(PyCodeObject* code, int op, long long arg, int offset,
+                    const std::map<long long, int>* labels = nullptr) {
   if (gen::kHasConst[op]) {
     if (op != gen::OP_LOAD_CONST && gen::kPyMinor < 12) return "";  // 3.12 resolves every const operand
     PyObject* c = tuple_item(code->co_consts, arg);  // borrowed
@@ -70,6 +74,7 @@ std::string argrepr(PyCodeObject* code, int op, long long arg, int offset) {
     if (op == gen::OP_LOAD_GLOBAL) {
       std::string name = str_text(tuple_item(code->co_names, arg >> 1));
       if (!(arg & 1) || name.empty()) return name;
+      if (gen::kPyMinor >= 13) return name += " + NULL";
       std::string s = "NULL + ";
       s += name;
       return s;
@@ -80,6 +85,7 @@ std::string argrepr(PyCodeObject* code, int op, long long arg, int offset) {
           code->co_names, super_attr ? compat::opargs::load_super_attr_name(static_cast<int>(arg))
                                      : compat::opargs::load_attr_name(static_cast<int>(arg))));
       if (!(arg & 1) || name.empty()) return name;
+      if (gen::kPyMinor >= 13) return name += " + NULL|self";
       return "NULL|self + " + name;
     }
     return str_text(tuple_item(code->co_names, arg));
@@ -87,25 +93,53 @@ std::string argrepr(PyCodeObject* code, int op, long long arg, int offset) {
   if (gen::kHasJabs[op] || gen::kHasJrel[op]) {
     const long long to = gen::kHasJabs[op] ? arg * 2 : jrel_target(op, arg, offset);
     std::string s = "to ";
+    if (labels) {  // 3.13: jumps name their target's label
+      auto it = labels->find(to);
+      if (it == labels->end()) {
+        s += std::to_string(to);
+      } else {
+        s += 'L';
+        s += std::to_string(it->second);
+      }
+      return s;
+    }
     s += std::to_string(to);
+    return s;
+  }
+  if (op == opcode_by_name("LOAD_FAST_LOAD_FAST") || op == opcode_by_name("STORE_FAST_LOAD_FAST") ||
+      op == opcode_by_name("STORE_FAST_STORE_FAST")) {
+    std::string s = varname(code, compat::opargs::first_fast(static_cast<int>(arg)));
+    s += ", ";
+    s += varname(code, compat::opargs::second_fast(static_cast<int>(arg)));
     return s;
   }
   if (gen::kHasLocal[op] || gen::kHasFree[op]) return varname(code, arg);
   if (gen::kHasCompare[op]) {
     const int cmp = compat::opargs::compare_op(static_cast<int>(arg));
-    return (cmp >= 0 && cmp < gen::kNumCmpOps) ? gen::kCmpOp[cmp] : "";
+    if (cmp < 0 || cmp >= gen::kNumCmpOps) return "";
+    if (compat::opargs::compare_op_to_bool(static_cast<int>(arg))) {
+      std::string s = "bool(";
+      s += gen::kCmpOp[cmp];
+      s += ')';
+      return s;
+    }
+    return gen::kCmpOp[cmp];
+  }
+  if (op == opcode_by_name("CONVERT_VALUE")) {
+    static const char* const conv[] = {"", "str", "repr", "ascii"};
+    return arg >= 0 && arg < 4 ? conv[arg] : "";
   }
   if (gen::kNumIntrinsic1 > 0 && op == opcode_by_name("CALL_INTRINSIC_1"))
     return (arg >= 0 && arg < gen::kNumIntrinsic1) ? gen::kIntrinsic1[arg] : "";
   if (gen::kNumIntrinsic2 > 0 && op == opcode_by_name("CALL_INTRINSIC_2"))
     return (arg >= 0 && arg < gen::kNumIntrinsic2) ? gen::kIntrinsic2[arg] : "";
-  if (op == gen::OP_FORMAT_VALUE) {
+  if (op == opcode_by_name("FORMAT_VALUE")) {  // 3.11, 3.12
     static const char* const conv[] = {"", "str", "repr", "ascii"};
     std::string s = conv[arg & 3];
     if (arg & 4) s += s.empty() ? "with format" : ", with format";
     return s;
   }
-  if (op == gen::OP_MAKE_FUNCTION) {
+  if (op == opcode_by_name(gen::kPyMinor >= 13 ? "SET_FUNCTION_ATTRIBUTE" : "MAKE_FUNCTION")) {
     static const char* const flags[] = {"defaults", "kwdefaults", "annotations", "closure"};
     std::string s;
     for (int i = 0; i < 4; ++i) {
@@ -139,7 +173,7 @@ std::vector<Unpacked> unpack(std::string_view code) {
     const int op = static_cast<unsigned char>(code[i]);
     const int base = deopt(op);
     caches = cache_entries(base);
-    Unpacked u{static_cast<int>(i), op, base >= gen::kHaveArgument, 0};
+    Unpacked u{static_cast<int>(i), op, gen::kHasArg[base], 0};
     if (u.has_arg) {
       u.arg = static_cast<unsigned char>(code[i + 1]) | ext;
       ext = base == gen::kExtendedArg ? (u.arg << 8) : 0;
@@ -155,8 +189,111 @@ std::vector<Unpacked> unpack(std::string_view code) {
 std::string rjust(std::string s, size_t w) { return s.size() >= w ? s : std::string(w - s.size(), ' ') + s; }
 std::string ljust(std::string s, size_t w) { return s.size() >= w ? s : s + std::string(w - s.size(), ' '); }
 
+// 3.13's dis.disassemble: labels (L1, L2, ...) on jump targets and exception-table bounds instead of offsets,
+// lines that change to "no line" shown as "--".
+std::string listing_313(std::string_view code, std::string_view linetable, int firstlineno, std::string_view exctable,
+                        PyCodeObject* ctx) {
+  const size_t units = code.size() / 2;
+  const auto positions = parse_location_table(linetable, firstlineno, units);
+  // dis.findlinestarts (3.13): every change of line, to "no line" included.
+  std::vector<char> starts(units, 0);
+  int last = -2, max_line = -1;
+  bool none_start = false;
+  for (size_t u = 0; u < units; ++u) {
+    const int line = positions[u].line < 0 ? -1 : positions[u].line;
+    if (line != last) {
+      starts[u] = 1;
+      last = line;
+      if (line < 0) none_start = true;
+      else max_line = std::max(max_line, line);
+    }
+  }
+  size_t lineno_width = 0;
+  if (max_line >= 0) {
+    lineno_width = std::max<size_t>(3, std::to_string(max_line).size());
+    if (lineno_width < 4 && none_start) lineno_width = 4;
+  }
+  const auto entries = parse_exception_table(exctable);
+  const auto insts = unpack(code);
+  std::set<long long> targets;
+  for (const auto& u : insts) {
+    const int base = deopt(u.op);
+    if (!u.has_arg) continue;
+    if (gen::kHasJrel[base]) targets.insert(jrel_target(base, u.arg, u.offset));
+    if (gen::kHasJabs[base]) targets.insert(u.arg * 2);
+  }
+  for (const auto& e : entries) {
+    targets.insert(e.start);
+    targets.insert(e.end);
+    targets.insert(e.target);
+  }
+  std::map<long long, int> labels;
+  int next = 1;
+  for (long long t : targets) labels[t] = next++;
+  const size_t label_width = 4 + std::to_string(labels.size()).size();
+
+  std::string out;
+  for (const auto& u : insts) {
+    const size_t unit = static_cast<size_t>(u.offset / 2);
+    const bool starts_line = lineno_width && starts[unit];
+    if (starts_line && u.offset > 0) out += "\n";
+    std::string row;
+    if (lineno_width) {
+      if (starts_line) {
+        const int line = positions[unit].line;
+        row += rjust(line >= 0 ? std::to_string(line) : std::string("  --"), lineno_width);
+      } else {
+        row += std::string(lineno_width, ' ');
+      }
+      row += ' ';
+    }
+    auto lbl = labels.find(u.offset);
+    std::string label;
+    if (lbl != labels.end()) {
+      label += 'L';
+      label += std::to_string(lbl->second);
+      label += ':';
+    }
+    row += rjust(label, label_width);
+    row += " ";
+    row += "   ";  // no current-instruction marker
+    row += ' ';
+    const std::string name = opname(u.op);
+    row += ljust(name, kOpnameWidth);
+    if (u.has_arg) {
+      row += ' ';
+      const size_t excess = name.size() > kOpnameWidth ? name.size() - kOpnameWidth : 0;
+      row += rjust(std::to_string(u.arg), kOpargWidth > excess ? kOpargWidth - excess : 0);
+      const std::string detail = argrepr(ctx, deopt(u.op), u.arg, u.offset, &labels);
+      if (!detail.empty()) {
+        row += " (";
+        row += detail;
+        row += ")";
+      }
+    }
+    while (!row.empty() && row.back() == ' ') row.pop_back();
+    out += row + "\n";
+  }
+  if (!entries.empty()) {
+    out += "ExceptionTable:\n";
+    for (const auto& e : entries) {
+      out += "  L";
+      out += std::to_string(labels[e.start]);
+      out += " to L";
+      out += std::to_string(labels[e.end]);
+      out += " -> L";
+      out += std::to_string(labels[e.target]);
+      out += " [";
+      out += std::to_string(e.depth);
+      out += e.lasti ? "] lasti\n" : "]\n";
+    }
+  }
+  return out;
+}
+
 std::string listing(std::string_view code, std::string_view linetable, int firstlineno, std::string_view exctable,
                     PyCodeObject* ctx) {
+  if (gen::kPyMinor >= 13) return listing_313(code, linetable, firstlineno, exctable, ctx);
   const size_t units = code.size() / 2;
   const auto positions = parse_location_table(linetable, firstlineno, units);
   std::vector<int> starts(units, -1);  // line starting at each code unit (dis.findlinestarts)

@@ -71,6 +71,11 @@ def generate():
     out.append(_int_table("kDeopt", "unsigned char", deopt))
     out.append("// Inline CACHE code units following each opcode (specialized opcodes use their base's count).")
     out.append(_int_table("kCacheEntries", "unsigned char", caches))
+    # Whether an opcode takes an argument: opcode.hasarg (3.12+; 3.13's WITH_EXCEPT_START sits at HAVE_ARGUMENT
+    # without one), else HAVE_ARGUMENT and up.
+    hasarg = getattr(opcode, "hasarg", None)
+    out.append(_bool_table("kHasArg", {op for op in hasarg if op < 256} if hasarg is not None
+                           else set(range(opcode.HAVE_ARGUMENT, 256))))
     out.append(_bool_table("kHasJrel", {op for op in opcode.hasjrel if op < 256}))
     out.append(_bool_table("kHasJabs", {op for op in opcode.hasjabs if op < 256}))
     out.append(_bool_table("kBackwardJump", backward))

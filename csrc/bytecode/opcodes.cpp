@@ -15,7 +15,7 @@ bool valid(int op) { return op >= 0 && op < 256; }
 int base(int op) { return valid(op) ? gen::kDeopt[op] : op; }
 }  // namespace
 
-bool has_arg(int opcode) { return valid(opcode) && base(opcode) >= gen::kHaveArgument; }
+bool has_arg(int opcode) { return valid(opcode) && gen::kHasArg[base(opcode)]; }
 
 bool is_jump(int opcode) {
   return valid(opcode) && (gen::kHasJrel[base(opcode)] || gen::kHasJabs[base(opcode)]);

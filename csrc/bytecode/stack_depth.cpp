@@ -1,5 +1,6 @@
 // stack_depth.cpp — owns the max-stack-depth flow analysis over instructions, jumps and exception handlers.
 #include "bytecode/detail.h"
+#include "compat/opargs.h"
 #include "opcodes_gen.h"
 
 #include <algorithm>
@@ -70,6 +71,7 @@ int stack_depths(const Bytecode& bc, std::vector<int>& depth) {
   depth[0] = 0;
   work.push_back(0);
   std::vector<bool> handler_seen(bc.exception_table.size(), false);
+  static const int return_const = opcode_by_name("RETURN_CONST");  // 3.12+; -1 before
   while (!work.empty()) {
     const size_t i = work.back();
     work.pop_back();
@@ -90,8 +92,12 @@ int stack_depths(const Bytecode& bc, std::vector<int>& depth) {
     const int next = d + (gen_prefix ? 1 : stack_effect(in.opcode, arg, false));
     if (next < 0) throw std::runtime_error("stack_depth: negative stack depth after " + where(bc, i));
     max_depth = std::max(max_depth, next);
+    // 3.13's compiler counts RETURN_CONST as the LOAD_CONST; RETURN_VALUE it replaces (one more slot).
+    if (compat::opargs::kReturnConstNeedsSlot && in.opcode == return_const) max_depth = std::max(max_depth, d + 1);
     if (!is_terminator(in.opcode)) push(i + 1, next, i);
   }
+  // 3.13 sizes the stack before removing the unreachable implicit `return None` after a final raise: never 0.
+  if (compat::opargs::kReturnConstNeedsSlot) max_depth = std::max(max_depth, 1);
   return max_depth;
 }
 

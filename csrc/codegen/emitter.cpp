@@ -50,6 +50,14 @@ void Emitter::null_after_callable() {
   if (!compat::opargs::kNullBeforeCallable) push_null();
 }
 
+void Emitter::load_closure(int slot) {
+  if (compat::opargs::kHasLoadClosure) {
+    emit("LOAD_CLOSURE", slot);
+    return;
+  }
+  closure_loads_.push_back(emit("LOAD_FAST", slot));
+}
+
 void Emitter::load_callable(py::handle fn) {
   null_before_callable();
   load_const(fn);
@@ -86,6 +94,11 @@ void Emitter::load_method(const std::string& name) {
 
 std::vector<std::pair<int, int>> Emitter::call_sequence(int n, int kw_names_const) {
   std::vector<std::pair<int, int>> seq;
+  if (compat::opargs::kHasCallKw && kw_names_const >= 0) {  // 3.13: the names tuple on the stack, CALL_KW
+    seq.emplace_back(bytecode::opcode_by_name("LOAD_CONST"), kw_names_const);
+    seq.emplace_back(bytecode::opcode_by_name("CALL_KW"), n);
+    return seq;
+  }
   if (kw_names_const >= 0) seq.emplace_back(bytecode::opcode_by_name("KW_NAMES"), kw_names_const);
   if (compat::opargs::kHasPrecall) seq.emplace_back(bytecode::opcode_by_name("PRECALL"), n);
   seq.emplace_back(bytecode::opcode_by_name("CALL"), n);
@@ -115,6 +128,8 @@ bytecode::Instruction* Emitter::pop_jump_forward(Jump kind) {
   const char* base = kind == Jump::IfTrue ? "IF_TRUE" : kind == Jump::IfFalse ? "IF_FALSE"
                      : kind == Jump::IfNone ? "IF_NONE" : "IF_NOT_NONE";
   std::string name = std::string(forward_names ? "POP_JUMP_FORWARD_" : "POP_JUMP_") + base;
+  // 3.13's truth jumps take an exact bool: TO_BOOL first (as the compiler emits it).
+  if (compat::opargs::kJumpNeedsBool && (kind == Jump::IfTrue || kind == Jump::IfFalse)) emit("TO_BOOL");
   return emit(name.c_str(), 0);
 }
 
@@ -245,6 +260,8 @@ py::object Emitter::finish(bool flatten_args, const std::string& name) {
       for (auto& i : bc.insts)
         if (i->opcode == opcode && i->arg >= old_nlocals) i->arg += added_locals_;
     }
+    for (bytecode::Instruction* i : closure_loads_)  // 3.13's LOAD_CLOSURE is a LOAD_FAST of the cell slot
+      if (i->arg >= old_nlocals) i->arg += added_locals_;
   }
   if (varnames_changed_) {
     // code.replace() checks co_nlocals against co_varnames but does not recompute it.

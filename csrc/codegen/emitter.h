@@ -46,6 +46,8 @@ class Emitter {
   void null_after_callable();
   // Pushes `fn` (a constant) as a plain callable for call().
   void load_callable(py::handle fn);
+  // Pushes the cell of cell/free slot `slot` (for a closure tuple): LOAD_CLOSURE, which 3.13 spells LOAD_FAST.
+  void load_closure(int slot);
   // Makes a function from the code object on top of the stack (below it, a tuple of cells when `closure`).
   void make_function(bool closure);
   // The (opcode, arg) sequence of make_function(closure), for code built outside an Emitter.
@@ -63,7 +65,8 @@ class Emitter {
   static std::vector<std::pair<int, int>> call_sequence(int n, int kw_names_const = -1);
   // Kinds of conditional jumps, by what they test (the opcode's name differs between versions).
   enum class Jump { IfTrue, IfFalse, IfNone, IfNotNone };
-  // A forward conditional jump that pops TOS; the caller sets `target`.
+  // A forward conditional jump that pops TOS (on 3.13 a truth jump is TO_BOOL; POP_JUMP_*, as compiled);
+  // the caller sets `target` of the returned jump.
   bytecode::Instruction* pop_jump_forward(Jump kind);
   // The kind of a POP_JUMP_* opcode of this Python; nullopt for any other opcode.
   static std::optional<Jump> pop_jump_kind(int opcode);
@@ -88,6 +91,7 @@ class Emitter {
   bool varnames_changed_ = false;
   py::object freevars_;  // set_freevars(), or empty
   int added_locals_ = 0;
+  std::vector<bytecode::Instruction*> closure_loads_;  // load_closure()'s LOAD_FASTs (3.13), shifted in finish()
   std::unordered_map<const guards::Source*, int> base_slots_;  // bases held in temporaries (load_inputs)  // add_local() calls: cell / free variable slots move up by this many
   int argcount_ = -1;
   bytecode::Position pos_;

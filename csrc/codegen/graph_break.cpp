@@ -8,6 +8,7 @@
 #include "codegen/emitter.h"
 #include "codegen/rebuild.h"
 #include "codegen/resume_info.h"
+#include "bytecode/flow.h"
 #include "compat/compat.h"
 #include "compat/opargs.h"
 
@@ -79,8 +80,14 @@ Origin origin_of(const Tracer& t) {
     o.info = &origin_info(o.code);
     const auto& map = o.resume->origin_index;
     bool same = t.bc.insts.size() == map.size();
-    for (size_t i = 0; same && i < map.size(); ++i)
-      same = map[i] < 0 || t.bc.insts[i]->opcode == o.info->bc.insts[static_cast<size_t>(map[i])]->opcode;
+    static const int load_fast = bytecode::opcode_by_name("LOAD_FAST");
+    static const int store_fast = bytecode::opcode_by_name("STORE_FAST");
+    for (size_t i = 0; same && i < map.size(); ++i) {
+      if (map[i] < 0) continue;
+      const int mine = t.bc.insts[i]->opcode, orig = o.info->bc.insts[static_cast<size_t>(map[i])]->opcode;
+      // A 3.13 paired fast-local instruction split by make_resume keeps its record in its first half.
+      same = mine == orig || (bytecode::is_paired_fast(orig) && (mine == load_fast || mine == store_fast));
+    }
     if (!same) throw interp::Unsupported("continuation bytecode does not match its record");
     return o;
   }
@@ -198,9 +205,8 @@ py::object chain_code(const Origin& o, size_t cut, int& counter) {
   auto& chains = o.info->chains;
   auto it = chains.find(cut);
   if (it != chains.end()) {
-    PyObject* alive = PyWeakref_GetObject(it->second.ptr());  // borrowed; Py_None once dead
-    if (alive && alive != Py_None) return py::reinterpret_borrow<py::object>(alive);
-    PyErr_Clear();
+    PyObject* alive = compat::weakref_get(it->second.ptr());  // new reference; nullptr once dead
+    if (alive) return py::reinterpret_steal<py::object>(alive);
   }
   Origin base{o.code, o.info, nullptr};
   Resume r = make_resume(base, cut, {}, o.info->windows.args[cut], counter);
@@ -250,12 +256,39 @@ Resume make_resume(const Origin& o, size_t target, const std::vector<char>& null
       bytecode::opcode_by_name("LOAD_CLOSURE"), bytecode::opcode_by_name("LOAD_CLASSDEREF"),
       bytecode::opcode_by_name("LOAD_FAST_CHECK"), bytecode::opcode_by_name("LOAD_FAST_AND_CLEAR"),
       bytecode::opcode_by_name("LOAD_FROM_DICT_OR_DEREF")};
-  for (auto& i : body.insts)
+  for (size_t k = 0; k < body.insts.size(); ++k) {
+    bytecode::Instruction* i = body.insts[k].get();
+    if (bytecode::is_paired_fast(i->opcode)) {
+      // 3.13's paired forms hold two slots of 4 bits each: remapped slots past 15 split the pair into its
+      // two single-slot instructions (the first stays this instruction, which jumps and the exception table
+      // refer to).
+      const std::vector<bytecode::FastAccess> acc = bytecode::fast_accesses(*i);
+      int to[2];
+      for (int h = 0; h < 2; ++h) {
+        to[h] = remap.at(static_cast<size_t>(acc[static_cast<size_t>(h)].slot));
+        if (to[h] < 0) throw interp::Unsupported("a continuation reads a slot it does not have");
+      }
+      if (to[0] < 16 && to[1] < 16) {
+        i->arg = compat::opargs::fast_pair_arg(to[0], to[1]);
+        continue;
+      }
+      auto single = [](bytecode::FastAccess::Kind kind) {
+        return bytecode::opcode_by_name(kind == bytecode::FastAccess::Read ? "LOAD_FAST" : "STORE_FAST");
+      };
+      i->opcode = single(acc[0].kind);
+      i->arg = to[0];
+      bytecode::Instruction* second = body.insert(k + 1, single(acc[1].kind), to[1]);
+      second->pos = i->pos;
+      kept.insert(kept.begin() + static_cast<long>(k) + 1, -1);
+      ++k;
+      continue;
+    }
     if (std::find(local_ops.begin(), local_ops.end(), i->opcode) != local_ops.end()) {
       int to = remap.at(static_cast<size_t>(i->arg));
       if (to < 0) throw interp::Unsupported("a continuation reads a slot it does not have");
       i->arg = to;
     }
+  }
   size_t entry_at = static_cast<size_t>(std::find(kept.begin(), kept.end(), static_cast<int>(target)) - kept.begin());
   bytecode::Instruction* entry = body.insts[entry_at].get();
   size_t at = 0;
@@ -319,7 +352,7 @@ void emit_resume_fn(Emitter& e, const Resume& r, const Origin& o) {
   }
   e.null_before_callable();
   const std::vector<int> derefs = deref_slots(o.code);
-  for (int s : derefs) e.emit("LOAD_CLOSURE", o.slot(s));
+  for (int s : derefs) e.load_closure(o.slot(s));
   e.emit("BUILD_TUPLE", static_cast<int>(derefs.size()));
   e.load_const(r.code);
   e.make_function(true);
@@ -407,7 +440,7 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
   for (size_t i = 0; i < ndeep; ++i) deep_null[i] = t.stack[i]->kind == VKind::Null;
 
   auto call_resume = [&](int extra_on_stack, const std::vector<int>& passed) {
-    // Stack now: [NULL, fn, deep..., extra...]; add the locals (origin slots, held in the frame's) and call.
+    // Stack now: [NULL, fn, deep..., extra...] (3.13: [fn, NULL, ...]); add the locals (origin slots, held in the frame's) and call.
     for (int slot : passed) e.emit("LOAD_FAST", origin.slot(slot));
     int nargs = 0;
     for (char n : deep_null) nargs += n ? 0 : 1;
@@ -449,7 +482,8 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
     }
   } else {
     const std::string name = bytecode::opname(inst.opcode);
-    const bool is_call = name == "CALL";
+    const bool is_call_kw = name == "CALL_KW";  // 3.13: the names tuple is the last operand
+    const bool is_call = name == "CALL" || is_call_kw;
     // A call pushes its result (dis.stack_effect splits 3.11's over PRECALL and CALL).
     int pushed = is_call ? 1 : consumed + bytecode::stack_effect(inst.opcode, inst.arg, false);
     size_t next = origin.index(pc + 1);
@@ -460,8 +494,9 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
     // prologue puts the NULL below it, which CALL treats the same way.
     const bool method = name == "LOAD_METHOD" || (name == "LOAD_ATTR" && compat::opargs::load_attr_method(inst.arg));
     if (method) {
-      null_at.push_back(1);
-      null_at.push_back(0);
+      // The NULL on this Python's side of the callable: below it through 3.12, above it on 3.13.
+      null_at.push_back(compat::opargs::kNullBeforeCallable ? 1 : 0);
+      null_at.push_back(compat::opargs::kNullBeforeCallable ? 0 : 1);
       pushed = 1;
     } else {
       null_at.insert(null_at.end(), static_cast<size_t>(pushed), 0);
@@ -470,21 +505,29 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
     emit_resume_fn(e, r, origin);
     emit_deep_stack(rb, t, ndeep);
     // The breaking instruction's own operands, then the instruction itself, run as Python.
-    // [NULL, method] before a CALL is rebuilt by the method form ([function, self]), which CALL takes the
-    // same way; before CALL_FUNCTION_EX the NULL must stay a NULL below the bound method.
+    // [NULL, method] (3.13: [method, NULL]) before a CALL is rebuilt by the method form ([function, self]),
+    // which CALL takes the same way; before CALL_FUNCTION_EX the NULL must stay a NULL beside the bound method.
     for (size_t i = ndeep; i < t.stack.size(); ++i) {
       const ValuePtr& v = t.stack[i];
-      if (is_call && v->kind == VKind::Null && i + 1 < t.stack.size() && t.stack[i + 1]->kind == VKind::Method) {
-        rb.push(t.stack[i + 1]->self);
-        e.load_method(t.stack[i + 1]->name);
-        ++i;
-        continue;
+      if (is_call && i + 1 < t.stack.size()) {
+        const ValuePtr& next = t.stack[i + 1];
+        const ValuePtr* bound = nullptr;
+        if (compat::opargs::kNullBeforeCallable && v->kind == VKind::Null && next->kind == VKind::Method) bound = &next;
+        if (!compat::opargs::kNullBeforeCallable && v->kind == VKind::Method && next->kind == VKind::Null) bound = &v;
+        if (bound) {
+          rb.push((*bound)->self);
+          e.load_method((*bound)->name);
+          ++i;
+          continue;
+        }
       }
       rb.push(v);
     }
     if (tmp >= 0) e.emit("DELETE_FAST", tmp);
     rb.release();
-    if (is_call) {
+    if (is_call_kw) {
+      e.bc.append(inst.opcode, inst.arg);
+    } else if (is_call) {
       int kw = -1;
       for (size_t k = pc; k-- > 0;) {
         std::string prev = bytecode::opname(t.bc.insts[k]->opcode);

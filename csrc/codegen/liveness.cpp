@@ -13,11 +13,6 @@ std::vector<std::vector<char>> live_locals(const bytecode::Bytecode& bc, int nlo
                                           const std::vector<std::vector<size_t>>& succ) {
   size_t n = bc.insts.size();
   std::vector<std::vector<char>> live(n + 1, std::vector<char>(nlocals, 0));
-  const int load_fast = bytecode::opcode_by_name("LOAD_FAST");
-  const int store_fast = bytecode::opcode_by_name("STORE_FAST");
-  const int delete_fast = bytecode::opcode_by_name("DELETE_FAST");
-  const int load_fast_check = bytecode::opcode_by_name("LOAD_FAST_CHECK");          // 3.12+; -1 before
-  const int load_fast_and_clear = bytecode::opcode_by_name("LOAD_FAST_AND_CLEAR");  // 3.12+; -1 before
   bool changed = true;
   while (changed) {
     changed = false;
@@ -26,11 +21,13 @@ std::vector<std::vector<char>> live_locals(const bytecode::Bytecode& bc, int nlo
       std::vector<char> out(nlocals, 0);
       for (size_t s : succ[k])
         for (int j = 0; j < nlocals; ++j) out[j] |= live[s][j];
-      bool reads = inst->opcode == load_fast || inst->opcode == delete_fast || inst->opcode == load_fast_check ||
-                   inst->opcode == load_fast_and_clear;
-      bool writes = inst->opcode == store_fast;
-      if (writes && inst->arg < nlocals) out[inst->arg] = 0;
-      if (reads && inst->arg < nlocals) out[inst->arg] = 1;
+      // Backwards through the instruction's accesses (3.13's paired forms make two, in order): a write kills,
+      // a read or a deletion (of a bound local) makes live.
+      const std::vector<bytecode::FastAccess> acc = bytecode::fast_accesses(*inst);
+      for (auto a = acc.rbegin(); a != acc.rend(); ++a) {
+        if (a->slot < 0 || a->slot >= nlocals) continue;
+        out[a->slot] = a->kind == bytecode::FastAccess::Write ? 0 : 1;
+      }
       if (out != live[k]) {
         live[k] = std::move(out);
         changed = true;

@@ -5,6 +5,7 @@
 #include <climits>
 #include <stdexcept>
 
+#include "bytecode/flow.h"
 #include "compat/compat.h"
 
 namespace cdynamo::codegen {
@@ -15,8 +16,6 @@ namespace {
 std::vector<std::vector<char>> definitely_bound(const bytecode::Bytecode& bc, int nlocals, int nargs,
                                                 const std::vector<std::vector<size_t>>& succ) {
   const size_t n = bc.insts.size();
-  const int store_fast = bytecode::opcode_by_name("STORE_FAST");
-  const int delete_fast = bytecode::opcode_by_name("DELETE_FAST");
   std::vector<std::vector<char>> in(n, std::vector<char>(static_cast<size_t>(nlocals), 1));
   std::vector<char> seen(n, 0);
   if (n == 0) return in;
@@ -29,9 +28,10 @@ std::vector<std::vector<char>> definitely_bound(const bytecode::Bytecode& bc, in
       if (!seen[k]) continue;
       std::vector<char> out = in[k];
       const auto* inst = bc.insts[k].get();
-      if (inst->arg >= 0 && inst->arg < nlocals) {
-        if (inst->opcode == store_fast) out[static_cast<size_t>(inst->arg)] = 1;
-        if (inst->opcode == delete_fast) out[static_cast<size_t>(inst->arg)] = 0;
+      for (const auto& a : bytecode::fast_accesses(*inst)) {
+        if (a.slot < 0 || a.slot >= nlocals) continue;
+        if (a.kind == bytecode::FastAccess::Write) out[static_cast<size_t>(a.slot)] = 1;
+        if (a.kind == bytecode::FastAccess::Delete) out[static_cast<size_t>(a.slot)] = 0;
       }
       for (size_t s : succ[k]) {
         std::vector<char>& dst = in[s];

@@ -3,8 +3,8 @@
 
 #include <Python.h>
 
-#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030D0000
-#error "cdynamo compat: CPython 3.11 and 3.12 are supported; add compat_3XX.cpp for this version"
+#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030E0000
+#error "cdynamo compat: CPython 3.11, 3.12 and 3.13 are supported; add compat_3XX.cpp for this version"
 #endif
 
 struct _PyInterpreterFrame;
@@ -63,5 +63,11 @@ void* code_get_extra(PyCodeObject* code, int index);
 bool code_set_extra(PyCodeObject* code, int index, void* value);
 // Total number of argument slots (positional, keyword-only, *args, **kwargs).
 int code_total_args(PyCodeObject* code);
+
+// A weak reference's object as a new reference, or nullptr (no error set) once it is dead (3.13 deprecates
+// the borrowed PyWeakref_GetObject).
+PyObject* weakref_get(PyObject* ref);
+// True once a weak reference's object is gone.
+bool weakref_dead(PyObject* ref);
 
 }  // namespace cdynamo::compat

@@ -92,6 +92,17 @@ int code_total_args(PyCodeObject* code) {
   return n;
 }
 
+// Borrowed from PyWeakref_GetObject (Py_None once dead), returned as a new reference.
+PyObject* weakref_get(PyObject* ref) {
+  PyObject* obj = PyWeakref_GetObject(ref);  // borrowed
+  if (!obj) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  return obj == Py_None ? nullptr : Py_NewRef(obj);
+}
+bool weakref_dead(PyObject* ref) { return PyWeakref_GET_OBJECT(ref) == Py_None; }
+
 }  // namespace cdynamo::compat
 
 #endif  // CPython 3.11

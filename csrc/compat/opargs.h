@@ -5,8 +5,8 @@
 
 #include <Python.h>
 
-#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030D0000
-#error "cdynamo compat: opargs.h knows CPython 3.11 and 3.12; add the encodings of this version"
+#if PY_VERSION_HEX < 0x030B0000 || PY_VERSION_HEX >= 0x030E0000
+#error "cdynamo compat: opargs.h knows CPython 3.11 to 3.13; add the encodings of this version"
 #endif
 
 namespace cdynamo::compat::opargs {
@@ -31,15 +31,27 @@ inline int load_super_attr_name(int arg) { return arg >> 2; }
 inline bool load_super_attr_method(int arg) { return (arg & 1) != 0; }
 inline bool load_super_attr_two_args(int arg) { return (arg & 2) != 0; }
 
-// COMPARE_OP: index into opcode.cmp_op (3.12: the low four bits are a specialization mask).
-inline int compare_op(int arg) { return kMinor >= 12 ? arg >> 4 : arg; }
+// COMPARE_OP: index into opcode.cmp_op (3.12: the low four bits are a specialization mask; 3.13: the low
+// five, bit 4 asking for the result converted to bool, as `if a < b:` compiles).
+inline int compare_op(int arg) { return kMinor >= 13 ? arg >> 5 : kMinor >= 12 ? arg >> 4 : arg; }
+inline bool compare_op_to_bool(int arg) { return kMinor >= 13 && (arg & 16) != 0; }
 
 // Calls: 3.11 runs PRECALL n before CALL n; 3.12 has CALL alone. Both take [NULL|callable, callable|self,
-// args...] and KW_NAMES (a const index) just before.
+// args...] and KW_NAMES (a const index) just before. 3.13 takes [callable, self|NULL, args...], and calls
+// with keywords are CALL_KW n with the names tuple pushed last (no KW_NAMES).
 inline constexpr bool kHasPrecall = kMinor == 11;
+inline constexpr bool kHasCallKw = kMinor >= 13;
 // Where a plain callable's NULL goes: below the callable through 3.12 ([NULL, callable, args]); 3.13 puts
 // it above ([callable, NULL, args]).
 inline constexpr bool kNullBeforeCallable = kMinor < 13;
+// co_stacksize: 3.13's compiler counts RETURN_CONST's constant as a slot (it sizes the stack before folding
+// LOAD_CONST; RETURN_VALUE into RETURN_CONST); 3.12's does not.
+inline constexpr bool kReturnConstNeedsSlot = kMinor >= 13;
+// LOAD_CLOSURE is an opcode through 3.12; 3.13 compiles it to LOAD_FAST of the cell or free slot (which holds
+// the cell itself).
+inline constexpr bool kHasLoadClosure = kMinor < 13;
+// POP_JUMP_IF_TRUE/FALSE and UNARY_NOT take an exact bool on 3.13 (TO_BOOL before them); any value before.
+inline constexpr bool kJumpNeedsBool = kMinor >= 13;
 // MAKE_FUNCTION takes its closure/defaults flags in the oparg through 3.12 (3.13: SET_FUNCTION_ATTRIBUTE).
 inline constexpr bool kMakeFunctionFlags = kMinor < 13;
 
@@ -47,8 +59,19 @@ inline constexpr bool kMakeFunctionFlags = kMinor < 13;
 inline constexpr int kIntrinsicUnaryPositive = 5;
 inline constexpr int kIntrinsicListToTuple = 6;
 
-// FOR_ITER on an exhausted iterator (3.12+): pops the iterator and continues after the END_FOR at its target
-// (3.11: at the target itself).
-inline constexpr bool kForIterSkipsEndFor = kMinor >= 12;
+// FOR_ITER on an exhausted iterator: pops the iterator and continues this many instructions after its
+// target (3.11: at the target itself; 3.12: after the END_FOR there; 3.13: after END_FOR and POP_TOP).
+inline constexpr int kForIterSkip = kMinor >= 13 ? 2 : kMinor >= 12 ? 1 : 0;
+
+// LOAD_FAST_LOAD_FAST / STORE_FAST_STORE_FAST / STORE_FAST_LOAD_FAST (3.13): two local slots in one oparg;
+// the first (high nibble) is loaded or stored first.
+inline int first_fast(int arg) { return arg >> 4; }
+inline int second_fast(int arg) { return arg & 15; }
+inline int fast_pair_arg(int first, int second) { return (first << 4) | second; }
+
+// CONVERT_VALUE (3.13) / FORMAT_VALUE's low bits (3.11, 3.12): 1 str, 2 repr, 3 ascii.
+inline constexpr int kConvertStr = 1;
+inline constexpr int kConvertRepr = 2;
+inline constexpr int kConvertAscii = 3;
 
 }  // namespace cdynamo::compat::opargs

@@ -1,6 +1,8 @@
 // guard.cpp — owns evaluation, description and construction of guards and guard sets.
 #include "guards/guard.h"
 
+#include "compat/compat.h"
+
 #include <algorithm>
 #include <cstring>
 #include <optional>
@@ -28,7 +30,7 @@ Guard::~Guard() {
   else Py_XDECREF(expected);
 }
 
-bool Guard::dead() const { return weak && PyWeakref_GET_OBJECT(weak) == Py_None; }
+bool Guard::dead() const { return weak && compat::weakref_dead(weak); }
 
 bool GuardSet::dead() const {
   for (const auto& g : guards_)

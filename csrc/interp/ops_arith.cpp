@@ -82,7 +82,22 @@ void compare_op(Tracer& t, const Instruction& i) {
   if (op < 0 || op > 5) t.unsupported("COMPARE_OP " + std::to_string(i.arg));
   ValuePtr b = t.pop();
   ValuePtr a = t.pop();
-  t.push(t.apply_operator(op_fn(names[op]), {a, b}));
+  ValuePtr r = t.apply_operator(op_fn(names[op]), {a, b});
+  if (compat::opargs::compare_op_to_bool(i.arg)) {
+    // 3.13 folds TO_BOOL into a comparison that feeds a condition. Before a truth jump the result stays as it
+    // is (the jump takes its truth value); otherwise a constant becomes its bool and anything else (a
+    // tensor) stops the trace here, so that Python compares and converts.
+    static const int if_true = bytecode::opcode_by_name("POP_JUMP_IF_TRUE");
+    static const int if_false = bytecode::opcode_by_name("POP_JUMP_IF_FALSE");
+    const int next = t.pc + 1 < t.bc.insts.size() ? t.bc.insts[t.pc + 1]->opcode : -1;
+    if (next < 0 || (next != if_true && next != if_false)) {
+      if (!r->is_const()) t.unsupported("truth value of the comparison " + r->describe());
+      int truth = PyObject_IsTrue(r->obj.ptr());
+      if (truth < 0) throw py::error_already_set();
+      r = Value::constant(py::bool_(truth == 1));
+    }
+  }
+  t.push(r);
 }
 
 void unary(Tracer& t, const char* name) {

@@ -1,6 +1,7 @@
 // ops_build.cpp — owns handlers that build and unpack containers and strings: BUILD_*, UNPACK_SEQUENCE,
-// LIST_EXTEND, LIST_TO_TUPLE, FORMAT_VALUE.
+// LIST_EXTEND, LIST_TO_TUPLE, FORMAT_VALUE (3.13: CONVERT_VALUE, FORMAT_SIMPLE, FORMAT_WITH_SPEC).
 #include "bytecode/bytecode.h"
+#include "compat/opargs.h"
 #include "interp/tracer.h"
 
 namespace cdynamo::interp {
@@ -82,17 +83,46 @@ void list_to_tuple(Tracer& t, const Instruction&) {
   t.push(Value::tuple(l->items));
 }
 
+// str / repr / ascii of obj by a conversion code (compat/opargs.h; 0: none).
+py::object convert(py::object obj, int conv) {
+  if (conv == compat::opargs::kConvertStr) return py::str(obj);
+  if (conv == compat::opargs::kConvertRepr) return py::repr(obj);
+  if (conv == compat::opargs::kConvertAscii) return py::module_::import("builtins").attr("ascii")(obj);
+  return obj;
+}
+
+// FORMAT_VALUE (3.11, 3.12): conversion in the low two bits, a format spec on the stack with bit 2.
 void format_value(Tracer& t, const Instruction& i) {
   ValuePtr spec = (i.arg & 0x04) ? t.pop() : nullptr;
   ValuePtr v = t.pop();
   if (!v->is_constant_like() || (spec && !spec->is_const())) t.unsupported("f-string of " + v->describe());
-  py::object obj = v->as_python();
-  int conv = i.arg & 0x03;
-  if (conv == 1) obj = py::str(obj);
-  if (conv == 2) obj = py::repr(obj);
-  if (conv == 3) obj = py::module_::import("builtins").attr("ascii")(obj);
+  py::object obj = convert(v->as_python(), i.arg & 0x03);
   py::object out = py::module_::import("builtins").attr("format")(obj, spec ? spec->obj : py::str(""));
   t.push(Value::constant(out));
+}
+
+// 3.13 splits FORMAT_VALUE: CONVERT_VALUE (the conversion), FORMAT_SIMPLE and FORMAT_WITH_SPEC.
+void convert_value(Tracer& t, const Instruction& i) {
+  ValuePtr v = t.peek(1);
+  if (!v->is_constant_like()) t.unsupported("f-string conversion of " + v->describe());
+  py::object out = convert(v->as_python(), i.arg);
+  t.pop();
+  t.push(Value::constant(out));
+}
+
+void format_with(Tracer& t, const ValuePtr& spec) {
+  ValuePtr v = t.peek(1);
+  if (!v->is_constant_like() || (spec && !spec->is_const())) t.unsupported("f-string of " + v->describe());
+  py::object out = py::module_::import("builtins").attr("format")(v->as_python(), spec ? spec->obj : py::str(""));
+  t.pop();
+  t.push(Value::constant(out));
+}
+
+void format_simple(Tracer& t, const Instruction&) { format_with(t, nullptr); }
+
+void format_with_spec(Tracer& t, const Instruction&) {
+  ValuePtr spec = t.pop();
+  format_with(t, spec);
 }
 
 void build_string(Tracer& t, const Instruction& i) {
@@ -126,6 +156,9 @@ void register_build(HandlerTable& t) {
   on("LIST_APPEND", list_append);
   on("LIST_TO_TUPLE", list_to_tuple);
   on("FORMAT_VALUE", format_value);
+  on("CONVERT_VALUE", convert_value);
+  on("FORMAT_SIMPLE", format_simple);
+  on("FORMAT_WITH_SPEC", format_with_spec);
   on("BUILD_STRING", build_string);
 }
 

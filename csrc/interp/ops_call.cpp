@@ -1,4 +1,5 @@
-// ops_call.cpp — owns handlers for the 3.11 call protocol: PRECALL, CALL, KW_NAMES, CALL_FUNCTION_EX.
+// ops_call.cpp — owns handlers for the call protocol: PRECALL, CALL, KW_NAMES (3.11, 3.12), CALL_KW (3.13),
+// CALL_FUNCTION_EX.
 #include "bytecode/bytecode.h"
 #include "interp/tracer.h"
 
@@ -12,19 +13,22 @@ void precall(Tracer&, const Instruction&) {}
 
 void kw_names(Tracer& t, const Instruction& i) { t.kw_names = py::reinterpret_borrow<py::object>(t.const_at(i.arg)); }
 
+// The callable below a call's arguments, from the two stack items there: 3.11/3.12 [NULL|callable,
+// callable|self], 3.13 [callable, self|NULL]. A NULL on either side marks a plain callable (a callable is
+// never NULL), so one rule reads both layouts; otherwise the first is the function and the second its self.
+ValuePtr callee_of(const ValuePtr& first, const ValuePtr& second, std::vector<ValuePtr>& args) {
+  if (first->kind == VKind::Null) return second;
+  if (second->kind == VKind::Null) return first;
+  args.insert(args.begin(), second);
+  return first;
+}
+
 void call(Tracer& t, const Instruction& i) {
-  // Stack: [callable_or_NULL, self_or_callable, args...]. With a NULL first, the callable is second.
   size_t n = static_cast<size_t>(i.arg);
   std::vector<ValuePtr> args = t.popn(n);
   ValuePtr second = t.pop();
   ValuePtr first = t.pop();
-  ValuePtr fn;
-  if (first->kind == VKind::Null) {
-    fn = second;
-  } else {
-    fn = first;
-    args.insert(args.begin(), second);
-  }
+  ValuePtr fn = callee_of(first, second, args);
   std::vector<std::pair<std::string, ValuePtr>> kwargs;
   if (t.kw_names) {
     py::tuple names = py::reinterpret_borrow<py::tuple>(t.kw_names);
@@ -38,12 +42,34 @@ void call(Tracer& t, const Instruction& i) {
   t.push(t.call(fn, std::move(args), std::move(kwargs)));
 }
 
+// CALL_KW n (3.13): [callable, self|NULL, args..., names]: the names tuple (a constant) is pushed last.
+void call_kw(Tracer& t, const Instruction& i) {
+  ValuePtr names = t.pop();
+  if (!names->is_const() || !PyTuple_CheckExact(names->obj.ptr())) {
+    // LOAD_CONST made a Tuple of constants; rebuild the names tuple from it.
+    if (names->kind != VKind::Tuple) t.unsupported("CALL_KW with names " + names->describe());
+    py::tuple tup(names->items.size());
+    for (size_t k = 0; k < names->items.size(); ++k) {
+      if (!names->items[k]->is_const()) t.unsupported("CALL_KW with a non-constant name");
+      tup[k] = names->items[k]->obj;
+    }
+    t.kw_names = tup;
+  } else {
+    t.kw_names = names->obj;
+  }
+  call(t, i);
+}
+
 void call_function_ex(Tracer& t, const Instruction& i) {
   ValuePtr kw = (i.arg & 1) ? t.pop() : nullptr;
   ValuePtr args = t.pop();
-  ValuePtr fn = t.pop();
-  ValuePtr null = t.pop();
-  if (null->kind != VKind::Null) t.unsupported("CALL_FUNCTION_EX without NULL");
+  // [NULL, callable] through 3.12, [callable, NULL] on 3.13.
+  ValuePtr second = t.pop();
+  ValuePtr first = t.pop();
+  ValuePtr fn;
+  if (first->kind == VKind::Null) fn = second;
+  else if (second->kind == VKind::Null) fn = first;
+  else t.unsupported("CALL_FUNCTION_EX without NULL");
   std::vector<std::pair<std::string, ValuePtr>> kwargs;
   if (kw) {
     if (kw->kind != VKind::Dict) t.unsupported("call with **" + kw->describe());
@@ -69,6 +95,7 @@ void register_call(HandlerTable& t) {
   on("PRECALL", precall);
   on("KW_NAMES", kw_names);
   on("CALL", call);
+  on("CALL_KW", call_kw);
   on("CALL_FUNCTION_EX", call_function_ex);
 }
 

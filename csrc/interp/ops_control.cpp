@@ -1,4 +1,4 @@
-// ops_control.cpp — owns handlers for RETURN_VALUE and jumps on values known at trace time.
+// ops_control.cpp — owns handlers for RETURN_VALUE, jumps on values known at trace time and TO_BOOL (3.13).
 #include "bytecode/bytecode.h"
 #include "interp/tracer.h"
 
@@ -55,6 +55,28 @@ void pop_jump_if_none(Tracer& t, const Instruction& i, bool when_none) {
 void pop_jump_if_none_h(Tracer& t, const Instruction& i) { pop_jump_if_none(t, i, true); }
 void pop_jump_if_not_none_h(Tracer& t, const Instruction& i) { pop_jump_if_none(t, i, false); }
 
+// True if the instruction after the current one is a truth jump (POP_JUMP_IF_TRUE / _FALSE), which computes
+// the truth value of what it pops itself.
+bool next_is_truth_jump(const Tracer& t) {
+  static const int if_true = bytecode::opcode_by_name("POP_JUMP_IF_TRUE");
+  static const int if_false = bytecode::opcode_by_name("POP_JUMP_IF_FALSE");
+  if (t.pc + 1 >= t.bc.insts.size()) return false;
+  const int op = t.bc.insts[t.pc + 1]->opcode;
+  return op >= 0 && (op == if_true || op == if_false);
+}
+
+// TO_BOOL (3.13): the compiler puts it before truth jumps and `not`. Before a jump the value stays as it is
+// (the jump takes its truth value, and a graph break there runs TO_BOOL again); before anything else a value
+// whose truth the trace knows becomes that bool, and any other stops the trace here, so that Python computes it.
+void to_bool(Tracer& t, const Instruction&) {
+  if (next_is_truth_jump(t)) return;
+  ValuePtr v = t.peek(1);
+  if (!v->is_constant_like()) t.unsupported("truth value of " + v->describe());
+  const bool b = truth(t, v);
+  t.pop();
+  t.push(Value::constant(py::bool_(b)));
+}
+
 void jump_if_or_pop(Tracer& t, const Instruction& i, bool when) {
   ValuePtr v = t.peek(1);
   if (truth(t, v) == when) {
@@ -71,6 +93,7 @@ void jump_if_false_or_pop(Tracer& t, const Instruction& i) { jump_if_or_pop(t, i
 void register_control(HandlerTable& t) {
   auto on = [&](const char* name, Handler h) { on_opcode(t, name, h); };
   on("RETURN_VALUE", return_value);
+  on("TO_BOOL", to_bool);
   on("JUMP_FORWARD", jump);
   on("JUMP_BACKWARD", jump);
   on("JUMP_BACKWARD_NO_INTERRUPT", jump);

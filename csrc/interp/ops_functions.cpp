@@ -1,5 +1,6 @@
 // ops_functions.cpp — owns functions made during the trace: LOAD_CLOSURE, MAKE_FUNCTION (lambdas, nested
-// functions, comprehensions) and cell variables (STORE_DEREF): plain locals until captured, then Cells.
+// functions, comprehensions; 3.13: SET_FUNCTION_ATTRIBUTE) and cell variables (STORE_DEREF): plain locals
+// until captured, then Cells.
 #include "bytecode/bytecode.h"
 #include "compat/compat.h"
 #include "interp/tracer.h"
@@ -10,20 +11,28 @@ namespace {
 
 using bytecode::Instruction;
 
-void load_closure(Tracer& t, const Instruction& i) {
-  // The slot's Cell, made on first capture with the slot's current content (the same value object, so a
-  // list or dict made in the trace stays one object inside and outside the function).
-  ValuePtr box = t.cell_of(i.arg);
-  if (!box) {
-    ValuePtr current = t.load_local(i.arg);
-    box = std::make_shared<Value>();
-    box->kind = VKind::Cell;
-    box->self = current;  // null: an empty cell (assigned later)
-    box->cell_slot = i.arg;
-    if (t.cell_boxes.size() < t.locals.size()) t.cell_boxes.resize(t.locals.size());
-    t.cell_boxes[static_cast<size_t>(i.arg)] = box;
+void load_closure(Tracer& t, const Instruction& i) { push_closure_cell(t, i.arg); }
+
+// A function attribute set by MAKE_FUNCTION's flags (3.11, 3.12) or SET_FUNCTION_ATTRIBUTE (3.13): 0x01
+// defaults, 0x02 keyword-only defaults, 0x04 annotations (not used by calls), 0x08 the closure.
+void set_function_attribute(Tracer& t, const ValuePtr& f, int flag, const ValuePtr& value) {
+  if (flag == 0x01) {
+    if (!value->is_constant_like()) t.unsupported("function defaults that are not constants");
+    if (PyFunction_SetDefaults(f->obj.ptr(), value->as_python().ptr()) < 0) throw py::error_already_set();
+  } else if (flag == 0x02) {
+    if (value->kind != VKind::Dict) t.unsupported("keyword-only defaults of " + value->describe());
+    for (const auto& v : value->items)
+      if (!v->is_constant_like()) t.unsupported("keyword-only defaults that are not constants");
+    if (PyFunction_SetKwDefaults(f->obj.ptr(), value->as_python().ptr()) < 0) throw py::error_already_set();
+  } else if (flag == 0x08) {
+    if (value->kind != VKind::Tuple) t.unsupported("closure of " + value->describe());
+    for (const auto& c : value->items)
+      if (c->kind != VKind::Cell) t.unsupported("closure item " + c->describe() + " is not a cell");
+    f->closure.clear();
+    for (const auto& c : value->items) f->closure.push_back(c);
+  } else if (flag != 0x04) {
+    t.unsupported("function attribute " + std::to_string(flag));
   }
-  t.push(box);
 }
 
 void make_function(Tracer& t, const Instruction& i) {
@@ -35,25 +44,21 @@ void make_function(Tracer& t, const Instruction& i) {
   if (code_v->kind != VKind::Object || !PyCode_Check(code_v->obj.ptr())) t.unsupported("MAKE_FUNCTION without code");
   py::object fn = py::reinterpret_steal<py::object>(PyFunction_New(code_v->obj.ptr(), t.fv.globals));  // new
   if (!fn) throw py::error_already_set();
-  if (defaults) {
-    if (!defaults->is_constant_like()) t.unsupported("function defaults that are not constants");
-    if (PyFunction_SetDefaults(fn.ptr(), defaults->as_python().ptr()) < 0) throw py::error_already_set();
-  }
-  if (kwdefaults) {
-    if (kwdefaults->kind != VKind::Dict) t.unsupported("keyword-only defaults of " + kwdefaults->describe());
-    for (const auto& v : kwdefaults->items)
-      if (!v->is_constant_like()) t.unsupported("keyword-only defaults that are not constants");
-    if (PyFunction_SetKwDefaults(fn.ptr(), kwdefaults->as_python().ptr()) < 0) throw py::error_already_set();
-  }
   ValuePtr f = Value::object(fn);
   f->made_in_trace = true;
-  if (closure) {
-    if (closure->kind != VKind::Tuple) t.unsupported("closure of " + closure->describe());
-    for (const auto& c : closure->items) {
-      if (c->kind != VKind::Cell) t.unsupported("closure item " + c->describe() + " is not a cell");
-      f->closure.push_back(c);
-    }
-  }
+  if (defaults) set_function_attribute(t, f, 0x01, defaults);
+  if (kwdefaults) set_function_attribute(t, f, 0x02, kwdefaults);
+  if (closure) set_function_attribute(t, f, 0x08, closure);
+  t.push(f);
+}
+
+// SET_FUNCTION_ATTRIBUTE flag (3.13): [value, function] -> [function].
+void set_function_attribute_op(Tracer& t, const Instruction& i) {
+  ValuePtr f = t.pop();
+  ValuePtr value = t.pop();
+  if (f->kind != VKind::Object || !f->made_in_trace || !PyFunction_Check(f->obj.ptr()))
+    t.unsupported("SET_FUNCTION_ATTRIBUTE on " + f->describe());
+  set_function_attribute(t, f, i.arg, value);
   t.push(f);
 }
 
@@ -86,10 +91,27 @@ void yield_value(Tracer& t, const Instruction&) {
 
 }  // namespace
 
+void push_closure_cell(Tracer& t, int slot) {
+  // The slot's Cell, made on first capture with the slot's current content (the same value object, so a
+  // list or dict made in the trace stays one object inside and outside the function).
+  ValuePtr box = t.cell_of(slot);
+  if (!box) {
+    ValuePtr current = t.load_local(slot);
+    box = std::make_shared<Value>();
+    box->kind = VKind::Cell;
+    box->self = current;  // null: an empty cell (assigned later)
+    box->cell_slot = slot;
+    if (t.cell_boxes.size() < t.locals.size()) t.cell_boxes.resize(t.locals.size());
+    t.cell_boxes[static_cast<size_t>(slot)] = box;
+  }
+  t.push(box);
+}
+
 void register_functions(HandlerTable& t) {
   auto on = [&](const char* name, Handler h) { on_opcode(t, name, h); };
   on("LOAD_CLOSURE", load_closure);
   on("MAKE_FUNCTION", make_function);
+  on("SET_FUNCTION_ATTRIBUTE", set_function_attribute_op);
   on("STORE_DEREF", store_deref);
   on("RETURN_GENERATOR", return_generator);
   on("YIELD_VALUE", yield_value);

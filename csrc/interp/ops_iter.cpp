@@ -101,13 +101,13 @@ void for_iter(Tracer& t, const Instruction& i) {
   t.pop();
   if (!i.target) t.unsupported("FOR_ITER without a target");
   // 3.12: the target is the loop's END_FOR, which the exhausted iterator skips.
-  t.pc = static_cast<size_t>(t.bc.index_of(i.target)) + (compat::opargs::kForIterSkipsEndFor ? 1 : 0);
+  t.pc = static_cast<size_t>(t.bc.index_of(i.target)) + compat::opargs::kForIterSkip;
 }
 
-// END_FOR (3.12): pops the iterator and its last value; reached only by a jump the trace never takes.
-void end_for(Tracer& t, const Instruction&) {
-  t.pop();
-  t.pop();
+// END_FOR (3.12: pops the iterator and its last value; 3.13: the value, a POP_TOP after it the iterator);
+// reached only by a jump the trace never takes.
+void end_for(Tracer& t, const Instruction& i) {
+  for (int n = -bytecode::stack_effect(i.opcode, i.arg, false); n > 0; --n) t.pop();
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // ops_load_store.cpp — owns handlers for loads, stores, attribute access and stack shuffling opcodes.
 #include "bytecode/bytecode.h"
+#include "compat/compat.h"
 #include "compat/opargs.h"
 #include "interp/tracer.h"
 
@@ -12,6 +13,12 @@ using bytecode::Instruction;
 void nop(Tracer&, const Instruction&) {}
 
 void load_fast(Tracer& t, const Instruction& i) {
+  // 3.13 compiles LOAD_CLOSURE to a LOAD_FAST of the cell or free slot (plain reads of those are LOAD_DEREF).
+  if (!compat::opargs::kHasLoadClosure &&
+      (compat::code_localsplus_kind(t.code, i.arg) & (compat::kFastCell | compat::kFastFree))) {
+    push_closure_cell(t, i.arg);
+    return;
+  }
   ValuePtr v = t.load_local(i.arg);
   if (!v) t.unsupported("local variable '" + t.local_name(i.arg) + "' referenced before assignment");
   t.push(v);
@@ -26,10 +33,32 @@ void load_fast_and_clear(Tracer& t, const Instruction& i) {
   t.local_loaded[i.arg] = 1;
 }
 
-void store_fast(Tracer& t, const Instruction& i) {
+void store_fast_slot(Tracer& t, int slot) {
   ValuePtr v = t.pop();
-  t.locals[i.arg] = v->kind == VKind::Null ? nullptr : v;
-  t.local_loaded[i.arg] = 1;
+  t.locals[slot] = v->kind == VKind::Null ? nullptr : v;
+  t.local_loaded[slot] = 1;
+}
+
+void store_fast(Tracer& t, const Instruction& i) { store_fast_slot(t, i.arg); }
+
+void load_fast_slot(Tracer& t, int slot) {
+  ValuePtr v = t.load_local(slot);
+  if (!v) t.unsupported("local variable '" + t.local_name(slot) + "' referenced before assignment");
+  t.push(v);
+}
+
+// 3.13's paired forms: two slots in one oparg (compat/opargs.h), the first one handled first.
+void load_fast_load_fast(Tracer& t, const Instruction& i) {
+  load_fast_slot(t, compat::opargs::first_fast(i.arg));
+  load_fast_slot(t, compat::opargs::second_fast(i.arg));
+}
+void store_fast_store_fast(Tracer& t, const Instruction& i) {
+  store_fast_slot(t, compat::opargs::first_fast(i.arg));
+  store_fast_slot(t, compat::opargs::second_fast(i.arg));
+}
+void store_fast_load_fast(Tracer& t, const Instruction& i) {
+  store_fast_slot(t, compat::opargs::first_fast(i.arg));
+  load_fast_slot(t, compat::opargs::second_fast(i.arg));
 }
 
 void delete_fast(Tracer& t, const Instruction& i) {
@@ -77,8 +106,11 @@ void return_const(Tracer& t, const Instruction& i) {
 void load_global(Tracer& t, const Instruction& i) {
   std::string name = py::str(t.name_at(compat::opargs::load_global_name(i.arg))).cast<std::string>();
   ValuePtr v = t.load_global(name);
-  if (compat::opargs::load_global_null(i.arg)) t.push(Value::null());
+  // The NULL goes on the side of the callable this Python's CALL expects (below it through 3.12, above on 3.13).
+  const bool null = compat::opargs::load_global_null(i.arg);
+  if (null && compat::opargs::kNullBeforeCallable) t.push(Value::null());
   t.push(v);
+  if (null && !compat::opargs::kNullBeforeCallable) t.push(Value::null());
 }
 
 void load_deref(Tracer& t, const Instruction& i) {
@@ -90,12 +122,14 @@ void load_deref(Tracer& t, const Instruction& i) {
 }
 
 
-// The method form (3.11 LOAD_METHOD, 3.12 LOAD_ATTR with its method bit) is modelled as [NULL, bound
-// callable]: CALL then sees a plain callable and `n` arguments.
+// The method form (3.11 LOAD_METHOD, 3.12+ LOAD_ATTR with its method bit) is modelled as a bound callable
+// with a NULL on the side this Python's CALL expects ([NULL, bound] through 3.12, [bound, NULL] on 3.13):
+// CALL then sees a plain callable and `n` arguments.
 void push_attr(Tracer& t, const ValuePtr& obj, int name, bool method) {
   ValuePtr v = t.load_attr(obj, py::str(t.name_at(name)).cast<std::string>());
-  if (method) t.push(Value::null());
+  if (method && compat::opargs::kNullBeforeCallable) t.push(Value::null());
   t.push(v);
+  if (method && !compat::opargs::kNullBeforeCallable) t.push(Value::null());
 }
 
 void load_attr(Tracer& t, const Instruction& i) {
@@ -234,6 +268,9 @@ void register_load_store(HandlerTable& t) {
   on("RETURN_CONST", return_const);
   on("LOAD_SUPER_ATTR", load_super_attr);
   on("STORE_FAST", store_fast);
+  on("LOAD_FAST_LOAD_FAST", load_fast_load_fast);
+  on("STORE_FAST_STORE_FAST", store_fast_store_fast);
+  on("STORE_FAST_LOAD_FAST", store_fast_load_fast);
   on("DELETE_FAST", delete_fast);
   on("LOAD_CONST", load_const);
   on("LOAD_GLOBAL", load_global);

@@ -255,7 +255,9 @@ const std::vector<Use>& use_table() {
          "POP_TOP", "COPY", "SWAP", "PUSH_NULL", "PRECALL", "KW_NAMES", "LOAD_DEREF", "STORE_DEREF",
          "LOAD_CLOSURE", "MAKE_CELL", "COPY_FREE_VARS", "LOAD_GLOBAL", "STORE_GLOBAL", "BUILD_TUPLE",
          "BUILD_LIST", "LIST_APPEND", "RETURN_VALUE", "YIELD_VALUE", "JUMP_FORWARD", "JUMP_BACKWARD",
-         "JUMP_BACKWARD_NO_INTERRUPT", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "RETURN_CONST", "END_FOR"},
+         "JUMP_BACKWARD_NO_INTERRUPT", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "RETURN_CONST", "END_FOR",
+         // 3.13: paired local moves; TO_BOOL only feeds a jump or `not`, which look at the value themselves.
+         "LOAD_FAST_LOAD_FAST", "STORE_FAST_STORE_FAST", "STORE_FAST_LOAD_FAST", "TO_BOOL"},
         Use::Move);
     set({"LOAD_ATTR", "LOAD_METHOD"}, Use::AttrRead);
     // Building argument tuples and dicts (`f(self, *args, **kw)`) moves the items of tuples, lists and dicts.
@@ -279,12 +281,14 @@ const std::vector<Use>& use_table() {
     set({"STORE_ATTR"}, Use::StoreAttr);
     set({"DELETE_ATTR"}, Use::DeleteAttr);
     set({"STORE_SUBSCR", "DELETE_SUBSCR"}, Use::WriteItem);
-    set({"CALL"}, Use::CallN);
+    set({"CALL", "CALL_KW"}, Use::CallN);
     set({"BUILD_SET", "BUILD_STRING", "BUILD_SLICE"}, Use::ArgN);
     set({"BUILD_MAP"}, Use::Arg2N);
     set({"BUILD_CONST_KEY_MAP"}, Use::Move);  // constant keys; the values are moved into the dict
     set({"CALL_FUNCTION_EX"}, Use::CallEx);
     set({"FORMAT_VALUE"}, Use::Format);
+    set({"FORMAT_SIMPLE", "CONVERT_VALUE"}, Use::One);  // 3.13's split FORMAT_VALUE
+    set({"FORMAT_WITH_SPEC"}, Use::Two);
     return t;
   }();
   return table;
@@ -327,7 +331,10 @@ int identity_uses(Tracer& t, const bytecode::Instruction& inst) {
       return static_cast<int>(target_depth);
     }
     case Use::CallN: {
-      const ValuePtr* callee = call_callee(t, inst.arg);
+      // CALL_KW (3.13) has its names tuple above the arguments.
+      static const int call_kw = bytecode::opcode_by_name("CALL_KW");  // -1 before 3.13
+      const int kw = inst.opcode == call_kw ? 1 : 0;
+      const ValuePtr* callee = call_callee(t, inst.arg + kw);
       const ValuePtr& fn = callee ? *callee : nullptr;
       // A ModelOutput's own methods (to_tuple, get, keys, ...) move its fields out.
       if (fn && fn->kind == VKind::Method && fn->self && fn->self->kind == VKind::Record) return 0;
@@ -342,13 +349,15 @@ int identity_uses(Tracer& t, const bytecode::Instruction& inst) {
         static const TypeOnlyBuiltins builtins;
         if (f == builtins.isinstance || f == builtins.issubclass) return 0;
         // getattr(obj, name[, default]) is an attribute read (see Use::AttrRead).
-        if ((inst.arg == 2 || inst.arg == 3) && f == PyRefs::get().getattr_fn.ptr() && !t.items_written) return 0;
+        if (!kw && (inst.arg == 2 || inst.arg == 3) && f == PyRefs::get().getattr_fn.ptr() && !t.items_written)
+          return 0;
         // len() of a modelled tuple / list / dict counts its items without looking at them; len() of a user
         // object whose class defines __len__ in Python inlines it (what that reads is guarded there).
-        if (inst.arg == 1 && f == builtins.len && (modelled_container(t.stack.back()) || python_len(t.stack.back())))
+        if (!kw && inst.arg == 1 && f == builtins.len &&
+            (modelled_container(t.stack.back()) || python_len(t.stack.back())))
           return 0;
       }
-      return inst.arg + 2;
+      return inst.arg + 2 + kw;
     }
     case Use::ArgN: return inst.arg;
     case Use::Arg2N: {
@@ -381,9 +390,11 @@ int identity_uses(Tracer& t, const bytecode::Instruction& inst) {
       return 1;
     case Use::CallEx: {
       // f(*args, **kwargs) of a callee the trace inlines, as for CALL.
+      // The callable is above its NULL through 3.12, below it on 3.13.
       size_t depth = (inst.arg & 1) ? 3 : 2;
-      if (t.stack.size() >= depth) {
-        if (inlined_callee(t.stack[t.stack.size() - depth])) return 0;
+      if (t.stack.size() > depth) {
+        const ValuePtr& at = t.stack[t.stack.size() - depth];
+        if (inlined_callee(at && at->kind == VKind::Null ? t.stack[t.stack.size() - depth - 1] : at)) return 0;
       }
       return (inst.arg & 1) ? 4 : 3;
     }
@@ -445,12 +456,14 @@ bool Tracer::comprehension_cleanup(const bytecode::ExceptionEntry& e) const {
   // PEP 709 (3.12): an inlined comprehension's handler restores the locals it saved with
   // LOAD_FAST_AND_CLEAR and re-raises: SWAP 2; POP_TOP; SWAP n; STORE_FAST...; RERAISE 0.
   static const int store_fast = bytecode::opcode_by_name("STORE_FAST");
+  static const int store_fast_pair = bytecode::opcode_by_name("STORE_FAST_STORE_FAST");  // 3.13; -1 before
   static const int reraise = bytecode::opcode_by_name("RERAISE");
   if (bytecode::opcode_by_name("LOAD_FAST_AND_CLEAR") < 0) return false;
   if (!handler_is(e, {{"SWAP", 2}, {"POP_TOP", -1}, {"SWAP", -1}})) return false;
   size_t k = static_cast<size_t>(bc.index_of(e.target)) + 3;
   size_t stores = 0;
-  for (; k < bc.insts.size() && bc.insts[k]->opcode == store_fast; ++k) ++stores;
+  for (; k < bc.insts.size() && (bc.insts[k]->opcode == store_fast || bc.insts[k]->opcode == store_fast_pair); ++k)
+    ++stores;
   return stores > 0 && k < bc.insts.size() && bc.insts[k]->opcode == reraise && bc.insts[k]->arg == 0;
 }
 
@@ -484,6 +497,10 @@ int restart_operands(const bytecode::Instruction& i) {
       {"MAKE_FUNCTION", -2}};
   const std::string n = bytecode::opname(i.opcode);
   if (n == "CALL") return i.arg + 2;
+  if (n == "CALL_KW") return i.arg + 3;  // 3.13: the names tuple above the arguments
+  if (n == "FORMAT_SIMPLE" || n == "CONVERT_VALUE" || n == "TO_BOOL") return 1;  // 3.13
+  if (n == "FORMAT_WITH_SPEC") return 2;
+  if (n == "SET_FUNCTION_ATTRIBUTE") return -2;
   if (n == "BUILD_TUPLE" || n == "BUILD_LIST" || n == "BUILD_SET" || n == "BUILD_STRING" || n == "BUILD_SLICE")
     return i.arg;
   if (n == "BUILD_MAP") return 2 * i.arg;

@@ -97,6 +97,8 @@ bool marked_constant_result(py::handle f);
 int restart_operands(const bytecode::Instruction& i);
 // slice(start, stop[, step]) of constant bounds as a constant; not constant: unsupported (ops_build.cpp).
 ValuePtr slice_of(Tracer& t, const ValuePtr& start, const ValuePtr& stop, const ValuePtr& step = nullptr);
+// Pushes the Cell of cell/free slot `slot` (LOAD_CLOSURE; 3.13: LOAD_FAST of such a slot), made on first capture.
+void push_closure_cell(Tracer& t, int slot);
 
 class Tracer {
  public:

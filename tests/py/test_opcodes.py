@@ -58,6 +58,9 @@ NOT_TRACED = {
     "LOAD_FROM_DICT_OR_GLOBALS": "class bodies only (run as Python)",
     "LOAD_LOCALS": "class bodies only (run as Python)",
     "RESERVED": "never in a code object",
+    # CPython 3.13
+    "ENTER_EXECUTOR": "tier-2 executors only: co_code gives the original instruction back (the decoder rejects it)",
+    "EXIT_INIT_CHECK": "only in the interpreter's own __init__ shim frame, never in a compiled code object",
 }
 # 3.12: INSTRUMENTED_* opcodes (sys.monitoring) are never in co_code as the decoder reads it, and the
 # compiler's pseudo-opcodes (opmap entries 256 and up) are never in any code object.
