@@ -541,8 +541,15 @@ ValuePtr Tracer::apply_operator(py::handle op, std::vector<ValuePtr> args) {
   if (!tensors) {
     return fold_call(op, "operator." + name, args, {});
   }
+  // An index tuple may hold tensors (advanced indexing: mask[batch_idx, kv_idx]).
+  auto index_tuple = [&](const ValuePtr& a) {
+    if (name != "getitem" || a != args.back() || a->kind != VKind::Tuple || a->obj) return false;
+    for (const auto& i : a->items)
+      if (!i->is_tensor() && !i->is_constant_like()) return false;
+    return true;
+  };
   for (const auto& a : args)
-    if (!a->is_tensor() && !a->is_constant_like())
+    if (!a->is_tensor() && !a->is_constant_like() && !index_tuple(a))
       unsupported("operator." + name + " between a tensor and " + a->describe());
   std::vector<graph::Arg> gargs;
   py::tuple margs(args.size());

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "compat/compat.h"
+#include "interp/torch_rules.h"
 #include "interp/tracer.h"
 
 namespace cdynamo::interp {
@@ -42,6 +43,29 @@ ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
   py::handle o = obj->obj;
   if (is_environ(obj) && (name == "get" || name == "__getitem__" || name == "__contains__"))
     return Value::method(obj, name);
+  if (!obj->source && PyType_Check(o.ptr())) {
+    // A class of torch read as a program constant (nn.LayerNorm from torch.nn's namespace): its functions
+    // and constant class attributes are constants too (`nn.LayerNorm.forward(self, x)` in a subclass).
+    py::object mod = py::getattr(o, "__module__", py::none());
+    PyObject* descr = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(o.ptr()), py::str(name).ptr());  // borrowed
+    if (PyUnicode_Check(mod.ptr()) && descr) {
+      std::string m = mod.cast<std::string>();
+      if (m == "torch" || m.rfind("torch.", 0) == 0) {
+        py::object d = py::reinterpret_borrow<py::object>(descr);
+        if (PyFunction_Check(descr)) return Value::object(d);
+        if (is_constant_object(d)) return Value::constant(d);
+      }
+    }
+  }
+  if (!obj->source && is_op_overload(o) && name.rfind("__", 0) != 0) {
+    // torch.ops.aten.mul.Tensor: an overload of a packet read from torch.ops (a program constant).
+    py::object a = py::reinterpret_steal<py::object>(PyObject_GetAttrString(o.ptr(), name.c_str()));
+    if (!a) {
+      PyErr_Clear();
+      unsupported("operator " + py::str(o).cast<std::string>() + " has no overload '" + name + "'");
+    }
+    if (is_op_overload(a)) return Value::object(a);
+  }
   if (!obj->source) unsupported("attribute '" + name + "' of " + obj->describe() + " (an object without a source)");
   PyTypeObject* type = Py_TYPE(o.ptr());
   py::str key(name);

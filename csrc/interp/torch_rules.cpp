@@ -153,6 +153,13 @@ void clear_classification_cache() {
   g_classified->clear();
 }
 
+bool is_op_overload(py::handle fn) {
+  static PyObject* packet = py::object(py::module_::import("torch._ops").attr("OpOverloadPacket")).release().ptr();
+  static PyObject* overload = py::object(py::module_::import("torch._ops").attr("OpOverload")).release().ptr();
+  auto* t = reinterpret_cast<PyObject*>(Py_TYPE(fn.ptr()));
+  return t == packet || t == overload;
+}
+
 CallKind classify_callable(py::handle fn) {
   auto* cache = g_classified;
   // allow_in_graph / disallow_in_graph registrations can change: check them before the cache.
@@ -184,6 +191,10 @@ CallKind classify_callable(py::handle fn) {
     kind = CallKind::PureBuiltin;
   } else if (is_class && mod == "torch" && (name == "finfo" || name == "iinfo")) {
     kind = CallKind::PureBuiltin;  // torch.finfo(dtype): an immutable record of the dtype's limits
+  } else if (!is_class && is_op_overload(fn)) {
+    // torch.ops.<namespace>.<op>[.<overload>] (aten or a torch.library custom op): a graph op; its meta kernel
+    // (a custom op's register_fake) gives the example values.
+    kind = CallKind::TorchOp;
   } else if (!is_class && mod == "torch" && name == "_assert") {
     kind = CallKind::TorchAssert;
   } else if (!is_class && !name.empty() && (mod == "torch" || starts_with(mod, "torch."))) {

@@ -32,6 +32,8 @@ enum class CallKind {
 };
 
 CallKind classify_callable(py::handle fn);
+// An object of torch._ops.OpOverloadPacket / OpOverload (torch.ops.aten.add, torch.ops.aten.add.Tensor).
+bool is_op_overload(py::handle fn);
 // Forgets every memoized classification (reset()).
 void clear_classification_cache();
 // Modules whose attributes are program constants (torch and its submodules, math, operator).

@@ -504,3 +504,65 @@ def test_mapping_get_of_a_missing_key_returns_the_default():
     finally:
         REG._local.clear()
     torch.testing.assert_close(opt(x), registry_get(x))
+
+
+# ---- torch.ops: aten packets and overloads, and torch.library custom ops (Mixtral's MoE grouped_mm) ---------
+
+@torch.library.custom_op("cdynamo_test::scaled_add", mutates_args=())
+def scaled_add(x: torch.Tensor, y: torch.Tensor, alpha: float) -> torch.Tensor:
+    return x + alpha * y
+
+
+@scaled_add.register_fake
+def _(x, y, alpha):
+    return torch.empty_like(x)
+
+
+def ops_calls(x, y):
+    a = torch.ops.aten.add(x, y) + torch.ops.aten.mul.Tensor(x, y)
+    return torch.ops.cdynamo_test.scaled_add(a, y, 0.5) + torch.ops.cdynamo_test.scaled_add.default(x, a, 2.0)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_torch_ops_and_custom_ops_are_graph_ops(backend):
+    x, y = torch.randn(3), torch.randn(3)
+    cnt = CompileCounter() if backend == "eager" else None
+    opt = cdynamo.optimize(cnt or backend)(ops_calls)
+    torch.testing.assert_close(opt(x, y), ops_calls(x, y))
+    if cnt is not None:
+        assert cnt.frame_count == 1 == dynamo_graphs(ops_calls, x, y)
+        assert cnt.op_count == 6  # add, mul, add, scaled_add, scaled_add.default, add
+        assert cdynamo.explain(ops_calls)(x, y).graph_break_count == 0
+
+
+# ---- advanced indexing with a tuple of tensors (masking_utils: padding_mask[batch_idx, kv_idx]) -------------
+
+def tensor_index_tuple(mask, b, k):
+    return mask[b, k].float() + mask[b, :].sum() + mask[b, 1:3].sum()
+
+
+def test_index_tuple_holding_tensors_is_a_graph_op():
+    m = torch.rand(4, 6) > 0.5
+    b, k = torch.tensor([0, 1, 3]), torch.tensor([2, 5, 0])
+    opt, cnt = compiled(tensor_index_tuple)
+    torch.testing.assert_close(opt(m, b, k), tensor_index_tuple(m, b, k))
+    assert cnt.frame_count == 1 == dynamo_graphs(tensor_index_tuple, m, b, k)
+    assert cdynamo.explain(tensor_index_tuple)(m, b, k).graph_break_count == 0
+
+
+# ---- a torch class's method called on the class (SqueezeBERT: nn.LayerNorm.forward(self, x)) ----------------
+
+class ChannelLayerNorm(torch.nn.LayerNorm):
+    def forward(self, x):
+        x = x.permute(0, 2, 1)
+        return torch.nn.LayerNorm.forward(self, x).permute(0, 2, 1)
+
+
+def test_torch_class_method_called_on_the_class_is_inlined():
+    torch.manual_seed(0)
+    m = ChannelLayerNorm(4)
+    x = torch.randn(2, 4, 5)
+    opt, cnt = compiled(m)
+    torch.testing.assert_close(opt(x), m(x))
+    assert cnt.frame_count == 1 == dynamo_graphs(m, x)
+    assert cdynamo.explain(m)(x).graph_break_count == 0

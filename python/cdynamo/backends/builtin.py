@@ -11,6 +11,11 @@ def eager(gm, example_inputs):
 def _boxed_nop(gm, example_inputs):
     from torch._functorch.aot_autograd import make_boxed_func
 
+    from .. import _core
+
+    # The backward graph runs later, from autograd, where capture is on: its frame is the backend's code,
+    # never the user's, so it is marked skip (the forward's runs under the graph call, with capture off).
+    _core.C().mark_skip(gm.forward.__code__)
     return make_boxed_func(gm.forward)
 
 
