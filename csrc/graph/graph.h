@@ -45,6 +45,8 @@ struct Node {
   std::vector<std::pair<std::string, Arg>> kwargs;
   py::object example_value;  // meta (or real) example tensor, or None
   int index = 0;             // position in Graph::nodes
+  py::object loc_code;       // the code object whose line made the node (owned), or empty
+  int loc_line = -1;         // that line (meta["stack_trace"] in to_fx)
 };
 
 class Graph {
@@ -86,6 +88,11 @@ class Graph {
   // root is `root` (an nn.Module holding get_attr / call_module targets; may be an empty Module).
   // Returns the GraphModule. Throws py::error_already_set on Python errors.
   py::object to_fx(py::object root, const std::string& class_name = "GraphModule") const;
+  // Where the nodes added from now on come from (the tracer sets it per instruction; borrowed `code`, kept).
+  void set_location(PyObject* code, int line) {
+    if (code != loc_code_.ptr()) loc_code_ = py::reinterpret_borrow<py::object>(code);
+    loc_line_ = line;
+  }
 
  private:
   std::string unique_name(const std::string& candidate);
@@ -94,6 +101,8 @@ class Graph {
   std::vector<std::unique_ptr<Node>> nodes_;
   std::unordered_map<std::string, int> name_counts_;
   size_t num_placeholders_ = 0;
+  py::object loc_code_;
+  int loc_line_ = -1;
   std::unordered_set<std::string> used_names_;
 };
 

@@ -1,5 +1,6 @@
 // to_fx.cpp — owns Graph::to_fx(): one pass building torch.fx.Graph + GraphModule with our node names.
 #include <memory>
+#include <string>
 
 #include "graph/graph.h"
 
@@ -11,6 +12,8 @@ struct FxCache {
   py::object graph_cls;        // torch.fx.Graph
   py::object graph_module_cls; // torch.fx.GraphModule
   py::object module_cls;       // torch.nn.Module
+  py::object getline_fn;       // linecache.getline
+  py::object& getline() { return getline_fn; }
   py::str s_create_node{"create_node"};
   py::str s_meta{"meta"};
   py::str s_example_value{"example_value"};
@@ -26,6 +29,7 @@ FxCache& cache() {
   c->graph_cls = fx.attr("Graph");
   c->graph_module_cls = fx.attr("GraphModule");
   c->module_cls = py::module_::import("torch.nn").attr("Module");
+  c->getline_fn = py::module_::import("linecache").attr("getline");
   const OpKind ops[6] = {OpKind::Placeholder, OpKind::GetAttr,    OpKind::CallFunction,
                          OpKind::CallMethod,  OpKind::CallModule, OpKind::Output};
   for (OpKind k : ops) c->op_strs[static_cast<int>(k)] = py::str(op_name(k));
@@ -88,6 +92,18 @@ py::object Graph::to_fx(py::object root, const std::string& class_name) const {
     if (n.example_value && !n.example_value.is_none()) {
       py::object meta = fx_node.attr(c.s_meta);
       meta[c.s_example_value] = n.example_value;
+    }
+    if (n.loc_code && n.loc_line >= 0) {
+      // torch.fx's stack_trace format: 'File "<file>", line <n>, in <name>\n    <source line>\n'.
+      auto* co = reinterpret_cast<PyCodeObject*>(n.loc_code.ptr());  // borrowed
+      py::object file = py::reinterpret_borrow<py::object>(co->co_filename);
+      std::string text = "File \"" + file.cast<std::string>() + "\", line " + std::to_string(n.loc_line) + ", in " +
+                         py::reinterpret_borrow<py::object>(co->co_name).cast<std::string>() + "\n";
+      std::string src = py::str(c.getline()(file, n.loc_line)).cast<std::string>();
+      size_t b = src.find_first_not_of(" \t");
+      if (b != std::string::npos) text += "    " + src.substr(b);
+      if (text.back() != '\n') text += "\n";
+      fx_node.attr(c.s_meta)[py::str("stack_trace")] = py::str(text);
     }
     fx_nodes[static_cast<size_t>(n.index)] = std::move(fx_node);
   }

@@ -422,3 +422,35 @@ def test_optimized_wrappers_are_unwrapped():
     gm, _ = cdynamo.export(cdynamo.optimize(cnt)(m), torch.randn(2, 4))
     assert len(dict(gm.named_parameters())) == 2
     assert cnt.frame_count == 0  # the wrappers' own backend never ran
+
+
+def _helper_op(x):
+    return x.sigmoid()  # the inlined callee's own line
+
+
+def _traced_for_meta(x):
+    y = x.relu()
+    return _helper_op(y) + 1
+
+
+def test_nodes_carry_the_users_stack_trace_like_dynamo():
+    """Every op node's meta["stack_trace"] names the file, line, function and source line that made it
+    (an inlined callee's node names the callee's line), in torch.fx's format, as torch._dynamo.export's do."""
+    x = torch.randn(3)
+    gm, _ = cdynamo.export(_traced_for_meta, x)
+    dgm, _ = torch._dynamo.export(_traced_for_meta)(x)
+    ops = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method")]
+    dops = [n for n in dgm.graph.nodes if n.op in ("call_function", "call_method")]
+    assert len(ops) == len(dops) == 3
+    for n, d in zip(ops, dops):
+        trace = n.meta["stack_trace"]
+        assert trace.startswith(f'File "{__file__}", line ') and trace.endswith("\n")
+        # torch._dynamo's trace holds the whole inline stack (and caret lines); its last frame is the line
+        # that made the node
+        lines = d.meta["stack_trace"].rstrip("\n").splitlines()
+        at = max(i for i, line in enumerate(lines) if line.startswith("  File "))
+        assert trace.rstrip("\n").splitlines() == [lines[at].strip(), "    " + lines[at + 1].strip()]
+    assert "in _helper_op" in ops[1].meta["stack_trace"] and "x.sigmoid()" in ops[1].meta["stack_trace"]
+    for n in gm.graph.nodes:
+        if n.op in ("placeholder", "output"):
+            assert "stack_trace" not in n.meta
