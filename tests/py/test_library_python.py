@@ -1,6 +1,5 @@
 # test_library_python.py — owns tests of the Python constructs library model code uses (issue 11 item 2):
 # each is traced into one graph (counted against torch._dynamo where it captures) with eager's results.
-import collections.abc
 import importlib
 import os
 import sys
@@ -459,35 +458,11 @@ def test_isinstance_of_a_tensor_with_a_tuple_of_classes(dtype):
 
 # ---- Mapping.get / __contains__ mixins whose __getitem__ raises KeyError (transformers' AttentionInterface) ----
 
-class Registry(collections.abc.MutableMapping):
-    _global = {"a": 1}
-
-    def __init__(self):
-        self._local = {}
-
-    def __getitem__(self, key):
-        if key in self._local:
-            return self._local[key]
-        return self._global[key]
-
-    def __setitem__(self, key, value):
-        self._local[key] = value
-
-    def __delitem__(self, key):
-        del self._local[key]
-
-    def __iter__(self):
-        return iter({**self._global, **self._local})
-
-    def __len__(self):
-        return len(self._global) + len(self._local)
-
-
-REG = Registry()
+REG = _Interface()  # _global {'eager': 1.0, 'scaled': 2.0}, like transformers' AttentionInterface
 
 
 def registry_get(x):
-    return x * REG.get("a", 0) + REG.get("missing", 5) + (REG.get("missing2", None) is None) + ("b" in REG)
+    return x * REG.get("eager", 0) + REG.get("missing", 5) + (REG.get("missing2", None) is None) + ("b" in REG)
 
 
 def test_mapping_get_of_a_missing_key_returns_the_default():
@@ -502,7 +477,8 @@ def test_mapping_get_of_a_missing_key_returns_the_default():
         REG["missing"] = 7
         torch.testing.assert_close(opt(x), registry_get(x))
     finally:
-        REG._local.clear()
+        REG._local.pop("b", None)
+        REG._local.pop("missing", None)
     torch.testing.assert_close(opt(x), registry_get(x))
 
 
