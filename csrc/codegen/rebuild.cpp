@@ -529,6 +529,8 @@ void Rebuilder::push(const ValuePtr& v, int above) {
       e_.load_attr(v->name);
       return;
     case VKind::Dict: {
+      // An object's __dict__ read in the trace is that object's live dict, not a new one.
+      if (v->frozen) throw interp::Unsupported("an object's __dict__ cannot be rebuilt apart from its object");
       int k = 0;
       for (size_t i = 0; i < v->items.size(); ++i) {
         e_.load_const(v->keys[i]);

@@ -269,6 +269,22 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
       guards.add(guards::has_attr(obj->source, attr, has == 1));
       return Value::constant(py::bool_(has == 1));
     }
+    if (obj->kind == VKind::Instance && has_getattribute_override(obj)) {
+      // Through the class's __getattribute__: the AttributeError it raises is hasattr's / getattr's case,
+      // when raising it changed nothing.
+      size_t nodes = graph.mark(), stores = attr_stores.size(), muts = mutation_count_;
+      try {
+        ValuePtr r = load_attr(obj, attr);
+        return name == "hasattr" ? Value::constant(py::bool_(true)) : r;
+      } catch (const TracedRaise& e) {
+        if (!PyErr_GivenExceptionMatches(e.exc.ptr(), PyExc_AttributeError)) throw;
+        if (graph.mark() != nodes || attr_stores.size() != stores || mutation_count_ != muts)
+          unsupported("getattr through a __getattribute__ that changed state before raising AttributeError");
+        if (name == "hasattr") return Value::constant(py::bool_(false));
+        if (args.size() == 3) return args[2];
+        throw;
+      }
+    }
     if (obj->kind == VKind::Instance) {
       // Its own attributes are known; a class attribute's presence is guarded on the class.
       bool has = obj->find_key(py::str(attr)) >= 0;
@@ -283,6 +299,11 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
     }
     if (name == "getattr" && args.size() == 2) return load_attr(obj, attr);
     return nullptr;
+  }
+  if (name == "delattr" && args.size() == 2 && kwargs.empty() && args[0]->kind == VKind::Instance &&
+      args[1]->is_const() && PyUnicode_Check(args[1]->obj.ptr())) {
+    instance_delattr(args[0], args[1]->obj.cast<std::string>());
+    return Value::constant(py::none());
   }
   if (name == "setattr" && args.size() == 3 && kwargs.empty() && args[1]->is_const() &&
       PyUnicode_Check(args[1]->obj.ptr())) {
@@ -383,6 +404,14 @@ ValuePtr Tracer::super_attr(const ValuePtr& sup, const std::string& name) {
     }
     if (!PyFunction_Check(d)) {
       // object.__getattribute__ past a class's own override (PretrainedConfig remaps names in its override).
+      // object.__setattr__ past a class's own override, on an object made in the trace.
+      if (name == "__setattr__" && fresh && mro[k].ptr() == reinterpret_cast<PyObject*>(&PyBaseObject_Type)) {
+        ValuePtr m = Value::object(py::reinterpret_borrow<py::object>(d));
+        m->self = self;
+        m->name = "<super_setattr>";
+        m->made_in_trace = true;  // never passed back to Python (it would lose its receiver)
+        return m;
+      }
       if (name == "__getattribute__" && mro[k].ptr() == reinterpret_cast<PyObject*>(&PyBaseObject_Type)) {
         ValuePtr m = Value::object(py::reinterpret_borrow<py::object>(d));
         m->self = self;
@@ -417,7 +446,7 @@ ValuePtr Tracer::generic_getattr(const ValuePtr& self, const std::vector<ValuePt
   if (args.size() != 1 || !kwargs.empty() || !args[0]->is_const() || !PyUnicode_Check(args[0]->obj.ptr()))
     unsupported("super().__getattribute__ with a non-constant name");
   std::string name = args[0]->obj.cast<std::string>();
-  if (self->kind == VKind::Instance) return instance_attr(self, name);
+  if (self->kind == VKind::Instance) return instance_generic_attr(self, name);
   if (self->kind != VKind::Object || !self->source) unsupported("super().__getattribute__ of " + self->describe());
   py::str key(name);
   PyObject* descr = _PyType_Lookup(Py_TYPE(self->obj.ptr()), key.ptr());  // borrowed, may be NULL

@@ -201,6 +201,12 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
   if (ValuePtr sig = signature_of(fn, args, kwargs)) return sig;
   if (fn->name == "<noop>" && args.empty() && kwargs.empty()) return Value::constant(py::none());
   if (fn->kind == VKind::Object && fn->name == "<super_getattribute>") return generic_getattr(fn->self, args, kwargs);
+  if (fn->kind == VKind::Object && fn->name == "<super_setattr>") {
+    if (args.size() != 2 || !kwargs.empty() || !args[0]->is_const() || !PyUnicode_Check(args[0]->obj.ptr()))
+      unsupported("super().__setattr__ with a non-constant name");
+    instance_setattr(fn->self, args[0]->obj.cast<std::string>(), args[1]);
+    return Value::constant(py::none());
+  }
   if (fn->kind == VKind::Object && fn->name.rfind("<super_dict_", 0) == 0)
     return super_dict_call(fn->self, fn->name.substr(12, fn->name.size() - 13), args, kwargs);
   if (fn->grad_exit >= 0) {  // leaving `with torch.no_grad()/enable_grad()` normally: __exit__(None, None, None)

@@ -451,8 +451,37 @@ std::string Tracer::describe_class(const ValuePtr& cls) const {
   return py::str(cls->obj.attr("__qualname__")).cast<std::string>();
 }
 
+bool Tracer::has_getattribute_override(const ValuePtr& inst) const {
+  auto* type = reinterpret_cast<PyTypeObject*>(inst->self->obj.ptr());
+  PyObject* ga = _PyType_Lookup(type, py::str("__getattribute__").ptr());  // borrowed
+  return ga && PyFunction_Check(ga);
+}
+
 ValuePtr Tracer::instance_attr(const ValuePtr& inst, const std::string& name) {
   if (autograd_.ctx && inst == autograd_.ctx) return autograd_ctx_attr(name);
+  if (has_getattribute_override(inst)) {
+    // The class's own __getattribute__ (a deep-copied transformers config remaps names in it), inlined;
+    // guarded as cls.__getattribute__.
+    auto* type = reinterpret_cast<PyTypeObject*>(inst->self->obj.ptr());
+    PyObject* ga = _PyType_Lookup(type, py::str("__getattribute__").ptr());  // borrowed
+    ValuePtr f = wrap(ga, guards::Source::attr(inst->self->source, "__getattribute__"));
+    return inline_call(f, {inst, Value::constant(py::str(name))}, {});
+  }
+  return instance_generic_attr(inst, name);
+}
+
+ValuePtr Tracer::instance_generic_attr(const ValuePtr& inst, const std::string& name) {
+  if (autograd_.ctx && inst == autograd_.ctx) return autograd_ctx_attr(name);
+  if (name == "__class__") return inst->self;
+  if (name == "__dict__") {
+    // A view of its attributes, kept equal to them by instance_setattr / instance_delattr; the trace only
+    // reads it (see Value::frozen).
+    if (!inst->dict_view) {
+      inst->dict_view = Value::dict(inst->keys, inst->items);
+      inst->dict_view->frozen = true;
+    }
+    return inst->dict_view;
+  }
   auto* type = reinterpret_cast<PyTypeObject*>(inst->self->obj.ptr());
   PyObject* descr = _PyType_Lookup(type, py::str(name).ptr());  // borrowed, may be NULL
   SourcePtr csrc = guards::Source::attr(inst->self->source, name);
@@ -464,7 +493,12 @@ ValuePtr Tracer::instance_attr(const ValuePtr& inst, const std::string& name) {
   }
   int at = inst->find_key(py::str(name));
   if (at >= 0) return inst->items[static_cast<size_t>(at)];
-  if (!descr) unsupported("new " + describe_class(inst->self) + " object has no attribute '" + name + "'");
+  if (!descr) {
+    // Guarded on the class: the attribute is still missing from it.
+    guards.add(guards::has_attr(inst->self->source, name, false));
+    std::string why = "'" + describe_class(inst->self) + "' object has no attribute '" + name + "'";
+    throw TracedRaise(why, py::reinterpret_steal<py::object>(PyObject_CallFunction(PyExc_AttributeError, "s", why.c_str())));
+  }
   if (PyFunction_Check(descr)) {
     ValuePtr f = wrap(descr, csrc);
     ValuePtr m = Value::object(f->obj, csrc);
@@ -488,19 +522,18 @@ ValuePtr Tracer::instance_attr(const ValuePtr& inst, const std::string& name) {
 void Tracer::store_attr(const ValuePtr& obj, const std::string& name, const ValuePtr& value) {
   if (obj->kind == VKind::Instance) {
     auto* type = reinterpret_cast<PyTypeObject*>(obj->self->obj.ptr());
-    PyObject* descr = _PyType_Lookup(type, py::str(name).ptr());  // borrowed
-    if (descr && Py_TYPE(descr)->tp_descr_set) unsupported("assignment to the data descriptor '" + name + "'");
-    if (value->kind == VKind::Iter || value->kind == VKind::Null || value->kind == VKind::Cell || value->made_in_trace)
-      unsupported("attribute assignment of " + value->describe());
-    will_mutate(obj);
-    py::str key(name);
-    int at = obj->find_key(key);
-    if (at >= 0) {
-      obj->items[static_cast<size_t>(at)] = value;
-    } else {
-      obj->keys.push_back(key);
-      obj->items.push_back(value);
+    PyObject* setattr_fn = _PyType_Lookup(type, py::str("__setattr__").ptr());  // borrowed
+    if (setattr_fn != _PyType_Lookup(&PyBaseObject_Type, py::str("__setattr__").ptr())) {
+      // The class's own __setattr__ (a deep-copied transformers config validates and remaps), inlined;
+      // guarded as cls.__setattr__. Its super().__setattr__ lands in instance_setattr.
+      if (!setattr_fn || !PyFunction_Check(setattr_fn))
+        unsupported("attribute assignment on a new " + describe_class(obj->self) + " object, whose __setattr__ is not Python");
+      ValuePtr f = wrap(setattr_fn, guards::Source::attr(obj->self->source, "__setattr__"));
+      ValuePtr r = inline_call(f, {obj, Value::constant(py::str(name)), value}, {});
+      if (!r->is_const() || !r->obj.is_none()) unsupported("__setattr__ of " + describe_class(obj->self) + " returned a value");
+      return;
     }
+    instance_setattr(obj, name, value);
     return;
   }
   if (obj->kind != VKind::Object || !obj->source || PyModule_Check(obj->obj.ptr()) || PyType_Check(obj->obj.ptr()))
@@ -508,6 +541,48 @@ void Tracer::store_attr(const ValuePtr& obj, const std::string& name, const Valu
   if (value->kind == VKind::Iter || value->kind == VKind::Null || value->kind == VKind::Cell || value->made_in_trace)
     unsupported("attribute assignment of " + value->describe());
   attr_stores.push_back({obj, name, value});
+}
+
+void Tracer::instance_setattr(const ValuePtr& obj, const std::string& name, const ValuePtr& value) {
+  auto* type = reinterpret_cast<PyTypeObject*>(obj->self->obj.ptr());
+  PyObject* descr = _PyType_Lookup(type, py::str(name).ptr());  // borrowed
+  if (descr && Py_TYPE(descr)->tp_descr_set) unsupported("assignment to the data descriptor '" + name + "'");
+  if (value->kind == VKind::Iter || value->kind == VKind::Null || value->kind == VKind::Cell || value->made_in_trace)
+    unsupported("attribute assignment of " + value->describe());
+  will_mutate(obj);
+  py::str key(name);
+  int at = obj->find_key(key);
+  if (at >= 0) {
+    obj->items[static_cast<size_t>(at)] = value;
+  } else {
+    obj->keys.push_back(key);
+    obj->items.push_back(value);
+  }
+  sync_dict_view(obj);
+}
+
+void Tracer::sync_dict_view(const ValuePtr& obj) {
+  const ValuePtr& view = obj->dict_view;
+  if (!view) return;
+  bool saved = false;
+  for (const auto& u : undo_) saved = saved || u.value == view;
+  if (!saved) undo_.push_back(Undo{view, view->items, view->keys, view->self});
+  view->keys = obj->keys;
+  view->items = obj->items;
+}
+
+void Tracer::instance_delattr(const ValuePtr& obj, const std::string& name) {
+  auto* type = reinterpret_cast<PyTypeObject*>(obj->self->obj.ptr());
+  if (_PyType_Lookup(type, py::str("__delattr__").ptr()) != _PyType_Lookup(&PyBaseObject_Type, py::str("__delattr__").ptr()))
+    unsupported("delattr on a new " + describe_class(obj->self) + " object, whose class defines __delattr__");
+  PyObject* descr = _PyType_Lookup(type, py::str(name).ptr());  // borrowed
+  if (descr && Py_TYPE(descr)->tp_descr_set) unsupported("deletion of the data descriptor '" + name + "'");
+  int at = obj->find_key(py::str(name));
+  if (at < 0) unsupported("delattr of a missing attribute (AttributeError is raised by Python)");
+  will_mutate(obj);
+  obj->keys.erase(obj->keys.begin() + at);
+  obj->items.erase(obj->items.begin() + at);
+  sync_dict_view(obj);
 }
 
 ValuePtr Tracer::call_object(const ValuePtr& fn, std::vector<ValuePtr> args,

@@ -233,6 +233,13 @@ void store_attr(Tracer& t, const Instruction& i) {
   t.pop();
 }
 
+// `del obj.name`: on an object made in the trace only (its attributes are the trace's to change).
+void delete_attr(Tracer& t, const Instruction& i) {
+  if (t.peek(1)->kind != VKind::Instance) t.unsupported("del of an attribute of " + t.peek(1)->describe());
+  t.instance_delattr(t.peek(1), py::str(t.name_at(i.arg)).cast<std::string>());
+  t.pop();
+}
+
 // `global name; name = value`: recorded and replayed after the graph, in program order.
 void store_global(Tracer& t, const Instruction& i) {
   if (t.trusted_globals())
@@ -281,6 +288,7 @@ void register_load_store(HandlerTable& t) {
   on("STORE_SLICE", store_slice);
   on("DELETE_SUBSCR", delete_subscr);
   on("STORE_ATTR", store_attr);
+  on("DELETE_ATTR", delete_attr);
   on("STORE_GLOBAL", store_global);
   on("POP_TOP", pop_top);
   on("PUSH_NULL", push_null);

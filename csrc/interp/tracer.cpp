@@ -173,6 +173,7 @@ bool Tracer::may_hold_attributes(const ValuePtr& c) const {
 }
 
 void Tracer::will_mutate(const ValuePtr& c) {
+  if (c->frozen) unsupported("changing an object's __dict__ (" + c->describe() + ") in place");
   if (may_hold_attributes(c)) items_written = true;
   if (c != autograd_.ctx) ++mutation_count_;
   bool saved = false;

@@ -256,6 +256,15 @@ class Tracer {
   // KeyError handled as the mixin does; nullptr when `f` is neither.
   ValuePtr mapping_mixin_call(py::handle f, const std::vector<ValuePtr>& args,
                               const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
+  // copy.deepcopy(x) (deepcopy.cpp): constants as themselves; tuples, lists, dicts, sets and objects made in
+  // the trace copied structurally; a plain-data object of the frame becomes a new object (an Instance) of its
+  // class holding copies of its attributes, each read guarded. nullptr when `f` is not copy.deepcopy.
+  using CopyMemo = std::unordered_map<const Value*, ValuePtr>;
+  ValuePtr deepcopy_call(py::handle f, const std::vector<ValuePtr>& args,
+                         const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
+  ValuePtr deep_copy(const ValuePtr& v, CopyMemo& memo);
+  ValuePtr copy_frame_object(const ValuePtr& v, CopyMemo& memo);
+  ValuePtr copy_constant_dict(const ValuePtr& v, CopyMemo& memo);
   bool trusted_globals() const { return trusted_globals_; }
   // True while the globals in use are the traced frame's own (not an inlined callee's from another module).
   bool in_frame_module() const { return fv.globals == frame_globals_; }
@@ -325,7 +334,17 @@ class Tracer {
   // attribute reads (instance dict, then class: methods, properties, class attributes guarded on the class).
   ValuePtr make_instance(const ValuePtr& cls, std::vector<ValuePtr> args,
                          std::vector<std::pair<std::string, ValuePtr>> kwargs);
+  // inst.name: through its class's Python __getattribute__ when it has one (inlined), else the generic lookup.
   ValuePtr instance_attr(const ValuePtr& inst, const std::string& name);
+  // object.__getattribute__(inst, name): instance attributes, then the class; `__class__`, and `__dict__` as a
+  // frozen snapshot. A missing attribute raises a traced AttributeError.
+  ValuePtr instance_generic_attr(const ValuePtr& inst, const std::string& name);
+  // object.__setattr__ / object.__delattr__ on an Instance (no class override involved).
+  void instance_setattr(const ValuePtr& obj, const std::string& name, const ValuePtr& value);
+  void instance_delattr(const ValuePtr& obj, const std::string& name);
+  void sync_dict_view(const ValuePtr& obj);  // after changing an Instance: its __dict__ view follows
+  // True if the class of Instance `inst` defines __getattribute__ in Python.
+  bool has_getattribute_override(const ValuePtr& inst) const;
   std::string describe_class(const ValuePtr& cls) const;
   // transformers ModelOutput objects made in the trace (records.cpp): construction from the dataclass
   // fields, reads by attribute (fields, properties), key, index and slice, and their dict/tuple methods.

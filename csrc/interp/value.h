@@ -72,6 +72,8 @@ struct Value {
   std::vector<py::object> keys;     // Dict: hashable constant keys, parallel to `items`
   int cell_slot = -1;               // LOAD_CLOSURE result: the cell of this local slot of the traced frame
   bool made_in_trace = false;       // Object: a function made by MAKE_FUNCTION during the trace
+  bool frozen = false;              // Dict: an Instance's `__dict__` (its dict_view); changing it in place is unsupported
+  ValuePtr dict_view;               // Instance: the Dict its `__dict__` read gave, kept equal to its attributes
   // Object read from the frame (a plain instance): its identity guard, not yet installed. Moving the value
   // (locals, stack, tuples, a continuation, the return) needs only its type (TYPE_MATCH, installed at
   // once); the first use that may depend on which object it is installs this (Tracer::realize).

@@ -37,7 +37,6 @@ NOT_TRACED = {
     "WITH_EXCEPT_START": "exception handlers run as Python",
     "LOAD_ASSERTION_ERROR": "a failing assert breaks the graph; Python raises",
     # not traced yet (graph break, or the frame runs as Python)
-    "DELETE_ATTR": "attribute deletion is not traced yet",
     "DELETE_GLOBAL": "global deletion is not traced yet",
     "DELETE_DEREF": "deleting a cell variable is not traced yet",
     "MATCH_CLASS": "match statements are not traced yet",
