@@ -299,8 +299,25 @@ void GuardSet::add(Guard g) {
   plan(guards_.back(), static_cast<uint32_t>(guards_.size() - 1));
 }
 
+uint32_t GuardSet::base_slot(const Source* s) {
+  auto have = base_slots_.find(s);
+  if (have != base_slots_.end()) return have->second;
+  // The path from the frame, made of each step's kind, operands and the slot of its base.
+  std::string path = std::to_string(static_cast<int>(s->kind)) + "|" + std::to_string(s->index) + "|" +
+                     std::to_string(reinterpret_cast<uintptr_t>(s->owner)) + "|" +
+                     std::to_string(reinterpret_cast<uintptr_t>(s->builtins)) + "|" +
+                     (s->base ? std::to_string(base_slot(s->base.get())) : std::string("-")) + "|" + s->name;
+  auto [it, fresh] = slot_by_path_.emplace(path, nslots_);
+  if (fresh) ++nslots_;
+  base_slots_.emplace(s, it->second);
+  return it->second;
+}
+
 void GuardSet::plan(const Guard& g, uint32_t index) {
   if (g.source && g.source->base && g.source->base->base) deep_sources_ = true;
+  for (const Source* s = g.source ? g.source->base.get() : nullptr; s; s = s->base.get()) base_slot(s);
+  for (const auto& src : g.sources)
+    for (const Source* s = src ? src->base.get() : nullptr; s; s = s->base.get()) base_slot(s);
   FastRef ref;
   if (g.kind == GuardKind::TensorMatch && g.source && g.tensor && g.source->fast_ref(&ref)) {
     auto at = static_cast<uint32_t>(tensor_checks_.size());
@@ -331,7 +348,7 @@ bool GuardSet::check(const FrameView& fv, std::string* why) const {
   // Same order and verdicts as evaluating every guard with Guard::check: fast tests only skip guards
   // that would pass.
   std::optional<FetchMemo> memo;
-  if (deep_sources_) memo.emplace();
+  if (deep_sources_) memo.emplace(&base_slots_, nslots_);
   for (const Step& s : steps_) {
     switch (s.op) {
       case Step::Op::Generic:

@@ -86,7 +86,12 @@ class GuardSet {
 
   std::vector<Guard> guards_;
   std::vector<Step> steps_;
+  // The base sources of the guards' sources, numbered for FetchMemo; equal paths share a slot.
+  uint32_t base_slot(const Source* s);
   bool deep_sources_ = false;  // some guard reads a source two or more steps from the frame (memoized)
+  FetchMemo::Slots base_slots_;
+  std::unordered_map<std::string, uint32_t> slot_by_path_;
+  uint32_t nslots_ = 0;
   std::vector<FastTensorCheck> tensor_checks_;
   std::vector<FastRef> alias_refs_;
 };

@@ -157,10 +157,12 @@ PyObject* Source::fetch(const FrameView& fv) const {
 PyObject* Source::fetch_base(const FrameView& fv) const {
   FetchMemo* m = FetchMemo::active();
   if (!m) return fetch(fv);
-  auto it = m->values_.find(this);
-  if (it == m->values_.end()) it = m->values_.emplace(this, fetch(fv)).first;  // keeps the new reference
-  Py_XINCREF(it->second);
-  return it->second;  // new reference
+  auto it = m->slots_->find(this);
+  if (it == m->slots_->end()) return fetch(fv);
+  PyObject*& v = m->values_[it->second];
+  if (v == FetchMemo::unfetched()) v = fetch(fv);  // keeps the new reference (or nullptr)
+  Py_XINCREF(v);
+  return v;  // new reference
 }
 
 bool Source::fast_ref(FastRef* out) const {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <unordered_map>
 #include <string>
+#include <vector>
 
 namespace cdynamo::guards {
 
@@ -86,19 +87,28 @@ struct Source {
 
 // While one is alive (one GuardSet check), each source fetched as a base of another is fetched once:
 // the guards of a module tree (self._modules['0']._forward_hooks, ..._parameters['weight'], ...) share
-// the walk to self._modules['0']. Instances nest (a check that runs Python that checks guards).
+// the walk to self._modules['0']. The GuardSet numbers its base sources once, when guards are added
+// (`slots`: base source -> slot; equal paths share a slot), so a check allocates nothing per fetch: the
+// fetched values live in a flat array. A source without a slot is fetched each time. Instances nest (a
+// check that runs Python that checks guards).
 class FetchMemo {
  public:
+  using Slots = std::unordered_map<const Source*, uint32_t>;
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdangling-pointer"  // the destructor restores active_ (scoped use)
 #endif
-  FetchMemo() : outer_(active_) { active_ = this; }
+  FetchMemo(const Slots* slots, uint32_t n) : slots_(slots), n_(n), outer_(active_) {
+    values_ = n <= kInline ? inline_ : (heap_.resize(n), heap_.data());
+    for (uint32_t i = 0; i < n; ++i) values_[i] = unfetched();
+    active_ = this;
+  }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
   ~FetchMemo() {
-    for (auto& kv : values_) Py_XDECREF(kv.second);
+    for (uint32_t i = 0; i < n_; ++i)
+      if (values_[i] != unfetched()) Py_XDECREF(values_[i]);
     active_ = outer_;
   }
   FetchMemo(const FetchMemo&) = delete;
@@ -107,7 +117,16 @@ class FetchMemo {
 
  private:
   friend struct Source;
-  std::unordered_map<const Source*, PyObject*> values_;  // new references (nullptr: missing)
+  static constexpr uint32_t kInline = 256;
+  static PyObject* unfetched() {
+    static char marker;
+    return reinterpret_cast<PyObject*>(&marker);  // never dereferenced
+  }
+  const Slots* slots_;
+  uint32_t n_;
+  PyObject* inline_[kInline];
+  std::vector<PyObject*> heap_;
+  PyObject** values_;  // new references (nullptr: missing; unfetched(): not fetched yet)
   FetchMemo* outer_;
   static inline thread_local FetchMemo* active_ = nullptr;  // per thread: a guard that runs Python can let another thread check its own guards
 };

@@ -143,3 +143,37 @@ TEST(Guards, ItemSourcesOfTuplesListsAndSubclasses) {
   EXPECT_FALSE(g.check(shorter.view(), &why));
   EXPECT_EQ(why, "local 'xs'[1] TENSOR_MATCH: value is missing");
 }
+
+// Guards on h.cfg.a and h.cfg.b, whose bases are two Source objects for the same path (two reads of h.cfg in
+// the traced code): one check fetches h.cfg once; Guard::check alone (no memo) fetches it each time.
+TEST(Guards, SharedBasePathIsFetchedOncePerCheck) {
+  py::dict ns;
+  py::exec(R"(
+class Cfg:
+    a = 2
+    b = 3
+class Holder:
+    fetches = 0
+    @property
+    def cfg(self):
+        Holder.fetches += 1
+        return Cfg
+h = Holder()
+)", ns);
+  py::object h = ns["h"];
+  auto local_h = Source::local(0, "h");
+  GuardSet g;
+  g.add(equals_match(Source::attr(Source::attr(local_h, "cfg"), "a"), py::int_(2).ptr()));
+  g.add(equals_match(Source::attr(Source::attr(local_h, "cfg"), "b"), py::int_(3).ptr()));
+  Frame f = frame_of({h});
+  auto fetches = [&] { return ns["Holder"].attr("fetches").cast<int>(); };
+  EXPECT_TRUE(g.check(f.view()));
+  EXPECT_EQ(fetches(), 1);
+  EXPECT_TRUE(g.check(f.view()));
+  EXPECT_EQ(fetches(), 2);
+  ns["Cfg"].attr("b") = py::int_(4);
+  std::string why;
+  EXPECT_FALSE(g.check(f.view(), &why));
+  EXPECT_EQ(fetches(), 3);
+  EXPECT_NE(why.find("b"), std::string::npos) << why;
+}

@@ -514,3 +514,4 @@ def test_a_call_that_breaks_is_not_guarded_on_what_it_read():
         torch.testing.assert_close(opt(x, obj), sets_then_computes(x, ref))
         assert obj.v == ref.v
     assert counter.frame_count == 2  # the graph before the break and the continuation's, compiled once
+
