@@ -40,6 +40,7 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
   if (marked_constant_result(f)) return call_constant_result(fn, args, kwargs);
   if (ValuePtr r = mapping_mixin_call(f, args, kwargs)) return r;
   if (ValuePtr r = deepcopy_call(f, args, kwargs)) return r;
+  if (ValuePtr r = grad_decorated_call(fn, args, kwargs)) return r;
   if (ValuePtr r = optimizer_init_group(fn, args, kwargs)) return r;  // torch.optim (optimizer.cpp)
   if (args.size() == 2 && kwargs.empty() && name == "cast") {
     // typing.cast(type, value) returns value unchanged (torch.optim's wrappers cast `self`).

@@ -265,6 +265,10 @@ class Tracer {
   ValuePtr deep_copy(const ValuePtr& v, CopyMemo& memo);
   ValuePtr copy_frame_object(const ValuePtr& v, CopyMemo& memo);
   ValuePtr copy_constant_dict(const ValuePtr& v, CopyMemo& memo);
+  // A function decorated with @torch.no_grad() / @torch.enable_grad() (torch.utils._contextlib's wrapper): the
+  // wrapped function inlined in that grad mode (ops_with.cpp); nullptr for any other function.
+  ValuePtr grad_decorated_call(const ValuePtr& fn, std::vector<ValuePtr>& args,
+                               std::vector<std::pair<std::string, ValuePtr>>& kwargs);
   bool trusted_globals() const { return trusted_globals_; }
   // True while the globals in use are the traced frame's own (not an inlined callee's from another module).
   bool in_frame_module() const { return fv.globals == frame_globals_; }
