@@ -2,6 +2,7 @@
 // and writing them as torch._dynamo's meta["stack_trace"], ["nn_module_stack"], ["source_fn_stack"] in to_fx.
 #include "graph/node_meta.h"
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -13,19 +14,21 @@ namespace {
 
 bool g_node_meta = true;
 
-// Python objects used while writing meta; looked up once, kept for the process (released never: plain
-// module attributes that outlive every graph).
+// Python objects used while writing meta: looked up once and kept for the process (new references, never
+// released: module attributes and constants that outlive every graph).
 struct MetaRefs {
-  PyObject* frame_summary;   // traceback.FrameSummary
-  PyObject* from_list;       // traceback.StackSummary.from_list
-  PyObject* empty;           // ""
+  PyObject* frame_summary;  // traceback.FrameSummary
+  PyObject* from_list;      // traceback.StackSummary.from_list
+  PyObject* format_frame;   // traceback.StackSummary().format_frame_summary (bound)
+  PyObject* summary_kw;     // ("lookup_line", "colno", "end_colno")
   static const MetaRefs& get() {
     static const MetaRefs* refs = [] {
       py::module_ tb = py::module_::import("traceback");
-      auto* r = new MetaRefs{py::object(tb.attr("FrameSummary")).release().ptr(),
-                             py::object(tb.attr("StackSummary").attr("from_list")).release().ptr(),
-                             py::str("").release().ptr()};
-      return r;
+      py::object stack_summary = tb.attr("StackSummary");
+      return new MetaRefs{py::object(tb.attr("FrameSummary")).release().ptr(),
+                          py::object(stack_summary.attr("from_list")).release().ptr(),
+                          py::object(stack_summary().attr("format_frame_summary")).release().ptr(),
+                          py::make_tuple("lookup_line", "colno", "end_colno").release().ptr()};
     }();
     return *refs;
   }
@@ -44,6 +47,28 @@ bool hidden_frame(PyCodeObject* co) {
 }
 
 py::object or_none(int v) { return v >= 0 ? py::object(py::int_(v)) : py::object(py::none()); }
+
+// traceback.FrameSummary(file, line, name, lookup_line=False, colno=..., end_colno=...) of one frame, as
+// torch._dynamo's InstructionTranslator.frame_summary() makes it (the line is read by the formatting, from linecache).
+py::object frame_summary(const SrcFrame& f) {
+  const MetaRefs& r = MetaRefs::get();
+  auto* co = reinterpret_cast<PyCodeObject*>(f.code.ptr());  // borrowed
+  py::object line = py::int_(f.line), col = or_none(f.col), end_col = or_none(f.end_col);
+  PyObject* args[6] = {co->co_filename, line.ptr(), co->co_name, Py_False, col.ptr(), end_col.ptr()};  // borrowed
+  PyObject* fs = PyObject_Vectorcall(r.frame_summary, args, 3, r.summary_kw);  // new reference
+  if (!fs) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(fs);
+}
+
+// True if frames a and b print as the same traceback line (file, line, function): StackSummary.format() collapses
+// more than 3 such frames in a row into "[Previous line repeated N more times]".
+bool same_line(const SrcFrame& a, const SrcFrame& b) {
+  if (a.line != b.line) return false;
+  if (a.code.ptr() == b.code.ptr()) return true;
+  auto* x = reinterpret_cast<PyCodeObject*>(a.code.ptr());  // borrowed
+  auto* y = reinterpret_cast<PyCodeObject*>(b.code.ptr());  // borrowed
+  return PyUnicode_Compare(x->co_filename, y->co_filename) == 0 && PyUnicode_Compare(x->co_name, y->co_name) == 0;
+}
 
 }  // namespace
 
@@ -108,22 +133,37 @@ py::object MetaWriter::stack_trace(const SrcFrame* innermost) {
   auto it = traces_.find(innermost);
   if (it != traces_.end()) return it->second;
   const MetaRefs& r = MetaRefs::get();
-  std::vector<const SrcFrame*> chain;
-  for (const SrcFrame* f = innermost; f; f = f->caller.get()) chain.push_back(f);
-  py::list summaries;
-  for (auto f = chain.rbegin(); f != chain.rend(); ++f) {  // outermost first, as torch._dynamo lists them
-    auto* co = reinterpret_cast<PyCodeObject*>((*f)->code.ptr());  // borrowed
-    if (hidden_frame(co)) continue;
-    py::dict kw;
-    kw["lookup_line"] = py::bool_(false);
-    kw["colno"] = or_none((*f)->col);
-    kw["end_colno"] = or_none((*f)->end_col);
-    py::tuple args = py::make_tuple(py::reinterpret_borrow<py::object>(co->co_filename), (*f)->line,
-                                    py::reinterpret_borrow<py::object>(co->co_name));
-    summaries.append(py::reinterpret_borrow<py::object>(r.frame_summary)(*args, **kw));
+  // The visible frames, innermost first; a run of 4+ frames on one line (recursion) is formatted as a whole by
+  // StackSummary.format(), which collapses it; otherwise the text is the caller's text plus this frame's lines.
+  std::vector<const SrcFrame*> visible;
+  size_t run = 0, longest = 0;
+  for (const SrcFrame* f = innermost; f; f = f->caller.get()) {
+    if (hidden_frame(reinterpret_cast<PyCodeObject*>(f->code.ptr()))) continue;
+    run = !visible.empty() && same_line(*visible.back(), *f) ? run + 1 : 1;
+    longest = std::max(longest, run);
+    visible.push_back(f);
   }
-  py::object lines = py::reinterpret_borrow<py::object>(r.from_list)(summaries).attr("format")();
-  py::object text = py::reinterpret_borrow<py::str>(r.empty).attr("join")(lines);
+  py::object text;
+  if (longest > 3) {
+    py::list summaries;
+    for (auto f = visible.rbegin(); f != visible.rend(); ++f) summaries.append(frame_summary(**f));
+    py::object lines = py::reinterpret_borrow<py::object>(r.from_list)(summaries).attr("format")();
+    text = py::str("").attr("join")(lines);
+  } else if (visible.empty()) {
+    text = py::str("");
+  } else {
+    const SrcFrame* own = visible.front();
+    py::object frame = py::reinterpret_steal<py::object>(PyObject_CallOneArg(r.format_frame, frame_summary(*own).ptr()));
+    if (!frame) throw py::error_already_set();
+    if (frame.is_none()) frame = py::str("");
+    if (own->caller) {
+      py::object outer = stack_trace(own->caller.get());
+      text = py::reinterpret_steal<py::object>(PyUnicode_Concat(outer.ptr(), frame.ptr()));
+      if (!text) throw py::error_already_set();
+    } else {
+      text = frame;
+    }
+  }
   traces_.emplace(innermost, text);
   return text;
 }

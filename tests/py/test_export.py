@@ -564,6 +564,26 @@ def test_module_called_twice_meta_like_dynamo():
     assert keys[0][0] == str(id(m.block)) and keys[-1][0] == f"{id(m.block)}@1"
 
 
+def _countdown(x, n):
+    if n == 0:
+        return x.cos()
+    return _countdown(x, n - 1)
+
+
+def _recursive_fn(x):
+    return _countdown(x, 5)
+
+
+def test_recursive_inline_stack_trace_like_dynamo():
+    """Inlined recursion: more than 3 frames in a row on one line are collapsed into "[Previous line repeated 2
+    more times]", as traceback (and so torch._dynamo) writes them."""
+    x = torch.randn(3)
+    gm, _ = cdynamo.export(_recursive_fn, x)
+    dgm, _ = torch._dynamo.export(_recursive_fn)(x)
+    _assert_meta_like_dynamo(gm, dgm)
+    assert "[Previous line repeated 2 more times]" in _op_nodes(gm)[0].meta["stack_trace"]
+
+
 def test_compile_graphs_carry_node_meta():
     """Backends of optimize()/torch.compile get the same meta on every op node (torch._dynamo sets it on
     compile graphs too); a node without it fails here."""
