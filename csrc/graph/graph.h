@@ -108,7 +108,8 @@ class Graph {
   // One pass: builds a torch.fx.Graph with the same node names and a torch.fx.GraphModule whose
   // root is `root` (an nn.Module holding get_attr / call_module targets; may be an empty Module).
   // Returns the GraphModule. Throws py::error_already_set on Python errors.
-  py::object to_fx(py::object root, const std::string& class_name = "GraphModule") const;
+  // `meta`: write the nodes' stack_trace / nn_module_stack / source_fn_stack (node_meta.h).
+  py::object to_fx(py::object root, const std::string& class_name = "GraphModule", bool meta = true) const;
   // --- provenance of the nodes (written as meta by to_fx; node_meta.cpp) ---
   // The instruction being traced: nodes added from now on are made there. `code` is borrowed and must stay alive
   // until the next call (the tracer holds it); a reference is taken only when a node is made there.

@@ -75,7 +75,7 @@ py::object to_py(const Arg& a, const std::vector<py::object>& fx_nodes) {
 
 }  // namespace
 
-py::object Graph::to_fx(py::object root, const std::string& class_name) const {
+py::object Graph::to_fx(py::object root, const std::string& class_name, bool meta) const {
   verify();  // NodeRefs below index fx_nodes by position; foreign or forward refs must not get there.
   FxCache& c = cache();
   py::object fx_graph = c.graph_cls();
@@ -83,7 +83,7 @@ py::object Graph::to_fx(py::object root, const std::string& class_name) const {
   std::vector<py::object> fx_nodes(nodes_.size());
   if (!root || root.is_none()) root = c.module_cls();
   std::optional<MetaWriter> writer;
-  if (node_meta()) writer.emplace(root);
+  if (meta && node_meta()) writer.emplace(root);
   for (const auto& up : nodes_) {
     const Node& n = *up;
     py::tuple args = to_py_tuple(n.args, fx_nodes);

@@ -625,3 +625,22 @@ def test_nodes_carry_the_users_stack_trace_like_dynamo():
     for n in gm.graph.nodes:
         if n.op in ("placeholder", "output"):
             assert "stack_trace" not in n.meta
+
+
+def test_backends_marked_as_not_reading_meta_get_graphs_without_it():
+    """A backend marked ``_cdynamo_node_meta = False`` (the built-in eager backend) gets graphs without node meta
+    (a cheaper first call); explain's recorded graphs still carry it."""
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(gm)
+        return gm.forward
+
+    backend._cdynamo_node_meta = False
+    cdynamo.optimize(backend)(_nested_fn)(torch.randn(3, 2))
+    (gm,) = seen
+    assert all(k not in n.meta for n in gm.graph.nodes for k in ("stack_trace", "source_fn_stack"))
+    assert cdynamo.backends.lookup_backend("eager")._cdynamo_node_meta is False
+    cdynamo.reset()
+    out = cdynamo.explain(_nested_fn)(torch.randn(3, 2))
+    assert all("stack_trace" in n.meta for n in _op_nodes(out.graphs[0]))
