@@ -644,3 +644,19 @@ def test_backends_marked_as_not_reading_meta_get_graphs_without_it():
     cdynamo.reset()
     out = cdynamo.explain(_nested_fn)(torch.randn(3, 2))
     assert all("stack_trace" in n.meta for n in _op_nodes(out.graphs[0]))
+
+
+def test_aten_graph_keeps_node_meta_like_dynamo():
+    """aten_graph=True: every ATen node keeps the meta of the node it was lowered from, as torch._dynamo's."""
+    m = _Stack()
+    x = torch.randn(2, 4)
+    gm, _ = cdynamo.export(m, x, aten_graph=True)
+    dgm, _ = torch._dynamo.export(m, aten_graph=True)(x)
+    ops = [n for n in gm.graph.nodes if n.op == "call_function"]
+    dops = [n for n in dgm.graph.nodes if n.op == "call_function"]
+    assert [n.target for n in ops] == [d.target for d in dops]
+    for n, d in zip(ops, dops):
+        assert n.meta["stack_trace"] == d.meta["stack_trace"], n.name
+        assert n.meta.get("nn_module_stack") == d.meta.get("nn_module_stack"), n.name
+        assert [_target_key(t) for _, t in n.meta["source_fn_stack"]] == \
+            [_target_key(t) for _, t in d.meta["source_fn_stack"]], n.name
