@@ -21,6 +21,9 @@ struct MetaRefs {
   PyObject* from_list;      // traceback.StackSummary.from_list
   PyObject* format_frame;   // traceback.StackSummary().format_frame_summary (bound)
   PyObject* summary_kw;     // ("lookup_line", "colno", "end_colno")
+  PyObject* k_module_stack; // interned meta keys
+  PyObject* k_fn_stack;
+  PyObject* k_stack_trace;
   static const MetaRefs& get() {
     static const MetaRefs* refs = [] {
       py::module_ tb = py::module_::import("traceback");
@@ -28,7 +31,9 @@ struct MetaRefs {
       return new MetaRefs{py::object(tb.attr("FrameSummary")).release().ptr(),
                           py::object(stack_summary.attr("from_list")).release().ptr(),
                           py::object(stack_summary().attr("format_frame_summary")).release().ptr(),
-                          py::make_tuple("lookup_line", "colno", "end_colno").release().ptr()};
+                          py::make_tuple("lookup_line", "colno", "end_colno").release().ptr(),
+                          PyUnicode_InternFromString("nn_module_stack"), PyUnicode_InternFromString("source_fn_stack"),
+                          PyUnicode_InternFromString("stack_trace")};
     }();
     return *refs;
   }
@@ -53,7 +58,7 @@ py::object or_none(int v) { return v >= 0 ? py::object(py::int_(v)) : py::object
 py::object frame_summary(const SrcFrame& f) {
   const MetaRefs& r = MetaRefs::get();
   auto* co = reinterpret_cast<PyCodeObject*>(f.code.ptr());  // borrowed
-  py::object line = py::int_(f.line), col = or_none(f.col), end_col = or_none(f.end_col);
+  py::object line = or_none(f.line), col = or_none(f.col), end_col = or_none(f.end_col);
   PyObject* args[6] = {co->co_filename, line.ptr(), co->co_name, Py_False, col.ptr(), end_col.ptr()};  // borrowed
   PyObject* fs = PyObject_Vectorcall(r.frame_summary, args, 3, r.summary_kw);  // new reference
   if (!fs) throw py::error_already_set();
@@ -188,10 +193,11 @@ const MetaWriter::ScopeMeta& MetaWriter::scope_meta(const ModuleScope* scope) {
 
 void MetaWriter::write(const Node& n, py::handle fx_meta) {
   PyObject* meta = fx_meta.ptr();  // borrowed dict
+  const MetaRefs& r = MetaRefs::get();
   const ScopeMeta* sm = n.scope ? &scope_meta(n.scope.get()) : nullptr;
   if (sm) {
     py::object copy = py::reinterpret_steal<py::object>(PyDict_Copy(sm->stack.ptr()));  // each node its own dict
-    if (!copy || PyDict_SetItemString(meta, "nn_module_stack", copy.ptr()) < 0) throw py::error_already_set();
+    if (!copy || PyDict_SetItem(meta, r.k_module_stack, copy.ptr()) < 0) throw py::error_already_set();
   }
   if (n.op == OpKind::CallFunction || n.op == OpKind::CallMethod || n.op == OpKind::CallModule) {
     py::object target = n.target;
@@ -202,11 +208,11 @@ void MetaWriter::write(const Node& n, py::handle fx_meta) {
     }
     py::list fn_stack;
     fn_stack.append(py::make_tuple(py::str(n.name), target));
-    if (PyDict_SetItemString(meta, "source_fn_stack", fn_stack.ptr()) < 0) throw py::error_already_set();
+    if (PyDict_SetItem(meta, r.k_fn_stack, fn_stack.ptr()) < 0) throw py::error_already_set();
   }
   if (n.where) {
     py::object text = stack_trace(n.where.get());
-    if (PyDict_SetItemString(meta, "stack_trace", text.ptr()) < 0) throw py::error_already_set();
+    if (PyDict_SetItem(meta, r.k_stack_trace, text.ptr()) < 0) throw py::error_already_set();
   }
 }
 
