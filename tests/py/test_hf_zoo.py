@@ -159,7 +159,7 @@ def _meta_key(n):
     return n.op, _target_name(n.target)
 
 
-@pytest.mark.parametrize("name", ["bert", "gpt2", "llama", "distilbert", "vit"])
+@pytest.mark.parametrize("name", ["bert", "gpt2", "t5", "llama", "distilbert", "vit"])
 def test_node_meta_as_dynamo(name):
     """Each op node of the compile graph carries the stack_trace, nn_module_stack and source_fn_stack (targets)
     that torch.compile's graph has for the same op (ops aligned by target: torch records a few ops cdynamo does not,
