@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include "bytecode/bytecode.h"
+#include "graph/node_meta.h"
 #include "hook/cache.h"
 #include "interp/tracer.h"
 
@@ -43,6 +44,9 @@ void bind_testing(py::module_& m) {
   m.def(
       "format_code", [](py::object code) { return bytecode::format(as_code(code)); },
       "dis-style listing of a code object.");
+  m.def("set_node_meta", &graph::set_node_meta, py::arg("on"),
+        "Whether graphs made from now on carry meta stack_trace / nn_module_stack / source_fn_stack (on by "
+        "default; benchmarks switch it off to measure its cost).");
   m.def("extra_count", &hook::extra_count, "Number of code objects holding cdynamo cache data.");
   m.def(
       "handled_opcodes",

@@ -114,6 +114,16 @@ PyObject* write_back(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return nullptr;
 }
 
+// cls.__new__(cls) at C level: type->tp_new(type, (), NULL), no __init__. `type` is borrowed; returns a new
+// reference, or NULL with a Python error set.
+PyObject* new_empty(PyTypeObject* type) {
+  PyObject* empty = PyTuple_New(0);  // new
+  if (!empty) return nullptr;
+  PyObject* obj = type->tp_new(type, empty, nullptr);  // new, or NULL
+  Py_DECREF(empty);
+  return obj;
+}
+
 // Makes an object of a plain class with the given attributes (cls.__new__(cls), then its __dict__), for
 // an object the trace created. Called by rewritten code (borrowed arguments).
 PyObject* new_object(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -121,11 +131,7 @@ PyObject* new_object(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     PyErr_SetString(PyExc_TypeError, "_new_object(cls, attrs)");
     return nullptr;
   }
-  auto* type = reinterpret_cast<PyTypeObject*>(args[0]);
-  PyObject* empty = PyTuple_New(0);  // new
-  if (!empty) return nullptr;
-  PyObject* obj = type->tp_new(type, empty, nullptr);  // new
-  Py_DECREF(empty);
+  PyObject* obj = new_empty(reinterpret_cast<PyTypeObject*>(args[0]));  // new
   if (!obj) return nullptr;
   PyObject** dictptr = _PyObject_GetDictPtr(obj);
   if (!dictptr) {
@@ -156,11 +162,7 @@ PyObject* new_record(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     PyErr_SetString(PyExc_TypeError, "_new_record(cls, names, *values)");
     return nullptr;
   }
-  auto* type = reinterpret_cast<PyTypeObject*>(args[0]);
-  PyObject* empty = PyTuple_New(0);  // new
-  if (!empty) return nullptr;
-  PyObject* obj = type->tp_new(type, empty, nullptr);  // new
-  Py_DECREF(empty);
+  PyObject* obj = new_empty(reinterpret_cast<PyTypeObject*>(args[0]));  // new
   if (!obj) return nullptr;
   for (Py_ssize_t i = 0; i < nargs - 2; ++i) {
     PyObject* name = PyTuple_GET_ITEM(args[1], i);  // borrowed

@@ -63,9 +63,9 @@ Node* Graph::add(OpKind op, std::string name, py::object target, std::vector<Arg
   n->kwargs = std::move(kwargs);
   n->example_value = example_value ? std::move(example_value) : py::none();
   n->index = static_cast<int>(nodes_.size());
-  if (op != OpKind::Placeholder && op != OpKind::Output) {
-    n->loc_code = loc_code_;
-    n->loc_line = loc_line_;
+  if (op != OpKind::Output) {  // placeholders too: torch._dynamo's graph inputs carry where they were first read
+    n->where = current_frame();
+    n->scope = scope_;
   }
   nodes_.push_back(std::move(n));
   return nodes_.back().get();

@@ -37,6 +37,27 @@ struct Arg {
   static Arg dict(std::vector<std::string> keys, std::vector<Arg> values);
 };
 
+// Where a node was made: one frame of the inline stack (its code, current line and the columns of the instruction
+// being traced) and the frame that called it (null for the traced frame). Interned per graph: equal frames under
+// equal callers are one object.
+struct SrcFrame {
+  py::object code;  // owned
+  int line = -1;
+  int col = -1;      // byte offsets of the instruction in its first line; -1: unknown
+  int end_col = -1;
+  std::shared_ptr<const SrcFrame> caller;
+};
+using SrcFramePtr = std::shared_ptr<const SrcFrame>;
+
+// An nn.Module call a node was made inside (meta["nn_module_stack"]); `outer` is the enclosing call, if any.
+struct ModuleScope {
+  std::string key;   // str(id(module)), with "@<n>" for the n-th later call of the same path (torch._dynamo's keys)
+  std::string path;  // torch._dynamo's qualified name of the module: "L['self'].layers.0"
+  py::object cls;    // owned: the module's class
+  std::shared_ptr<const ModuleScope> outer;
+};
+using ModuleScopePtr = std::shared_ptr<const ModuleScope>;
+
 struct Node {
   OpKind op;
   std::string name;          // unique in the graph, fx naming rules
@@ -45,8 +66,8 @@ struct Node {
   std::vector<std::pair<std::string, Arg>> kwargs;
   py::object example_value;  // meta (or real) example tensor, or None
   int index = 0;             // position in Graph::nodes
-  py::object loc_code;       // the code object whose line made the node (owned), or empty
-  int loc_line = -1;         // that line (meta["stack_trace"] in to_fx)
+  SrcFramePtr where;         // the instruction (and inline stack) that made it; null for the output
+  ModuleScopePtr scope;      // the innermost nn.Module call it was made in, or null
 };
 
 class Graph {
@@ -87,12 +108,28 @@ class Graph {
   // One pass: builds a torch.fx.Graph with the same node names and a torch.fx.GraphModule whose
   // root is `root` (an nn.Module holding get_attr / call_module targets; may be an empty Module).
   // Returns the GraphModule. Throws py::error_already_set on Python errors.
-  py::object to_fx(py::object root, const std::string& class_name = "GraphModule") const;
-  // Where the nodes added from now on come from (the tracer sets it per instruction; borrowed `code`, kept).
-  void set_location(PyObject* code, int line) {
-    if (code != loc_code_.ptr()) loc_code_ = py::reinterpret_borrow<py::object>(code);
-    loc_line_ = line;
-  }
+  // `meta`: write the nodes' stack_trace / nn_module_stack / source_fn_stack (node_meta.h).
+  py::object to_fx(py::object root, const std::string& class_name = "GraphModule", bool meta = true) const;
+  // --- provenance of the nodes (written as meta by to_fx; node_meta.cpp) ---
+  // The instruction being traced: nodes added from now on are made there. `code` is borrowed and must stay alive
+  // until the next call (the tracer holds it); a reference is taken only when a node is made there.
+  void set_location(PyObject* code, int line, int col, int end_col) { pending_ = {code, line, col, end_col}; }
+  // An inlined call starts at the current instruction (its frame becomes the caller of the callee's nodes);
+  // leave_call(saved) returns to the caller, at that instruction.
+  struct Pending {
+    PyObject* code = nullptr;  // borrowed
+    int line = -1, col = -1, end_col = -1;
+  };
+  struct CallSave {
+    SrcFramePtr callers;
+    Pending pending;
+  };
+  CallSave enter_call();
+  void leave_call(CallSave saved);
+  // A call of nn.Module `mod` (of class `cls`; both borrowed) known to torch._dynamo as `path` starts: nodes made
+  // until leave_module(saved) are inside it.
+  ModuleScopePtr enter_module(PyObject* mod, PyObject* cls, const std::string& path);
+  void leave_module(ModuleScopePtr saved) { scope_ = std::move(saved); }
 
  private:
   std::string unique_name(const std::string& candidate);
@@ -101,9 +138,23 @@ class Graph {
   std::vector<std::unique_ptr<Node>> nodes_;
   std::unordered_map<std::string, int> name_counts_;
   size_t num_placeholders_ = 0;
-  py::object loc_code_;
-  int loc_line_ = -1;
   std::unordered_set<std::string> used_names_;
+  // provenance
+  struct FrameKey {
+    const void* code;
+    int line, col, end_col;
+    const void* caller;
+    bool operator==(const FrameKey&) const = default;
+  };
+  struct FrameKeyHash {
+    size_t operator()(const FrameKey& k) const;
+  };
+  SrcFramePtr current_frame();  // the interned frame of pending_ under callers_ (null when none is set)
+  Pending pending_;
+  SrcFramePtr callers_, last_frame_;
+  std::unordered_map<FrameKey, SrcFramePtr, FrameKeyHash> frames_;
+  ModuleScopePtr scope_;
+  std::unordered_map<std::string, int> module_calls_;  // calls per module path, for the "@<n>" keys
 };
 
 namespace detail {

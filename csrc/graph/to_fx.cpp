@@ -1,8 +1,10 @@
 // to_fx.cpp — owns Graph::to_fx(): one pass building torch.fx.Graph + GraphModule with our node names.
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "graph/graph.h"
+#include "graph/node_meta.h"
 
 namespace cdynamo::graph {
 namespace {
@@ -12,8 +14,6 @@ struct FxCache {
   py::object graph_cls;        // torch.fx.Graph
   py::object graph_module_cls; // torch.fx.GraphModule
   py::object module_cls;       // torch.nn.Module
-  py::object getline_fn;       // linecache.getline
-  py::object& getline() { return getline_fn; }
   py::str s_create_node{"create_node"};
   py::str s_meta{"meta"};
   py::str s_example_value{"example_value"};
@@ -29,7 +29,6 @@ FxCache& cache() {
   c->graph_cls = fx.attr("Graph");
   c->graph_module_cls = fx.attr("GraphModule");
   c->module_cls = py::module_::import("torch.nn").attr("Module");
-  c->getline_fn = py::module_::import("linecache").attr("getline");
   const OpKind ops[6] = {OpKind::Placeholder, OpKind::GetAttr,    OpKind::CallFunction,
                          OpKind::CallMethod,  OpKind::CallModule, OpKind::Output};
   for (OpKind k : ops) c->op_strs[static_cast<int>(k)] = py::str(op_name(k));
@@ -76,12 +75,15 @@ py::object to_py(const Arg& a, const std::vector<py::object>& fx_nodes) {
 
 }  // namespace
 
-py::object Graph::to_fx(py::object root, const std::string& class_name) const {
+py::object Graph::to_fx(py::object root, const std::string& class_name, bool meta) const {
   verify();  // NodeRefs below index fx_nodes by position; foreign or forward refs must not get there.
   FxCache& c = cache();
   py::object fx_graph = c.graph_cls();
   py::object create_node = fx_graph.attr(c.s_create_node);
   std::vector<py::object> fx_nodes(nodes_.size());
+  if (!root || root.is_none()) root = c.module_cls();
+  std::optional<MetaWriter> writer;
+  if (meta && node_meta()) writer.emplace(root);
   for (const auto& up : nodes_) {
     const Node& n = *up;
     py::tuple args = to_py_tuple(n.args, fx_nodes);
@@ -93,21 +95,9 @@ py::object Graph::to_fx(py::object root, const std::string& class_name) const {
       py::object meta = fx_node.attr(c.s_meta);
       meta[c.s_example_value] = n.example_value;
     }
-    if (n.loc_code && n.loc_line >= 0) {
-      // torch.fx's stack_trace format: 'File "<file>", line <n>, in <name>\n    <source line>\n'.
-      auto* co = reinterpret_cast<PyCodeObject*>(n.loc_code.ptr());  // borrowed
-      py::object file = py::reinterpret_borrow<py::object>(co->co_filename);
-      std::string text = "File \"" + file.cast<std::string>() + "\", line " + std::to_string(n.loc_line) + ", in " +
-                         py::reinterpret_borrow<py::object>(co->co_name).cast<std::string>() + "\n";
-      std::string src = py::str(c.getline()(file, n.loc_line)).cast<std::string>();
-      size_t b = src.find_first_not_of(" \t");
-      if (b != std::string::npos) text += "    " + src.substr(b);
-      if (text.back() != '\n') text += "\n";
-      fx_node.attr(c.s_meta)[py::str("stack_trace")] = py::str(text);
-    }
+    if (writer) writer->write(n, fx_node.attr(c.s_meta));
     fx_nodes[static_cast<size_t>(n.index)] = std::move(fx_node);
   }
-  if (!root || root.is_none()) root = c.module_cls();
   return c.graph_module_cls(root, fx_graph, py::str(class_name));
 }
 

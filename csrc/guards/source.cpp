@@ -204,6 +204,34 @@ std::string Source::describe() const {
   return "?";
 }
 
+std::string Source::dynamo_name() const {
+  switch (kind) {
+    case Kind::Local:
+    case Kind::Closure: return "L['" + name + "']";
+    case Kind::Global:
+    case Kind::Builtin:
+    case Kind::ModuleGlobal:
+    case Kind::ModuleBuiltin: return "G['" + name + "']";
+    case Kind::Attr:
+    case Kind::GenericAttr: return base->dynamo_name() + "." + name;
+    case Kind::Item: return base->dynamo_name() + "[" + std::to_string(index) + "]";
+    case Kind::DictItem: {
+      if (owner) {  // a non-string key
+        PyObject* r = PyObject_Repr(owner);  // new
+        std::string k = r && PyUnicode_Check(r) ? PyUnicode_AsUTF8(r) : "?";
+        Py_XDECREF(r);
+        PyErr_Clear();
+        return base->dynamo_name() + "[" + k + "]";
+      }
+      // torch._dynamo rewrites "._modules['k']" (and _parameters, _buffers) as ".k" in module paths.
+      if (base->kind == Kind::Attr && (base->name == "_modules" || base->name == "_parameters" || base->name == "_buffers"))
+        return base->base->dynamo_name() + "." + name;
+      return base->dynamo_name() + "['" + name + "']";
+    }
+  }
+  return "?";
+}
+
 const Source* Source::root() const {
   const Source* s = this;
   while (s->base) s = s->base.get();

@@ -81,6 +81,9 @@ struct Source {
   bool fast_ref(FastRef* out) const;
   // "local 'x'", "global 'torch'", "local 'self'.weight", "local 'xs'[0]".
   std::string describe() const;
+  // torch._dynamo's name of the same source with its nn_module_stack spelling: "L['self'].layers.0" (a module's
+  // _modules / _parameters / _buffers entry read as an attribute), "G['model']", "L['xs'][0]".
+  std::string dynamo_name() const;
   // The local or global at the root of this source (for codegen): true if rooted in the frame's locals.
   const Source* root() const;
 };

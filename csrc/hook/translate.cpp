@@ -225,6 +225,7 @@ std::shared_ptr<CacheEntry> translate_impl(compat::Frame* frame, PyObject* cb, C
   auto t0 = std::chrono::steady_clock::now();
   bool strict = nopython(cb);
   const bool text = flag(cb, "wants_text", true);  // printouts for logs and explain, else skipped
+  const bool meta = flag(cb, "wants_node_meta", true);  // node meta for the backend, export and explain
   try {
     drop_dead_entries(extra);  // objects they were compiled for died: they free a recompile slot
     // ... unless that happens on (nearly) every call: a frame compiled for objects made anew on each call
@@ -380,7 +381,7 @@ std::shared_ptr<CacheEntry> translate_impl(compat::Frame* frame, PyObject* cb, C
       name = "__compiled_fn_c" + std::to_string(g_compiled_counter++);
       py::object root = py::module_::import("torch.nn").attr("Module")();
       for (const auto& [attr, value] : t.graph_attrs) root.attr("register_buffer")(attr, value);
-      py::object gm = t.graph.to_fx(root);
+      py::object gm = t.graph.to_fx(root, "GraphModule", meta);
       py::list example_inputs;
       for (const auto& in : t.inputs) example_inputs.append(in.value);
       py::dict ginfo = base_info(code);

@@ -165,7 +165,9 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
           std::move(cell_boxes), kw_names,
           return_value, pc,            stopped,          lineno_,           fv.globals,              fv.builtins,
           trusted_globals_, yields};
+  graph::Graph::CallSave outer_call{};  // the caller's place in the inline stack (node meta), set below
   auto restore = [&] {
+    graph.leave_call(std::move(outer_call));
     code = saved.code;
     bc = std::move(saved.bc);
     stack = std::move(saved.stack);
@@ -184,6 +186,7 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
     --inline_depth_;
   };
   ++inline_depth_;
+  outer_call = graph.enter_call();  // the callee's nodes list the calling instruction's frame first
   try {
     code = callee;
     if (callee_globals != fv.globals) {

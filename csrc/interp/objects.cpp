@@ -314,6 +314,37 @@ bool is_none(const ValuePtr& v) { return v->is_const() && v->obj.is_none(); }
 
 }  // namespace
 
+namespace {
+
+// The module export() / optimize(module) traces is called by cdynamo's trampoline (eval_frame.py: module_call,
+// keyword-only parameter `_cdynamo_module`): torch._dynamo traces that module's forward as the frame itself, so its
+// call is no nn_module_stack entry and the paths of its submodules start at forward's `self`.
+constexpr const char* kTrampolineModule = "_cdynamo_module";
+
+bool is_trampoline_module(const guards::Source& s) {
+  return s.kind == guards::Source::Kind::Local && s.name == kTrampolineModule;
+}
+
+// torch._dynamo's nn_module_stack path of a module read at `src`: "L['self'].layers.0" (a path from the
+// trampoline's module is spelled from its forward's first parameter, as torch._dynamo names it).
+std::string module_path(const guards::Source& src, const guards::FrameView& fv) {
+  std::string path = src.dynamo_name();
+  const guards::Source* root = src.root();
+  if (!is_trampoline_module(*root)) return path;
+  std::string self = "self";
+  py::object mod = py::reinterpret_steal<py::object>(root->fetch(fv));  // new reference or NULL
+  if (mod) {
+    py::object fwd = py::getattr(py::type::of(mod), "forward", py::none());
+    py::object co = py::getattr(fwd, "__code__", py::none());
+    if (PyCode_Check(co.ptr()) && reinterpret_cast<PyCodeObject*>(co.ptr())->co_argcount > 0)
+      self = py::str(compat::code_localsplus_name(reinterpret_cast<PyCodeObject*>(co.ptr()), 0)).cast<std::string>();
+  }
+  const std::string prefix = std::string("L['") + kTrampolineModule + "']";
+  return "L['" + self + "']" + path.substr(prefix.size());
+}
+
+}  // namespace
+
 ValuePtr Tracer::call_module(const ValuePtr& mod, std::vector<ValuePtr> args,
                              std::vector<std::pair<std::string, ValuePtr>> kwargs) {
   // Module._call_impl as the trace sees it: forward pre-hooks, forward, forward hooks, in registration
@@ -325,6 +356,19 @@ ValuePtr Tracer::call_module(const ValuePtr& mod, std::vector<ValuePtr> args,
   int scripted = PyObject_IsInstance(f.ptr(), script_module);
   if (scripted < 0) throw py::error_already_set();
   if (scripted) unsupported("call to a torch.jit ScriptModule (" + std::string(Py_TYPE(f.ptr())->tp_name) + "): it runs as Python");
+  // Nodes made from here to the return (hooks included) are inside this module's call (meta["nn_module_stack"]).
+  struct Scope {
+    graph::Graph& g;
+    graph::ModuleScopePtr saved;
+    Scope(graph::Graph& graph, graph::ModuleScopePtr outer) : g(graph), saved(std::move(outer)) {}
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+    ~Scope() { g.leave_module(std::move(saved)); }
+  };
+  std::optional<Scope> scope;
+  if (mod->source && !is_trampoline_module(*mod->source))  // the module export / optimize(module) traces: no scope
+    scope.emplace(graph, graph.enter_module(f.ptr(), reinterpret_cast<PyObject*>(Py_TYPE(f.ptr())),
+                                            module_path(*mod->source, fv)));
   auto hooks_of = [&](const char* d) { return py::getattr(f, d, py::none()); };
   auto size_of = [](const py::object& hooks) { return hooks.is_none() ? size_t{0} : py::len(hooks); };
   for (const char* d : {"_backward_pre_hooks", "_backward_hooks"})

@@ -410,7 +410,7 @@ void Tracer::execute_one() {
   if (pc >= bc.insts.size()) unsupported("fell off the end of the bytecode");
   const auto& inst = *bc.insts[pc];
   if (inst.pos.line >= 0) lineno_ = inst.pos.line;
-  graph.set_location(reinterpret_cast<PyObject*>(code), lineno_);
+  graph.set_location(reinterpret_cast<PyObject*>(code), lineno_, inst.pos.col, inst.pos.end_col);
   Handler h = handler_table()[inst.opcode & 0xff];
   if (!h) unsupported(std::string("opcode ") + bytecode::opname(inst.opcode) + " is not supported yet");
   // Identity guards of the values this instruction looks at are installed once it has run: an instruction

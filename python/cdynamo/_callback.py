@@ -55,6 +55,13 @@ class Callback:
         recorders and the graph/bytecode/guards logs); skipped otherwise, as it costs more than the rest."""
         return self.recorder is not None or any(_logging.is_enabled(k) for k in ("graph", "bytecode", "guards"))
 
+    @property
+    def wants_node_meta(self):
+        """Whether graphs get node meta (stack_trace, nn_module_stack, source_fn_stack): always for explain/export
+        recorders; for a backend unless it is marked ``_cdynamo_node_meta = False`` (the built-in eager backend,
+        which reads none of it)."""
+        return self.recorder is not None or getattr(self.backend, "_cdynamo_node_meta", True) is not False
+
     # -- called by C++ --
 
     def compile_graph(self, gm, example_inputs, info):

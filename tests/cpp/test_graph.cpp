@@ -436,3 +436,88 @@ TEST(GraphToFx, ThousandNodeChain) {
     ASSERT_EQ(py::cast<std::string>(fx_nodes[i].attr("name")), theirs[i]) << "node #" << i;
   }
 }
+
+// --- provenance: interned frames, inlined calls, module scopes, and the meta to_fx writes from them ---
+
+namespace {
+
+// A real code object of a two-line function defined in an exec'd source named `file`.
+py::object code_of(const char* file, const char* src, const char* fn) {
+  py::dict ns;
+  py::module_ builtins = py::module_::import("builtins");
+  builtins.attr("exec")(builtins.attr("compile")(src, file, "exec"), ns);
+  return ns[fn].attr("__code__");
+}
+
+}  // namespace
+
+TEST(GraphProvenance, FramesInternedPerLocationAndCaller) {
+  py::object outer = code_of("<outer>", "def f(x):\n    return g(x)\n", "f");
+  py::object inner = code_of("<inner>", "def g(x):\n    return x\n", "g");
+  Graph g;
+  g.set_location(outer.ptr(), 2, 11, 15);
+  Node* a = g.call_function(torch_attr("sin"), {}, {}, py::none());
+  Node* b = g.call_function(torch_attr("cos"), {}, {}, py::none());
+  ASSERT_TRUE(a->where);
+  EXPECT_EQ(a->where, b->where);  // one instruction: one frame object
+  EXPECT_EQ(a->where->line, 2);
+  EXPECT_EQ(a->where->col, 11);
+  EXPECT_EQ(a->where->caller, nullptr);
+  Graph::CallSave saved = g.enter_call();
+  g.set_location(inner.ptr(), 2, 11, 12);
+  Node* c = g.call_function(torch_attr("tan"), {}, {}, py::none());
+  EXPECT_EQ(c->where->caller, a->where);  // the callee's frame hangs under the calling instruction's
+  g.leave_call(std::move(saved));
+  Node* d = g.call_function(torch_attr("exp"), {}, {}, py::none());
+  EXPECT_EQ(d->where, a->where);  // back at the calling instruction
+  Graph::CallSave again = g.enter_call();
+  g.set_location(inner.ptr(), 2, 11, 12);
+  Node* e = g.call_function(torch_attr("tan"), {}, {}, py::none());
+  g.leave_call(std::move(again));
+  EXPECT_EQ(e->where, c->where);  // the same callee line under the same caller: the same interned frame
+  Node* out = g.output(Arg::tuple({}));
+  EXPECT_EQ(out->where, nullptr);
+}
+
+TEST(GraphProvenance, ModuleScopesNestAndCountCalls) {
+  py::object lin = py::module_::import("torch.nn").attr("Linear")(2, 2);
+  py::object cls = py::type::of(lin);
+  Graph g;
+  ModuleScopePtr top = g.enter_module(lin.ptr(), cls.ptr(), "L['self'].lin");
+  Node* a = g.call_function(torch_attr("sin"), {}, {}, py::none());
+  g.leave_module(std::move(top));
+  Node* b = g.call_function(torch_attr("cos"), {}, {}, py::none());
+  ModuleScopePtr second = g.enter_module(lin.ptr(), cls.ptr(), "L['self'].lin");
+  Node* c = g.call_function(torch_attr("tan"), {}, {}, py::none());
+  g.leave_module(std::move(second));
+  const std::string id = std::to_string(reinterpret_cast<uintptr_t>(lin.ptr()));
+  ASSERT_TRUE(a->scope && c->scope);
+  EXPECT_EQ(a->scope->key, id);
+  EXPECT_EQ(b->scope, nullptr);
+  EXPECT_EQ(c->scope->key, id + "@1");  // the second call of one path, as torch._dynamo keys it
+  EXPECT_EQ(c->scope->path, "L['self'].lin");
+}
+
+TEST(GraphProvenance, ToFxWritesDynamoMeta) {
+  py::object outer = code_of("<outer>", "def f(x):\n    return g(x)\n", "f");
+  py::object lin = py::module_::import("torch.nn").attr("Linear")(2, 2);
+  Graph g;
+  Node* x = g.placeholder("x", py::none());
+  g.set_location(outer.ptr(), 2, 11, 15);
+  ModuleScopePtr saved = g.enter_module(lin.ptr(), py::type::of(lin).ptr(), "L['self'].lin");
+  Node* s = g.call_function(torch_attr("sin"), {Arg::ref(x)}, {}, py::none());
+  g.leave_module(std::move(saved));
+  g.output(Arg::tuple({Arg::ref(s)}));
+  py::object gm = g.to_fx(py::none());
+  py::list nodes(gm.attr("graph").attr("nodes"));
+  py::dict meta = nodes[1].attr("meta");
+  EXPECT_EQ(py::cast<std::string>(meta["stack_trace"]), "  File \"<outer>\", line 2, in f\n");  // no source text
+  py::dict stack = meta["nn_module_stack"];
+  EXPECT_EQ(py::len(stack), 1u);
+  py::list fn_stack = meta["source_fn_stack"];
+  py::object fn_target = fn_stack[0].cast<py::tuple>()[1];
+  EXPECT_TRUE(fn_target.is(py::type::of(lin)));  // a torch.nn layer names the ops made in it
+  EXPECT_FALSE(py::dict(nodes[2].attr("meta")).contains("stack_trace"));  // the output
+  py::object plain = g.to_fx(py::none(), "GraphModule", /*meta=*/false);
+  EXPECT_FALSE(py::dict(py::list(plain.attr("graph").attr("nodes"))[1].attr("meta")).contains("stack_trace"));
+}

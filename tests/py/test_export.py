@@ -1,4 +1,5 @@
 # test_export.py — owns cdynamo.export's contract (inputs, output structure, attributes, aten_graph, errors), each case compared with torch._dynamo.export and eager.
+import operator
 import os
 
 import pytest
@@ -433,24 +434,229 @@ def _traced_for_meta(x):
     return _helper_op(y) + 1
 
 
+def _inner_fn(x):
+    return torch.relu(x) + 1
+
+
+def _middle_fn(x):
+    y = _inner_fn(x)
+    return y * 2
+
+
+def _nested_fn(x):
+    a = torch.sin(x)
+    return _middle_fn(a).sum(-1)
+
+
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x))
+
+
+def _transpose_helper(x):
+    return x.transpose(0, 1)
+
+
+class _Stack(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([_Block(), _Block()])
+        self.norm = torch.nn.LayerNorm(4)
+        self.head = _Block()
+
+    def scaled(self, x):  # a method calling a module-level helper
+        return _transpose_helper(x) * 0.5
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        x = self.head(self.norm(x))
+        return self.scaled(x).sum(-1)
+
+
+class _Twice(torch.nn.Module):
+    """One submodule called twice: torch._dynamo keys the second call's scope with an "@1" suffix."""
+
+    def __init__(self):
+        super().__init__()
+        self.block = _Block()
+
+    def forward(self, x):
+        return self.block(self.block(x)).cos()
+
+
+def _op_nodes(gm):
+    return [n for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
+
+
+def _target_key(t):
+    return t if isinstance(t, (str, type)) else getattr(t, "__name__", repr(t))
+
+
+def _assert_meta_like_dynamo(gm, dgm):
+    """Node by node (ops and attributes in graph order): stack_trace equal as text, nn_module_stack equal
+    (keys, qualified paths, classes, order), source_fn_stack with the same targets; its names are the nodes'
+    names as created (torch._dynamo renames a node after the local it is stored into; its source_fn_stack keeps
+    the name the node was created with, which is cdynamo's node name)."""
+    ops, dops = _op_nodes(gm), _op_nodes(dgm)
+    assert [n.op for n in ops] == [d.op for d in dops]
+    for n, d in zip(ops, dops):
+        assert n.meta.get("stack_trace") == d.meta.get("stack_trace"), (n.name, n.meta.get("stack_trace"),
+                                                                          d.meta.get("stack_trace"))
+        assert list(n.meta.get("nn_module_stack", {}).items()) == list(d.meta.get("nn_module_stack", {}).items()), n.name
+        assert "nn_module_stack" in n.meta or "nn_module_stack" not in d.meta, n.name
+        got = [(name, _target_key(t)) for name, t in n.meta["source_fn_stack"]]
+        want = [(name, _target_key(t)) for name, t in d.meta["source_fn_stack"]]
+        assert got == want, (n.name, got, want)
+    attrs = {n.target: n for n in gm.graph.nodes if n.op == "get_attr"}
+    dattrs = [d for d in dgm.graph.nodes if d.op == "get_attr"]
+    for d in dattrs:  # torch's names L__self___layers_0_lin_weight; cdynamo's layers_0_lin_weight
+        n = attrs[d.target.replace("L__self___", "")]
+        assert n.meta.get("stack_trace") == d.meta.get("stack_trace"), n.name
+        assert n.meta.get("nn_module_stack") == d.meta.get("nn_module_stack"), n.name
+        assert "source_fn_stack" not in n.meta
+
+
+def test_stack_trace_lists_every_inlined_frame_like_dynamo():
+    """meta["stack_trace"] holds the whole inline stack, outermost first, in torch.fx's format (caret lines
+    included), text for text what torch._dynamo.export writes; source_fn_stack names each op."""
+    x = torch.randn(3, 2)
+    gm, _ = cdynamo.export(_nested_fn, x)
+    dgm, _ = torch._dynamo.export(_nested_fn)(x)
+    _assert_meta_like_dynamo(gm, dgm)
+    relu = next(n for n in gm.graph.nodes if n.target is torch.relu)
+    frames = [line for line in relu.meta["stack_trace"].splitlines() if line.startswith("  File ")]
+    assert [f.rsplit(" in ", 1)[1] for f in frames] == ["_nested_fn", "_middle_fn", "_inner_fn"]
+    assert relu.meta["source_fn_stack"] == [("relu", torch.relu)]
+    assert all("nn_module_stack" not in n.meta for n in gm.graph.nodes)  # no module called: no key, as torch
+
+
+def test_module_hierarchy_meta_like_dynamo():
+    """A ModuleList of blocks, a LayerNorm, a method calling a module-level helper: nn_module_stack (keys
+    str(id(module)), paths like "L['self'].layers.0", classes) and source_fn_stack (a torch.nn layer's ops name
+    the layer's class) as torch._dynamo.export writes them, on ops and on the parameters' get_attr nodes."""
+    m = _Stack()
+    x = torch.randn(2, 4)
+    gm, _ = cdynamo.export(m, x)
+    dgm, _ = torch._dynamo.export(m)(x)
+    _assert_meta_like_dynamo(gm, dgm)
+    lin = next(n for n in gm.graph.nodes if n.target is torch._C._nn.linear)
+    assert lin.meta["nn_module_stack"] == {
+        str(id(m.layers[0])): ("L['self'].layers.0", _Block),
+        str(id(m.layers[0].lin)): ("L['self'].layers.0.lin", torch.nn.Linear)}
+    assert lin.meta["source_fn_stack"] == [(lin.name, torch.nn.Linear)]
+    tr = next(n for n in gm.graph.nodes if n.target == "transpose")
+    assert tr.meta["stack_trace"].count("  File ") == 3  # forward, scaled, _transpose_helper
+    assert "nn_module_stack" not in tr.meta
+
+
+def test_module_called_twice_meta_like_dynamo():
+    m = _Twice()
+    x = torch.randn(2, 4)
+    gm, _ = cdynamo.export(m, x)
+    dgm, _ = torch._dynamo.export(m)(x)
+    _assert_meta_like_dynamo(gm, dgm)
+    keys = [list(n.meta["nn_module_stack"]) for n in _op_nodes(gm) if "nn_module_stack" in n.meta]
+    assert keys[0][0] == str(id(m.block)) and keys[-1][0] == f"{id(m.block)}@1"
+
+
+def _countdown(x, n):
+    if n == 0:
+        return x.cos()
+    return _countdown(x, n - 1)
+
+
+def _recursive_fn(x):
+    return _countdown(x, 5)
+
+
+def test_recursive_inline_stack_trace_like_dynamo():
+    """Inlined recursion: more than 3 frames in a row on one line are collapsed into "[Previous line repeated 2
+    more times]", as traceback (and so torch._dynamo) writes them."""
+    x = torch.randn(3)
+    gm, _ = cdynamo.export(_recursive_fn, x)
+    dgm, _ = torch._dynamo.export(_recursive_fn)(x)
+    _assert_meta_like_dynamo(gm, dgm)
+    assert "[Previous line repeated 2 more times]" in _op_nodes(gm)[0].meta["stack_trace"]
+
+
+def test_compile_graphs_carry_node_meta():
+    """Backends of optimize()/torch.compile get the same meta on every op node (torch._dynamo sets it on
+    compile graphs too); a node without it fails here."""
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(gm)
+        return gm.forward
+
+    m = _Stack()
+    cdynamo.optimize(backend)(m)(torch.randn(2, 4))
+    (gm,) = seen
+    ops = _op_nodes(gm)
+    assert len(ops) >= 10
+    for n in ops:
+        assert "stack_trace" in n.meta and "source_fn_stack" in n.meta, n.name
+        assert n.meta["stack_trace"].startswith(f'  File "{__file__}", line ')
+    # ops made inside a module call (the blocks' linear and relu, the norm) carry the module stack; forward's own
+    # ops and the helper's do not
+    inside = [n.target for n in ops if "nn_module_stack" in n.meta]
+    assert len(inside) == 7 and [n.target for n in ops if n.target not in inside] == ["transpose", operator.mul, "sum"]
+    for n in gm.graph.nodes:
+        if n.op == "placeholder" and n.name.endswith("weight"):
+            assert n.meta["nn_module_stack"] and n.meta["stack_trace"]
+
+
 def test_nodes_carry_the_users_stack_trace_like_dynamo():
-    """Every op node's meta["stack_trace"] names the file, line, function and source line that made it
-    (an inlined callee's node names the callee's line), in torch.fx's format, as torch._dynamo.export's do."""
+    """Every op node's meta["stack_trace"] names the file, line, function, source line and caret line of each
+    frame that made it (the frame calling an inlined callee, then the callee), as torch._dynamo.export's do;
+    export's placeholders and output carry none (as torch's)."""
     x = torch.randn(3)
     gm, _ = cdynamo.export(_traced_for_meta, x)
     dgm, _ = torch._dynamo.export(_traced_for_meta)(x)
-    ops = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method")]
-    dops = [n for n in dgm.graph.nodes if n.op in ("call_function", "call_method")]
-    assert len(ops) == len(dops) == 3
-    for n, d in zip(ops, dops):
-        trace = n.meta["stack_trace"]
-        assert trace.startswith(f'File "{__file__}", line ') and trace.endswith("\n")
-        # torch._dynamo's trace holds the whole inline stack (and caret lines); its last frame is the line
-        # that made the node
-        lines = d.meta["stack_trace"].rstrip("\n").splitlines()
-        at = max(i for i, line in enumerate(lines) if line.startswith("  File "))
-        assert trace.rstrip("\n").splitlines() == [lines[at].strip(), "    " + lines[at + 1].strip()]
+    _assert_meta_like_dynamo(gm, dgm)
+    ops = _op_nodes(gm)
+    assert len(ops) == 3
     assert "in _helper_op" in ops[1].meta["stack_trace"] and "x.sigmoid()" in ops[1].meta["stack_trace"]
+    assert ops[1].meta["stack_trace"].index("in _traced_for_meta") < ops[1].meta["stack_trace"].index("in _helper_op")
     for n in gm.graph.nodes:
         if n.op in ("placeholder", "output"):
             assert "stack_trace" not in n.meta
+
+
+def test_backends_marked_as_not_reading_meta_get_graphs_without_it():
+    """A backend marked ``_cdynamo_node_meta = False`` (the built-in eager backend) gets graphs without node meta
+    (a cheaper first call); explain's recorded graphs still carry it."""
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.append(gm)
+        return gm.forward
+
+    backend._cdynamo_node_meta = False
+    cdynamo.optimize(backend)(_nested_fn)(torch.randn(3, 2))
+    (gm,) = seen
+    assert all(k not in n.meta for n in gm.graph.nodes for k in ("stack_trace", "source_fn_stack"))
+    assert cdynamo.backends.lookup_backend("eager")._cdynamo_node_meta is False
+    cdynamo.reset()
+    out = cdynamo.explain(_nested_fn)(torch.randn(3, 2))
+    assert all("stack_trace" in n.meta for n in _op_nodes(out.graphs[0]))
+
+
+def test_aten_graph_keeps_node_meta_like_dynamo():
+    """aten_graph=True: every ATen node keeps the meta of the node it was lowered from, as torch._dynamo's."""
+    m = _Stack()
+    x = torch.randn(2, 4)
+    gm, _ = cdynamo.export(m, x, aten_graph=True)
+    dgm, _ = torch._dynamo.export(m, aten_graph=True)(x)
+    ops = [n for n in gm.graph.nodes if n.op == "call_function"]
+    dops = [n for n in dgm.graph.nodes if n.op == "call_function"]
+    assert [n.target for n in ops] == [d.target for d in dops]
+    for n, d in zip(ops, dops):
+        assert n.meta["stack_trace"] == d.meta["stack_trace"], n.name
+        assert n.meta.get("nn_module_stack") == d.meta.get("nn_module_stack"), n.name
+        assert [_target_key(t) for _, t in n.meta["source_fn_stack"]] == \
+            [_target_key(t) for _, t in d.meta["source_fn_stack"]], n.name

@@ -149,3 +149,44 @@ def test_aot_eager_graphs_counted(name):
         ref = model(**make_inputs(0))
     torch.testing.assert_close(_main(got), _main(ref), atol=1e-5, rtol=1e-5)
     assert 0 < cnt.frame_count <= GRAPHS_TODAY[name]
+
+
+def _target_name(t):
+    return t if isinstance(t, (str, type)) else getattr(t, "__name__", repr(t))
+
+
+def _meta_key(n):
+    return n.op, _target_name(n.target)
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2", "t5", "llama", "distilbert", "vit"])
+def test_node_meta_as_dynamo(name):
+    """Each op node of the compile graph carries the stack_trace, nn_module_stack and source_fn_stack (targets)
+    that torch.compile's graph has for the same op (ops aligned by target: torch records a few ops cdynamo does not,
+    such as Llama's _log_api_usage_once)."""
+    import difflib
+
+    model, make_inputs = _build(name)
+    model.eval()
+    kwargs = make_inputs(0)
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    with torch.no_grad():
+        cdynamo.optimize(keep)(model)(**kwargs)
+        ours = [n for gm in graphs for n in gm.graph.nodes if n.op.startswith("call")]
+        graphs.clear()
+        torch.compile(model, backend=keep)(**kwargs)
+        theirs = [n for gm in graphs for n in gm.graph.nodes if n.op.startswith("call")]
+    matcher = difflib.SequenceMatcher(None, [_meta_key(n) for n in ours], [_meta_key(n) for n in theirs], autojunk=False)
+    pairs = [p for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag == "equal"
+             for p in zip(ours[i1:i2], theirs[j1:j2])]
+    assert len(pairs) >= len(ours) - 1 and len(pairs) > 40
+    for n, d in pairs:
+        assert n.meta["stack_trace"] == d.meta["stack_trace"], n.name
+        assert n.meta.get("nn_module_stack") == d.meta.get("nn_module_stack"), n.name
+        assert [_target_name(t) for _, t in n.meta["source_fn_stack"]] == \
+            [_target_name(t) for _, t in d.meta["source_fn_stack"]], n.name

@@ -8,6 +8,9 @@ def eager(gm, example_inputs):
     return gm.forward
 
 
+eager._cdynamo_node_meta = False  # reads no node meta: the graphs it gets are made without (a cheaper first call)
+
+
 def _boxed_nop(gm, example_inputs):
     from torch._functorch.aot_autograd import make_boxed_func
 
