@@ -107,6 +107,50 @@ std::string repr_of(PyObject* o) {
 }
 }  // namespace
 
+namespace {
+
+// hasattr(module, name) for an nn.Module whose class keeps torch.nn.Module's __getattr__ and object's
+// __getattribute__, decided at C level as Module.__getattr__ would (no AttributeError made and dropped, which
+// costs microseconds per absent name): 1 / 0, or -1 when this shortcut does not apply (a descriptor on the
+// class, which may raise AttributeError, or unusual dicts): then PyObject_HasAttr decides.
+int module_has_attr(PyObject* v, PyObject* name) {
+  static PyObject* module_getattr = [] {
+    PyObject* nn = PyImport_ImportModule("torch.nn");  // new
+    PyObject* mod = nn ? PyObject_GetAttrString(nn, "Module") : nullptr;  // new
+    PyObject* ga = mod ? PyObject_GetAttrString(mod, "__getattr__") : nullptr;  // new (kept)
+    Py_XDECREF(mod);
+    Py_XDECREF(nn);
+    if (!ga) PyErr_Clear();
+    return ga;
+  }();
+  static PyObject* object_getattribute = _PyType_Lookup(&PyBaseObject_Type, PyUnicode_InternFromString("__getattribute__"));  // borrowed (immortal type)
+  static PyObject* getattr_name = PyUnicode_InternFromString("__getattr__");            // owned
+  static PyObject* getattribute_name = PyUnicode_InternFromString("__getattribute__");  // owned
+  if (!module_getattr || !PyUnicode_CheckExact(name)) return -1;
+  PyTypeObject* type = Py_TYPE(v);
+  if (_PyType_Lookup(type, getattr_name) != module_getattr || _PyType_Lookup(type, getattribute_name) != object_getattribute)
+    return -1;
+  PyObject* descr = _PyType_Lookup(type, name);  // borrowed
+  if (descr) return Py_TYPE(descr)->tp_descr_get ? -1 : 1;
+  PyObject** dp = _PyObject_GetDictPtr(v);
+  PyObject* dict = dp ? *dp : nullptr;  // borrowed
+  if (!dict || !PyDict_CheckExact(dict)) return -1;
+  if (PyDict_Contains(dict, name) == 1) return 1;
+  for (const char* part : {"_parameters", "_buffers", "_modules"}) {
+    PyObject* d = PyDict_GetItemString(dict, part);  // borrowed
+    if (!d) continue;
+    if (!PyDict_CheckExact(d)) return -1;
+    if (PyDict_Contains(d, name) == 1) return 1;
+  }
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    return -1;
+  }
+  return 0;
+}
+
+}  // namespace
+
 bool Guard::check(const FrameView& fv, std::string* why) const {
   switch (kind) {
     case GuardKind::GradMode:
@@ -201,7 +245,8 @@ bool Guard::check(const FrameView& fv, std::string* why) const {
       break;
     }
     case GuardKind::HasAttr: {
-      int has = PyObject_HasAttr(v, expected);
+      int has = module_has_attr(v, expected);
+      if (has < 0) has = PyObject_HasAttr(v, expected);
       ok = has == state;
       if (!ok) reason = std::string("attribute '") + PyUnicode_AsUTF8(expected) + (state ? "' disappeared" : "' appeared");
       break;

@@ -110,7 +110,8 @@ ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
       PyObject* v = PyDict_GetItemWithError(dict, key.ptr());  // borrowed
       if (PyErr_Occurred()) throw py::error_already_set();
       if (!v) continue;
-      if (v == Py_None) break;  // a None parameter/buffer: let getattr below handle it
+      // Found here first, as Module.__getattr__ finds it (a None parameter such as Linear(bias=False)'s too:
+      // its guard is then a dict lookup, not a Python __getattr__ call per check).
       return wrap(v, guards::Source::dict_item(guards::Source::attr(obj->source, d), name));
     }
   }

@@ -515,3 +515,38 @@ def test_a_call_that_breaks_is_not_guarded_on_what_it_read():
         assert obj.v == ref.v
     assert counter.frame_count == 2  # the graph before the break and the continuation's, compiled once
 
+
+
+@pytest.mark.parametrize("way", ["instance", "parameter", "buffer", "module", "class", "property"])
+def test_module_hasattr_guard_sees_every_way_an_attribute_appears(way):
+    # hasattr(self, name) on an nn.Module is guarded; the guard decides absence at C level as
+    # Module.__getattr__ would (instance dict, _parameters, _buffers, _modules, the class).
+    class M(torch.nn.Module):
+        def forward(self, x):
+            if hasattr(self, "extra"):
+                return x + 1
+            return x - 1
+
+    m = M()
+    cnt = CompileCounter()
+    cm = cdynamo.optimize(cnt)(m)
+    x = torch.zeros(2)
+    torch.testing.assert_close(cm(x), x - 1)
+    torch.testing.assert_close(cm(x), x - 1)
+    if way == "instance":
+        m.extra = 3
+    elif way == "parameter":
+        m.register_parameter("extra", torch.nn.Parameter(torch.ones(1)))
+    elif way == "buffer":
+        m.register_buffer("extra", torch.ones(1))
+    elif way == "module":
+        m.add_module("extra", torch.nn.Identity())
+    elif way == "class":
+        M.extra = 1
+    else:  # a property that raises AttributeError: hasattr is False in eager too
+        M.extra = property(lambda self: self.missing_thing)
+    torch.testing.assert_close(cm(x), m(x))
+    assert cnt.frame_count == (1 if way == "property" else 2)  # the raising property leaves hasattr False
+    if way in ("instance", "parameter", "buffer", "module"):
+        delattr(m, "extra")
+        torch.testing.assert_close(cm(x), x - 1)
