@@ -21,7 +21,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-from tests.fuzz.run import compare, compare_text  # noqa: E402
+from tests.fuzz.run import compare, compare_text, module_state, snap  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("cdynamo_reset")
 
@@ -41,6 +41,8 @@ def _run(src, make_args, ncalls, wrap):
             except Exception as e:  # noqa: BLE001 - the program's exception is part of its behaviour
                 exc = e
         glob = {k: ns[k] for k in ("G", "GL") if k in ns}
+        if "M" in ns:  # a module of the repro: its parameters, buffers and Python attributes after each call
+            glob["M"] = snap(module_state(ns["M"]))
         recs.append({"out": out, "exc": exc, "printed": buf.getvalue(), "args": args, "globals": glob})
     return recs
 
@@ -284,6 +286,36 @@ def f(x, lst):
                    reason="bug 10: the continuation's cell is a free variable (NameError)")  # 3.12 inlines it
 def test_deleted_cell_in_continuation_raises_name_error():
     check(*REPROS["deleted_cell_in_continuation_raises_name_error"])
+
+
+# ------------------------------------------------------------------------------------------------------
+# Module-shaped generator (tests/fuzz/gen_modules.py). A global ``M`` of a repro is compared after each call
+# (parameters with grads, buffers, Python attributes of every submodule).
+
+# Bug 11: hasattr / getattr(obj, name, default) on an object of the frame after this trace assigned the
+# attribute with setattr() (or in a forward pre-hook) answered from the object as it was before the
+# trace: the store is replayed only after the graph. Module-fuzz seeds 411, 545, 582.
+REPROS["hasattr_after_setattr_in_trace"] = ("""
+import torch
+class Holder(torch.nn.Module):
+    pass
+M = Holder()
+def f(x):
+    if hasattr(M, 'tmp'):
+        x = x + M.tmp
+        del M.tmp
+    else:
+        setattr(M, 'tmp', x.sum())
+    if hasattr(M, 'tmp'):
+        x = x + 100
+    M.calls = getattr(M, 'calls', 0) + 1
+    M.calls = getattr(M, 'calls', 0) + 1
+    return x
+""", ones(2), 3, "eager")
+
+
+def test_hasattr_after_setattr_in_trace():
+    check(*REPROS["hasattr_after_setattr_in_trace"])
 
 
 # What torch.compile (same torch, same backend) does on each repro: None where it matches eager.
