@@ -54,6 +54,8 @@ class _Gen:
         self.cfg_kind = None
         self.strict = self.r.random() < 0.3
         self.helpers = set()
+        self.r2 = random.Random(seed ^ 0x7A11)  # constructs added later draw here, so older seeds stay the same
+        self.tuple_out = {}    # block class -> whether its forward returns (hidden, aux)
 
     # ------------------------------------------------------------------ utilities
     def chance(self, p):
@@ -135,6 +137,12 @@ def scope(tag):
     finally:
         GL.append(("exit", tag))
 ''',
+        "first": '''
+def first(out):
+    if isinstance(out, tuple):
+        return out[0]
+    return out
+''',
         "act": '''
 def act(t, kind):
     if kind == "relu":
@@ -159,6 +167,7 @@ def act(t, kind):
         self.cur_init = init
         self.cur_methods = []
         self.cur_block = name
+        self.class_attrs = set()
         nsub = r.randint(1, 3)
         for _ in range(nsub):
             self.add_sub()
@@ -167,16 +176,23 @@ def act(t, kind):
         self.ind = 2
         self.depth = 0
         self.uses_global = False
+        sup = "x = super().forward(x, **kwargs)" + ("[0]" if parent and self.tuple_out[parent] else "")
         if parent is not None:
             if self.chance(0.5):
-                self.emit("x = super().forward(x, **kwargs)")
+                self.emit(sup)
         for _ in range(r.randint(2, 6)):
             self.stmt()
         if parent is not None and not any("super().forward" in l for l in body):
-            self.emit("x = super().forward(x, **kwargs)")
-        self.emit("return x")
+            self.emit(sup)
+        self.tuple_out[name] = self.r2.random() < 0.3
+        if self.tuple_out[name]:
+            self.emit(self.r2.choice(["return x, x.mean()", "return (x, None)", "return x, {'aux': x.sum()}"]))
+        else:
+            self.emit("return x")
         base = parent or "nn.Module"
         lines = [f"class {name}({base}):"]
+        if self.class_attrs:
+            lines.append("    seen = 0")
         if self.chance(0.3):
             lines.append(f'    """Block {idx}."""')
         lines.append("    def __init__(self, cfg):")
@@ -223,8 +239,9 @@ def act(t, kind):
     def call_sub(self):
         attr, kind = self.r.choice(self.cur_subs)
         if kind == "block":
+            cls = self.cur_init[[l.startswith(f"self.{attr} =") for l in self.cur_init].index(True)].split("= ")[1][:-5]
             return self.r.choice([f"self.{attr}(x, **kwargs)", f"self.{attr}(x)",
-                                  f"self.{attr}(x, scale=kwargs.get('scale', 1.0))"])
+                                  f"self.{attr}(x, scale=kwargs.get('scale', 1.0))"]) + ("[0]" if self.tuple_out[cls] else "")
         return f"self.{attr}(x)"
 
     def brk(self, tag=None):
@@ -251,7 +268,11 @@ def act(t, kind):
             (1, self.s_raise), (1, self.s_view_alias), (1, self.s_gen_method),
             (1, self.s_nonlocal), (1, self.s_ctx), (1, self.s_param_update), (1, self.s_dyn_attr),
             (1, self.s_nograd_method), (1, self.s_training), (1, self.s_prop),
+            (2, self.s_attention), (1, self.s_mask), (1, self.s_class_counter), (1, self.s_lazy_buffer),
+            (1, self.s_data), (1, self.s_item_scale), (1, self.s_kw_dict), (1, self.s_partial),
         ]
+        if self.depth < 2:
+            choices.append((1, self.s_while))
         if self.depth < 2:
             choices += [(2, self.s_datadep), (2, self.s_try), (1, self.s_nograd)]
         tot = sum(w for w, _ in choices)
@@ -372,7 +393,7 @@ def act(t, kind):
             self.emit("stats = {k: v.mean() for k, v in (('a', x), ('b', x * 2))}")
             self.emit("x = x + stats['a'] - stats['b'] * 0.5")
         else:
-            self.emit("x = sum([m(x) for m in self.modules() if isinstance(m, nn.Linear)], x * 0)"
+            self.emit("x = sum([m(x) for m in self.modules() if isinstance(m, nn.Linear) and m.in_features == m.out_features], x * 0)"
                       if any(k == "lin" for _, k in self.cur_subs) else "x = sum(x * i for i in range(3))")
 
     def s_isinstance(self):
@@ -492,6 +513,74 @@ def act(t, kind):
                                  f"        return {self.cfg('alpha')} * (2 if self.training else 1)"])
         self.emit(f"x = x * self.{p}")
 
+    def s_attention(self):
+        q = self.attr(f"{self.cur_block.lower()}_qkv", f"nn.Sequential(nn.Linear({self.cfg('d', 'cfg')}, 3 * {self.cfg('d', 'cfg')}))")
+        self.emit(f"q, k, v = {q}(x).chunk(3, dim=-1)")
+        self.emit(self.r.choice(["scores = q @ k.transpose(0, 1) / math.sqrt(q.shape[-1])",
+                                 "scores = torch.matmul(q, k.t()) * (1.0 / q.shape[-1] ** 0.5)"]))
+        if self.chance(0.4):
+            self.emit("scores = scores.masked_fill(torch.eye(scores.shape[0], dtype=torch.bool), float('-inf'))"
+                      if self.chance(0.5) else "scores = scores + torch.triu(torch.full_like(scores, -1e4), 1)")
+        self.emit("attn = scores.softmax(dim=-1)")
+        if self.chance(0.3):
+            self.emit(f"{self.attr('attn_maps', '[]')}.append(attn.detach())")
+        self.emit(self.r.choice(["x = x + attn @ v", "x = torch.einsum('ij,jd->id', attn, v)"]))
+
+    def s_mask(self):
+        self.emit(self.r.choice(["x = x.masked_fill(x > 2, 2.0)", "x = torch.where(x > 0, x, x * 0.1)",
+                                 "mask = (x.abs() < 1).to(x.dtype)\n" + "    " * self.ind + "x = x * mask + (1 - mask) * x.sign()"]))
+
+    def s_class_counter(self):
+        self.class_attrs.add("seen")
+        self.emit(self.r.choice(["type(self).seen += 1", f"{self.cur_block}.seen = {self.cur_block}.seen + 1"]))
+        if self.chance(0.3):
+            self.emit("x = x * (1 + type(self).seen % 2)")
+
+    def s_lazy_buffer(self):
+        self.emit("if getattr(self, 'lazy', None) is None:")
+        self.emit("    self.register_buffer('lazy', torch.zeros_like(x[0]))")
+        self.emit("self.lazy += x.detach().mean(0)" if self.chance(0.5) else "x = x + self.lazy")
+
+    def s_data(self):
+        lins = [a for a, k in self.cur_subs if k in ("lin", "ln")]
+        if lins:
+            a = self.r.choice(lins)
+            self.emit(self.r.choice([f"self.{a}.weight.data.mul_(0.9)", f"self.{a}.weight.data[0].fill_(0.1)"]))
+        else:
+            self.emit("x.data.mul_(0.5)")
+
+    def s_item_scale(self):
+        self.emit("s = x.abs().mean().item()")
+        self.emit(self.r.choice(["x = x / (s + 1)", "x = x * min(s, 2.0)", "if s > 1.0:\n" + "    " * (self.ind + 1) + "x = x / s"]))
+
+    def s_kw_dict(self):
+        blocks = [(a, k) for a, k in self.cur_subs if k == "block"]
+        self.emit("layer_kwargs = dict(kwargs)")
+        self.emit(self.r.choice(["layer_kwargs['scale'] = layer_kwargs.get('scale', 1.0) * 2",
+                                 "layer_kwargs.pop('scale', None)", "layer_kwargs.update(extra=1)"]))
+        if blocks:
+            a, _ = self.r.choice(blocks)
+            cls = self.cur_init[[l.startswith(f"self.{a} =") for l in self.cur_init].index(True)].split("= ")[1][:-5]
+            self.emit(f"x = self.{a}(x, **layer_kwargs)" + ("[0]" if self.tuple_out[cls] else ""))
+        else:
+            self.emit("x = x * layer_kwargs.get('scale', 1.0)")
+
+    def s_partial(self):
+        attr, kind = self.r.choice(self.cur_subs)
+        if kind == "block":
+            self.emit(f"x = {self.call_sub()}")
+            return
+        self.emit(f"call = functools.partial(self.{attr})")
+        self.emit("x = call(x)")
+
+    def s_while(self):
+        self.emit("steps = 0")
+        self.emit("while x.abs().max() > 3 and steps < 4:")
+        self.emit("    x = x * 0.5")
+        self.emit("    steps += 1")
+        if self.chance(0.3):
+            self.emit("    print('shrink', steps)")
+
     def s_datadep(self):
         self.emit(self.r.choice(["if x.sum() > 0:", "if x.abs().max() > 2:", "if (x > 0).any():"]))
         self.body_block()
@@ -593,6 +682,9 @@ def act(t, kind):
         self.container = r.choice(["list", "dict", "seq"])
         pick = [r.choice(self.blocks) for _ in range(L - 1)] + [self.blocks[-1]]  # the last block nests the others
         r.shuffle(pick)
+        tuples = any(self.tuple_out[b] for b in pick)
+        if tuples and self.container == "seq":
+            self.container = "list"
         lines = ["class Model(nn.Module):", "    def __init__(self, cfg):", "        super().__init__()",
                  "        self.cfg = cfg"]
         if self.container == "list":
@@ -639,6 +731,12 @@ def act(t, kind):
                              I + "    hidden.append(x)", I + "x = torch.stack(hidden).mean(0)"]
             else:
                 body += [I + "for _ in range(n):", I + f"    x = self.layers[{0 if self.container == 'list' else repr('l0')}](x)"]
+        if self.r2.random() < 0.3 and self.container != "seq":  # transformers' all_hidden_states
+            loop_at = next(i for i, l in enumerate(body) if l.lstrip().startswith("for ") or "self.layers(" in l)
+            body.insert(loop_at, I + "all_hidden = () if flag else None")
+            body.append(I + "if all_hidden is not None:")
+            body.append(I + "    all_hidden = all_hidden + (x,)")
+            body.append(I + "    GL.append(len(all_hidden))")
         if self.chance(0.3):
             body += [I + "try:", I + "    x = self.norm(x)", I + "    print('norm')", I + "except RuntimeError:",
                      I + "    x = x * 0", I + "finally:", I + "    self.steps += 10"]
@@ -647,6 +745,10 @@ def act(t, kind):
         body.append(I + "pooled = torch.tanh(self.pool(x[:, 0:1].expand(-1, x.shape[1])))"
                     if self.chance(0.5) else I + "pooled = self.pool(x).mean(0)")
         body.append(I + f"return {self.make_output('x', 'pooled')}")
+        if tuples:  # the layers' (hidden, aux) outputs: the hidden state goes on, as library models index [0]
+            self.helper("first")
+            body = [l.replace("layer(x, **kwargs)", "first(layer(x, **kwargs))").replace("layer(x)", "first(layer(x))")
+                    .replace("](x)", "](x))").replace("= self.layers[", "= first(self.layers[") for l in body]
         self.out += lines + body + ["", ""]
 
     def hooks(self):
@@ -659,9 +761,10 @@ def act(t, kind):
             lines += ["def pre_hook(mod, args):", "    GL.append(('pre', type(mod).__name__))",
                       "    return (args[0] * 0.5,) + tuple(args[1:])", "", f"{tgt}.register_forward_pre_hook(pre_hook)"]
         elif c == 1:
-            lines += ["def post_hook(mod, args, out):", "    return out + 1", "", f"{tgt}.register_forward_hook(post_hook)"]
+            lines += ["def post_hook(mod, args, out):", "    if isinstance(out, tuple):", "        return (out[0] + 1,) + out[1:]",
+                      "    return out + 1", "", f"{tgt}.register_forward_hook(post_hook)"]
         elif c == 2:
-            lines += ["def post_hook(mod, args, out):", "    print('hook', type(mod).__name__, tuple(out.shape))",
+            lines += ["def post_hook(mod, args, out):", "    print('hook', type(mod).__name__, type(out).__name__)",
                       "", f"{tgt}.register_forward_hook(post_hook)"]
         else:
             lines += ["def pre_hook(mod, args):", "    mod.hook_calls = getattr(mod, 'hook_calls', 0) + 1", "",
@@ -707,7 +810,7 @@ def act(t, kind):
 
     def program(self):
         r = self.r
-        self.out = [f"# module-shaped fuzz program, seed {self.seed}", "import collections", "import contextlib", "import dataclasses",
+        self.out = [f"# module-shaped fuzz program, seed {self.seed}", "import collections", "import contextlib", "import dataclasses", "import functools", "import math",
                     "import typing", "import torch", "import torch.nn as nn", "import torch.nn.functional as F", "",
                     f"torch.manual_seed({self.seed})", "G = 0", "GL = []", ""]
         self.config()
