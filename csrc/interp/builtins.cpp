@@ -357,7 +357,7 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
       p->keys.push_back(py::str(kv.first));
       p->closure.push_back(kv.second);
     }
-    p->made_in_trace = true;  // never passed back to Python
+    p->made_in_trace = true;  // rebuilt at a graph break by calling functools.partial again (codegen/rebuild.cpp)
     return p;
   }
   return nullptr;

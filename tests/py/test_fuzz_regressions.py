@@ -318,6 +318,29 @@ def test_hasattr_after_setattr_in_trace():
     check(*REPROS["hasattr_after_setattr_in_trace"])
 
 
+# Bug 12: a functools.partial made in the trace and alive at a graph break (a local, or held in a list) was
+# rebuilt as if it were a function made by MAKE_FUNCTION: the call raised TypeError("_make_function(template,
+# cells)") to the user. Module-fuzz seeds 0, 16, 43, 77, 103, 121, 277, 292, 298, 305, 354, 359.
+REPROS["partial_made_in_trace_live_at_break"] = ("""
+import functools
+import torch
+torch.manual_seed(0)
+M = torch.nn.Linear(2, 2)
+def f(x):
+    add2 = functools.partial(torch.add, alpha=2)
+    lin = functools.partial(M)
+    keep = [add2]
+    print('brk', add2.keywords)
+    y = lin(add2(x, x))
+    print('brk again')
+    return y, keep[0] is add2, add2.keywords, add2.func is torch.add
+""", ones(2), 2, "eager")
+
+
+def test_partial_made_in_trace_live_at_break():
+    check(*REPROS["partial_made_in_trace_live_at_break"])
+
+
 # What torch.compile (same torch, same backend) does on each repro: None where it matches eager.
 TORCH_COMPILE_DIFFERS = {
     "del_unbound_local_does_not_raise": "raises InternalTorchDynamoError (KeyError: t), not UnboundLocalError",
