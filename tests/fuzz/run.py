@@ -488,6 +488,13 @@ def check_program(prog, backends):
                     diff = compare_runs(ref, got, is_cdynamo=not be.startswith("dynamo"))
                 finally:
                     ZERO_GRAD_IS_NONE = False
+                if (diff and be in ("aot_eager", "dynamo_aot") and diff[0] == "wrong exception"
+                        and "modified by an inplace operation" in diff[1] and ".data" in prog.source):
+                    # aot_autograd writes a graph's in-place change of `w.data` back with w.copy_(...), which
+                    # bumps w's version counter where eager's .data does not: backward then refuses what it
+                    # saved of w. torch.compile(backend="aot_eager") does the same (FINDINGS.md).
+                    res["aot_data_writes"] = res.get("aot_data_writes", 0) + 1
+                    diff = None
             except Exception as e:  # noqa: BLE001
                 diff = ("runner error", f"{type(e).__name__}: {e}"[:300])
             finally:

@@ -341,6 +341,27 @@ def test_partial_made_in_trace_live_at_break():
     check(*REPROS["partial_made_in_trace_live_at_break"])
 
 
+# Bug 13: `w.data` was traced as w.detach(), which shares w's version counter: an in-place op through it
+# (`ln.weight.data[0].fill_(0.1)` after the LayerNorm ran) bumped the parameter's version, and backward
+# raised "one of the variables needed for gradient computation has been modified by an inplace operation"
+# where eager (whose .data has its own counter) does not. Module-fuzz seed 332.
+REPROS["data_write_keeps_version_counter"] = ("""
+import torch
+torch.manual_seed(0)
+M = torch.nn.LayerNorm(3)
+def f(x):
+    y = M(x)
+    M.weight.data[0].fill_(0.1)
+    M.bias.data.mul_(0.5)
+    y.sum().backward()
+    return y.detach(), M.weight._version, M.weight.data._version
+""", lambda i: [torch.randn(2, 3, generator=torch.Generator().manual_seed(i))], 2, "eager")
+
+
+def test_data_write_keeps_version_counter():
+    check(*REPROS["data_write_keeps_version_counter"])
+
+
 # What torch.compile (same torch, same backend) does on each repro: None where it matches eager.
 TORCH_COMPILE_DIFFERS = {
     "del_unbound_local_does_not_raise": "raises InternalTorchDynamoError (KeyError: t), not UnboundLocalError",
