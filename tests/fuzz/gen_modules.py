@@ -766,6 +766,10 @@ def act(t, kind):
         elif c == 2:
             lines += ["def post_hook(mod, args, out):", "    print('hook', type(mod).__name__, type(out).__name__)",
                       "", f"{tgt}.register_forward_hook(post_hook)"]
+        elif self.r2.random() < 0.3:  # a hook that raises on the larger batch
+            lines += ["def pre_hook(mod, args):", "    if args[0].shape[0] > 2:",
+                      "        raise RuntimeError(f'hook refused {tuple(args[0].shape)}')", "",
+                      f"{tgt}.register_forward_pre_hook(pre_hook)"]
         else:
             lines += ["def pre_hook(mod, args):", "    mod.hook_calls = getattr(mod, 'hook_calls', 0) + 1", "",
                       f"{tgt}.register_forward_pre_hook(pre_hook)"]
@@ -788,8 +792,25 @@ def act(t, kind):
                                    "    CFG.mode = 'add' if x.shape[0] == 2 else 'mul'",
                                    "    MODEL.layers[0].cfg = Config(alpha=float(x.shape[0]))"
                                    if self.container != "dict" else "    CFG.alpha = float(x.shape[0])"]))
-        lines.append(f"    out = MODEL({call})")
+        r2 = self.r2
+        if r2.random() < 0.3:  # more state changed between calls, drawn from the second stream
+            first_layer = "MODEL.layers[0]" if self.container != "dict" else "MODEL.layers['l0']"
+            lines.append(r2.choice([
+                f"    if x.shape[0] == 3:\n        {first_layer} = type({first_layer})(CFG)",
+                "    if x.shape[0] == 3 and not MODEL.norm._forward_hooks:\n"
+                "        MODEL.norm.register_forward_hook(lambda m, a, o: o * 2)",
+                "    MODEL.pool.weight.requires_grad_(x.shape[0] == 2)",
+                "    MODEL.norm.eps = 1e-5 if x.shape[0] == 2 else 1e-3",
+                "    GL.clear()" if r2.random() < 0.5 else "    del GL[:1]",
+            ]))
+        how = r2.random()
         c = r.randint(0, 4)
+        if how < 0.15:
+            lines.append(f"    out = MODEL.forward({call})")  # bypasses __call__ and its hooks
+        elif how < 0.3 and c != 2:
+            lines += ["    with torch.no_grad():", f"        out = MODEL({call})"]
+        else:
+            lines.append(f"    out = MODEL({call})")
         if c == 0:
             lines.append("    return out")
         elif c == 1:
