@@ -67,6 +67,11 @@ ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
     if (is_op_overload(a)) return Value::object(a);
   }
   if (!obj->source) unsupported("attribute '" + name + "' of " + obj->describe() + " (an object without a source)");
+  // The real __dict__ does not hold the attributes this trace assigned yet (they are replayed after the
+  // graph): read it in Python, after a graph break has replayed them.
+  if (name == "__dict__")
+    for (const auto& st : attr_stores)
+      if (st.obj) unsupported("__dict__ read after an attribute assignment in the same graph");
   PyTypeObject* type = Py_TYPE(o.ptr());
   py::str key(name);
   PyObject* descr = _PyType_Lookup(type, key.ptr());  // borrowed, may be NULL

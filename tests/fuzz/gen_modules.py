@@ -56,6 +56,7 @@ class _Gen:
         self.helpers = set()
         self.r2 = random.Random(seed ^ 0x7A11)  # constructs added later draw here, so older seeds stay the same
         self.tuple_out = {}    # block class -> whether its forward returns (hidden, aux)
+        self.r3 = random.Random(seed ^ 0x3D1C7)  # the probes of values the trace models (s_probe)
 
     # ------------------------------------------------------------------ utilities
     def chance(self, p):
@@ -261,6 +262,9 @@ def act(t, kind):
 
     def stmt(self):
         r = self.r
+        if self.r3.random() < 0.07:
+            self.s_probe()
+            return
         choices = [
             (3, self.s_sub), (2, self.s_residual), (2, self.s_break), (1, self.s_act), (2, self.s_inplace),
             (2, self.s_self_mut), (1, self.s_buffer), (1, self.s_global), (1, self.s_closure), (1, self.s_comp),
@@ -580,6 +584,43 @@ def act(t, kind):
         self.emit("    steps += 1")
         if self.chance(0.3):
             self.emit("    print('shrink', steps)")
+
+    def s_probe(self):
+        """Values the trace models instead of running: dict views, __dict__, iterators / bound methods alive
+        at a break (drawn from a third stream, so programs that draw none stay as they were)."""
+        r3 = self.r3
+        c = r3.randint(0, 5)
+        if c == 0:
+            self.emit("self.note = x.detach()")
+            self.emit("if 'note' in self.__dict__:")
+            self.emit("    x = x + self.__dict__['note'] * 0.5")
+        elif c == 1:
+            self.emit("stats = {'mean': x.mean()}")
+            self.emit("names = stats.keys()")
+            self.emit("stats['sum'] = x.sum()")
+            self.emit(r3.choice(["GL.append(len(names))", "GL.append(sorted(names))", "print('names', names)"]))
+        elif c == 2:
+            self.emit(r3.choice(["if kwargs.keys() == {'scale'}:", "if kwargs.keys() - {'extra'}:",
+                                 "if 'scale' in kwargs.keys():"]))
+            self.emit("    x = x * 2")
+            self.emit(r3.choice(["print('kw', kwargs.keys())", "print('kw', sorted(kwargs))"]))
+        elif c == 3:
+            self.emit("it = iter(self.children())")
+            self.emit("mod = next(it)")
+            self.brk()
+            self.emit("if isinstance(mod, (nn.Linear, nn.LayerNorm, nn.Identity)):")
+            self.emit("    x = mod(x)")
+        elif c == 4:
+            attr, kind = r3.choice(self.cur_subs)
+            self.emit(f"fwd = self.{attr}.forward")
+            self.brk()
+            self.emit("x = fwd(x)" + ("" if kind != "block" else "[0]" if self.tuple_out[self.sub_class(attr)] else ""))
+        else:
+            self.emit("seen = {id(m) for m in self.modules()}")
+            self.emit("GL.append(len(seen))")
+
+    def sub_class(self, attr):
+        return self.cur_init[[l.startswith(f"self.{attr} =") for l in self.cur_init].index(True)].split("= ")[1][:-5]
 
     def s_datadep(self):
         self.emit(self.r.choice(["if x.sum() > 0:", "if x.abs().max() > 2:", "if (x > 0).any():"]))

@@ -362,6 +362,48 @@ def test_data_write_keeps_version_counter():
     check(*REPROS["data_write_keeps_version_counter"])
 
 
+# Bug 14: `obj.__dict__` read after an attribute assignment in the same trace (`self.tmp = t` then
+# `'tmp' in self.__dict__`) gave the object's real dict, which does not hold the assignment yet (it is
+# replayed after the graph). Found with the module-shaped constructs (FINDINGS.md).
+REPROS["dunder_dict_after_setattr_in_trace"] = ("""
+import torch
+class Holder(torch.nn.Module):
+    pass
+M = Holder()
+def f(x):
+    M.tmp = x * 2
+    d = M.__dict__
+    has = 'tmp' in d
+    if has:
+        x = x + d['tmp']
+    return x, has, sorted(k for k in d if not k.startswith('_'))
+""", ones(2), 2, "eager")
+
+
+def test_dunder_dict_after_setattr_in_trace():
+    check(*REPROS["dunder_dict_after_setattr_in_trace"])
+
+
+# Bug 15 (open): dict.keys() / values() / items() of a dict are traced as a tuple snapshot of the dict: the
+# view's type (print shows ('a', 'b') instead of dict_keys(['a', 'b'])), its comparisons (d.keys() == {'a'}
+# is False), its set operations (d.keys() - {'a'} raises TypeError) and its liveness (a key added after
+# keys() was called is missing) differ from eager. Found with the module-shaped constructs (FINDINGS.md).
+REPROS["dict_view_is_a_tuple_snapshot"] = ("""
+import torch
+def f(x):
+    d = {'a': x, 'b': 1}
+    k = d.keys()
+    d['c'] = 2
+    print(d.items())
+    return x + 1, list(k), d.keys() == {'a', 'b', 'c'}, sorted(d.keys() - {'a'}), type(d.values()).__name__
+""", ones(2), 1, "eager")
+
+
+@pytest.mark.xfail(strict=True, reason="bug 15: dict views are traced as tuple snapshots (type, ==, set ops, liveness)")
+def test_dict_view_is_a_tuple_snapshot():
+    check(*REPROS["dict_view_is_a_tuple_snapshot"])
+
+
 # What torch.compile (same torch, same backend) does on each repro: None where it matches eager.
 TORCH_COMPILE_DIFFERS = {
     "del_unbound_local_does_not_raise": "raises InternalTorchDynamoError (KeyError: t), not UnboundLocalError",
