@@ -23,6 +23,12 @@ import random
 from .gen import Program
 
 
+# Bug 15 (tests/fuzz/FINDINGS.md) is open: dict views are traced as tuple snapshots, and the probes that keep
+# a view alive or observe its type fail on it (strict xfail test_dict_view_is_a_tuple_snapshot). While False,
+# those probes consume the same random draws but turn the view into a list at once; set True once it is fixed.
+DICT_VIEW_PROBES = False
+
+
 class ModuleProgram(Program):
     """A Program whose inputs the runner takes from ``make_inputs`` (batch size B changes on call 2)."""
 
@@ -596,14 +602,18 @@ def act(t, kind):
             self.emit("    x = x + self.__dict__['note'] * 0.5")
         elif c == 1:
             self.emit("stats = {'mean': x.mean()}")
-            self.emit("names = stats.keys()")
+            self.emit("names = stats.keys()" if DICT_VIEW_PROBES else "names = list(stats.keys())")
             self.emit("stats['sum'] = x.sum()")
             self.emit(r3.choice(["GL.append(len(names))", "GL.append(sorted(names))", "print('names', names)"]))
         elif c == 2:
-            self.emit(r3.choice(["if kwargs.keys() == {'scale'}:", "if kwargs.keys() - {'extra'}:",
-                                 "if 'scale' in kwargs.keys():"]))
+            cond = r3.choice(["if kwargs.keys() == {'scale'}:", "if kwargs.keys() - {'extra'}:",
+                              "if 'scale' in kwargs.keys():"])
+            if not DICT_VIEW_PROBES:
+                cond = cond.replace("kwargs.keys() ", "set(kwargs.keys()) ")
+            self.emit(cond)
             self.emit("    x = x * 2")
-            self.emit(r3.choice(["print('kw', kwargs.keys())", "print('kw', sorted(kwargs))"]))
+            out = r3.choice(["print('kw', kwargs.keys())", "print('kw', sorted(kwargs))"])
+            self.emit(out if DICT_VIEW_PROBES else out.replace("kwargs.keys()", "list(kwargs.keys())"))
         elif c == 3:
             self.emit("it = iter(self.children())")
             self.emit("mod = next(it)")
