@@ -71,7 +71,7 @@ ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
   // graph): read it in Python, after a graph break has replayed them.
   if (name == "__dict__")
     for (const auto& st : attr_stores)
-      if (st.obj) unsupported("__dict__ read after an attribute assignment in the same graph");
+      if (st.obj && st.obj->obj.is(o)) unsupported("__dict__ read after an attribute assignment in the same graph");
   PyTypeObject* type = Py_TYPE(o.ptr());
   py::str key(name);
   PyObject* descr = _PyType_Lookup(type, key.ptr());  // borrowed, may be NULL
