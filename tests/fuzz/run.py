@@ -14,7 +14,11 @@ Seeds run in worker subprocesses (chunks), so a crash or a hang of the interpret
 failure of the seed that was running (rerun alone to tell a batch-only crash).
 
   python -m tests.fuzz.run --start 0 --count 500 [--backends eager,aot_eager] [--aot-every 4]
-                           [--time-budget S] [--chunk 100] [-v] [--show SEED]
+                           [--time-budget S] [--chunk 100] [-v] [--show SEED] [--gen modules]
+
+``--gen modules`` runs the module-shaped programs of gen_modules.py: they build their own inputs
+(``Program.make_inputs``), and the state of their ``MODEL`` (parameters with grads, buffers, Python attributes
+of every submodule) and ``CFG`` is compared after every call with ``G`` / ``GL``.
 
 Backends: ``eager``, ``aot_eager`` (cdynamo); ``dynamo`` / ``dynamo_aot`` (torch.compile with backend "eager" /
 "aot_eager", for triage).
