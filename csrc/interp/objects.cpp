@@ -72,6 +72,19 @@ ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
   if (name == "__dict__")
     for (const auto& st : attr_stores)
       if (st.obj && st.obj->obj.is(o)) unsupported("__dict__ read after an attribute assignment in the same graph");
+  // nn.Module.__setattr__ files a parameter, a submodule or a buffer's new value in these dicts when the
+  // assignment is replayed: while one to a name that is not a plain instance attribute is pending, they
+  // are read in Python after a graph break. (Counters and other plain attributes do not break.)
+  if ((name == "_parameters" || name == "_buffers" || name == "_modules") && is_nn_module(o)) {
+    PyObject** dp = _PyObject_GetDictPtr(o.ptr());
+    for (const auto& st : attr_stores) {
+      if (!st.obj || !st.obj->obj.is(o)) continue;
+      py::str key(st.name);
+      bool plain = dp && *dp && PyDict_GetItemWithError(*dp, key.ptr());  // borrowed
+      if (PyErr_Occurred()) throw py::error_already_set();
+      if (!plain) unsupported("nn.Module." + name + " read after assigning '" + st.name + "' in the same graph");
+    }
+  }
   PyTypeObject* type = Py_TYPE(o.ptr());
   py::str key(name);
   PyObject* descr = _PyType_Lookup(type, key.ptr());  // borrowed, may be NULL

@@ -384,6 +384,30 @@ def test_dunder_dict_after_setattr_in_trace():
     check(*REPROS["dunder_dict_after_setattr_in_trace"])
 
 
+# Bug 16: an assignment to a module attribute that nn.Module.__setattr__ files in _parameters / _buffers /
+# _modules (a new Parameter, a buffer's new value) is replayed after the graph; reading those dicts later in
+# the same graph gave the old contents ('extra' in self._parameters was False). Found by a hand probe of
+# module-shaped constructs (FINDINGS.md).
+REPROS["module_dicts_after_setattr_in_trace"] = ("""
+import torch
+class Holder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer('running', torch.zeros(2))
+        self.steps = 0
+M = Holder()
+def f(x):
+    M.steps += 1
+    M.running = M.running * 0.5 + x
+    M.extra = torch.nn.Parameter(torch.ones(2) * M.steps)
+    return x * M.extra, 'extra' in M._parameters, M._buffers['running'] * 1, sorted(M._parameters)
+""", ones(2), 3, "eager")
+
+
+def test_module_dicts_after_setattr_in_trace():
+    check(*REPROS["module_dicts_after_setattr_in_trace"])
+
+
 # Bug 15 (open): dict.keys() / values() / items() of a dict are traced as a tuple snapshot of the dict: the
 # view's type (print shows ('a', 'b') instead of dict_keys(['a', 'b'])), its comparisons (d.keys() == {'a'}
 # is False), its set operations (d.keys() - {'a'} raises TypeError) and its liveness (a key added after
