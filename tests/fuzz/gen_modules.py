@@ -595,8 +595,14 @@ def act(t, kind):
         """Values the trace models instead of running: dict views, __dict__, iterators / bound methods alive
         at a break (drawn from a third stream, so programs that draw none stay as they were)."""
         r3 = self.r3
-        c = r3.randint(0, 5)
-        if c == 0:
+        c = r3.randint(0, 6)
+        if c == 6:  # a parameter registered lazily, then the module's parameter dict read (bug 16)
+            self.emit("if not hasattr(self, 'gate'):")
+            self.emit("    self.gate = nn.Parameter(torch.ones(x.shape[-1]))")
+            self.emit("x = x * self.gate")
+            self.emit(r3.choice(["GL.append(sorted(self._parameters))", "GL.append(len(list(self.parameters())))",
+                                 "GL.append('gate' in self._parameters)"]))
+        elif c == 0:
             self.emit("self.note = x.detach()")
             self.emit("if 'note' in self.__dict__:")
             self.emit("    x = x + self.__dict__['note'] * 0.5")
