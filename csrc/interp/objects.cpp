@@ -23,6 +23,21 @@ bool is_nn_module(py::handle o) {
   return r == 1;
 }
 
+// The name of an assignment pending on the nn.Module `o` (on any module when `o` is null) that
+// Module.__setattr__ files in _parameters / _buffers / _modules when it is replayed: a name that is not a
+// plain instance attribute of that module. Empty when there is none.
+std::string pending_module_filing(const std::vector<AttrStore>& stores, py::handle o) {
+  for (const auto& st : stores) {
+    if (!st.obj || (o && !st.obj->obj.is(o)) || (!o && !is_nn_module(st.obj->obj))) continue;
+    PyObject** dp = _PyObject_GetDictPtr(st.obj->obj.ptr());
+    py::str key(st.name);
+    bool plain = dp && *dp && PyDict_GetItemWithError(*dp, key.ptr());  // borrowed
+    if (PyErr_Occurred()) throw py::error_already_set();
+    if (!plain) return st.name;
+  }
+  return "";
+}
+
 // A bound method value: the function (guarded by identity through `type(obj).name`) and its receiver.
 ValuePtr bound_method(Tracer& t, const ValuePtr& self, py::handle func, const std::string& name) {
   SourcePtr fsrc = guards::Source::attr(guards::Source::attr(self->source, "__class__"), name);
@@ -76,14 +91,8 @@ ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
   // assignment is replayed: while one to a name that is not a plain instance attribute is pending, they
   // are read in Python after a graph break. (Counters and other plain attributes do not break.)
   if ((name == "_parameters" || name == "_buffers" || name == "_modules") && is_nn_module(o)) {
-    PyObject** dp = _PyObject_GetDictPtr(o.ptr());
-    for (const auto& st : attr_stores) {
-      if (!st.obj || !st.obj->obj.is(o)) continue;
-      py::str key(st.name);
-      bool plain = dp && *dp && PyDict_GetItemWithError(*dp, key.ptr());  // borrowed
-      if (PyErr_Occurred()) throw py::error_already_set();
-      if (!plain) unsupported("nn.Module." + name + " read after assigning '" + st.name + "' in the same graph");
-    }
+    std::string filed = pending_module_filing(attr_stores, o);
+    if (!filed.empty()) unsupported("nn.Module." + name + " read after assigning '" + filed + "' in the same graph");
   }
   PyTypeObject* type = Py_TYPE(o.ptr());
   py::str key(name);
@@ -210,6 +219,10 @@ ValuePtr Tracer::module_iteration(const ValuePtr& self, py::handle func, const s
   bool known = false;
   for (const char* n : names) known = known || name == n;
   if (!known || !self->source || !args.empty()) return nullptr;
+  // A parameter, buffer or submodule assigned in this graph is filed by Module.__setattr__ only when
+  // replayed: walk the tree in Python after a graph break.
+  std::string filed = pending_module_filing(attr_stores, py::handle());
+  if (!filed.empty()) unsupported("nn.Module." + name + "() after assigning '" + filed + "' in the same graph");
   // torch.nn.Module's own method, not an override.
   if (!py::getattr(PyRefs::get().nn_module, name.c_str(), py::none()).is(func)) return nullptr;
   bool recurse = true;

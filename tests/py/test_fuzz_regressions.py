@@ -386,8 +386,8 @@ def test_dunder_dict_after_setattr_in_trace():
 
 # Bug 16: an assignment to a module attribute that nn.Module.__setattr__ files in _parameters / _buffers /
 # _modules (a new Parameter, a buffer's new value) is replayed after the graph; reading those dicts later in
-# the same graph gave the old contents ('extra' in self._parameters was False). Found by a hand probe of
-# module-shaped constructs (FINDINGS.md).
+# the same graph, or walking them with parameters() / buffers() / modules(), gave the old contents ('extra' in
+# self._parameters was False). Found by a hand probe of module-shaped constructs, then module-fuzz seed 35.
 REPROS["module_dicts_after_setattr_in_trace"] = ("""
 import torch
 class Holder(torch.nn.Module):
@@ -400,7 +400,8 @@ def f(x):
     M.steps += 1
     M.running = M.running * 0.5 + x
     M.extra = torch.nn.Parameter(torch.ones(2) * M.steps)
-    return x * M.extra, 'extra' in M._parameters, M._buffers['running'] * 1, sorted(M._parameters)
+    n = len(list(M.parameters()))
+    return x * M.extra, 'extra' in M._parameters, M._buffers['running'] * 1, sorted(M._parameters), n
 """, ones(2), 3, "eager")
 
 
