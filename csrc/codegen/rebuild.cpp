@@ -19,12 +19,25 @@ bool has_items(const ValuePtr& v) {
 }
 
 // A function made in the trace (MAKE_FUNCTION): rebuilt from its code with new cells holding the cells' values.
-bool made_function(const ValuePtr& v) { return v->kind == VKind::Object && v->made_in_trace; }
+// (Other values made in the trace share the flag: partials, super() lookups; they are not functions.)
+bool made_function(const ValuePtr& v) {
+  return v->kind == VKind::Object && v->made_in_trace && PyFunction_Check(v->obj.ptr());
+}
 
-// The values `v` holds that are rebuilt with it: items, a closure's cells, a cell's content.
+// functools.partial(func, *args, **keywords) called in the trace: rebuilt by calling functools.partial again
+// (self: func, items: args, keys / closure: keyword names / values).
+bool made_partial(const ValuePtr& v) { return v->kind == VKind::Object && v->made_in_trace && v->name == "<partial>"; }
+
+// The values `v` holds that are rebuilt with it: items, a closure's cells, a cell's content, a partial's parts.
 std::vector<ValuePtr> held(const ValuePtr& v) {
   if (has_items(v)) return v->items;
   if (made_function(v)) return v->closure;
+  if (made_partial(v)) {
+    std::vector<ValuePtr> out{v->self};
+    out.insert(out.end(), v->items.begin(), v->items.end());
+    out.insert(out.end(), v->closure.begin(), v->closure.end());
+    return out;
+  }
   if (v->kind == VKind::Cell && v->self) return {v->self};
   return {};
 }
@@ -32,19 +45,19 @@ std::vector<ValuePtr> held(const ValuePtr& v) {
 // Objects with identity the trace made: rebuilt once when reached twice (two closures over one cell).
 bool has_identity(const ValuePtr& v) {
   return v->kind == VKind::List || v->kind == VKind::Dict || v->kind == VKind::Instance || v->kind == VKind::Record ||
-         v->kind == VKind::Cell || made_function(v);
+         v->kind == VKind::Cell || made_function(v) || made_partial(v);
 }
 
 // The receiver a bound method value carries (a tensor method, or a method of an object the trace made):
 // rebuilt with it, so it is part of what the rebuilt state shares.
 bool bound_receiver(const ValuePtr& v) {
-  return (v->kind == VKind::Method || v->kind == VKind::Object) && v->self != nullptr;
+  return (v->kind == VKind::Method || v->kind == VKind::Object) && v->self != nullptr && !made_partial(v);
 }
 
 void collect(const ValuePtr& v, std::vector<graph::Node*>& out, std::unordered_set<graph::Node*>& seen) {
   if (v->is_tensor()) {
     if (!v->source && seen.insert(v->node).second) out.push_back(v->node);
-  } else if (has_items(v) || made_function(v) || v->kind == VKind::Cell) {
+  } else if (has_items(v) || made_function(v) || made_partial(v) || v->kind == VKind::Cell) {
     if (from_frame(v)) return;  // rebuilt from its source
     for (const auto& i : held(v)) collect(i, out, seen);
   } else if (bound_receiver(v)) {
@@ -247,8 +260,8 @@ bool reads_locals(const ValuePtr& v, std::unordered_set<const interp::Value*>& s
     case VKind::Tensor:
       return rooted_in_locals(v->source);
     case VKind::Object:
-      if (v->made_in_trace) {
-        for (const auto& c : v->closure)
+      if (made_function(v) || made_partial(v)) {
+        for (const auto& c : held(v))
           if (reads_locals(c, seen)) return true;
         return false;
       }
@@ -303,7 +316,7 @@ void count_lists(const ValuePtr& v, std::unordered_map<const interp::Value*, int
     count_lists(v->self, n, order);
     return;
   }
-  if (!(has_items(v) || made_function(v) || v->kind == VKind::Cell) || from_frame(v)) return;
+  if (!(has_items(v) || made_function(v) || made_partial(v) || v->kind == VKind::Cell) || from_frame(v)) return;
   if (has_identity(v)) {
     if (n[v.get()]++ == 0) order.push_back(v.get());
     else return;  // its items were counted on first sight
@@ -447,7 +460,20 @@ void Rebuilder::push(const ValuePtr& v, int above) {
         e_.load_const(interp::grad_exit_callable(v->grad_exit == 1));
         return;
       }
-      if (v->made_in_trace) {  // _make_function(template, (cells...))
+      if (made_partial(v)) {  // functools.partial(func, *args, keyword=value, ...)
+        e_.load_callable(interp::PyRefs::get().functools_partial);
+        push(v->self, above + 2);
+        for (size_t i = 0; i < v->items.size(); ++i) push(v->items[i], above + 3 + static_cast<int>(i));
+        py::tuple names(v->keys.size());
+        for (size_t i = 0; i < v->keys.size(); ++i) {
+          names[i] = v->keys[i];
+          push(v->closure[i], above + 3 + static_cast<int>(v->items.size() + i));
+        }
+        const int n = static_cast<int>(1 + v->items.size() + v->keys.size());
+        e_.call(n, v->keys.empty() ? -1 : e_.const_index(names));
+        return;
+      }
+      if (made_function(v)) {  // _make_function(template, (cells...))
         e_.load_callable(builtin_fn(&make_function_def, &make_function_obj));
         e_.load_const(v->obj);
         int k = 0;

@@ -247,6 +247,8 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
       unsupported("getattr of a missing attribute of " + obj->describe() + " (AttributeError is raised by Python)");
     }
     if (obj->kind == VKind::Object && obj->source && !PyModule_Check(obj->obj.ptr())) {
+      // An attribute this trace assigned (not replayed on the object yet) is there, with the assigned value.
+      if (ValuePtr v = pending_attr(obj, attr)) return name == "hasattr" ? Value::constant(py::bool_(true)) : v;
       // Whether the attribute exists is guarded; its value is read (and guarded) only when it does.
       int has = PyObject_HasAttrString(obj->obj.ptr(), attr.c_str());
       // getattr of a present attribute: the guard on the value read (through obj.attr) also fails when
@@ -376,7 +378,7 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
       p->keys.push_back(py::str(kv.first));
       p->closure.push_back(kv.second);
     }
-    p->made_in_trace = true;  // never passed back to Python
+    p->made_in_trace = true;  // rebuilt at a graph break by calling functools.partial again (codegen/rebuild.cpp)
     return p;
   }
   return nullptr;

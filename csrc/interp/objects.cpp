@@ -23,6 +23,21 @@ bool is_nn_module(py::handle o) {
   return r == 1;
 }
 
+// The name of an assignment pending on the nn.Module `o` (on any module when `o` is null) that
+// Module.__setattr__ files in _parameters / _buffers / _modules when it is replayed: a name that is not a
+// plain instance attribute of that module. Empty when there is none.
+std::string pending_module_filing(const std::vector<AttrStore>& stores, py::handle o) {
+  for (const auto& st : stores) {
+    if (!st.obj || (o && !st.obj->obj.is(o)) || (!o && !is_nn_module(st.obj->obj))) continue;
+    PyObject** dp = _PyObject_GetDictPtr(st.obj->obj.ptr());
+    py::str key(st.name);
+    bool plain = dp && *dp && PyDict_GetItemWithError(*dp, key.ptr());  // borrowed
+    if (PyErr_Occurred()) throw py::error_already_set();
+    if (!plain) return st.name;
+  }
+  return "";
+}
+
 // A bound method value: the function (guarded by identity through `type(obj).name`) and its receiver.
 ValuePtr bound_method(Tracer& t, const ValuePtr& self, py::handle func, const std::string& name) {
   SourcePtr fsrc = guards::Source::attr(guards::Source::attr(self->source, "__class__"), name);
@@ -67,6 +82,18 @@ ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
     if (is_op_overload(a)) return Value::object(a);
   }
   if (!obj->source) unsupported("attribute '" + name + "' of " + obj->describe() + " (an object without a source)");
+  // The real __dict__ does not hold the attributes this trace assigned yet (they are replayed after the
+  // graph): read it in Python, after a graph break has replayed them.
+  if (name == "__dict__")
+    for (const auto& st : attr_stores)
+      if (st.obj && st.obj->obj.is(o)) unsupported("__dict__ read after an attribute assignment in the same graph");
+  // nn.Module.__setattr__ files a parameter, a submodule or a buffer's new value in these dicts when the
+  // assignment is replayed: while one to a name that is not a plain instance attribute is pending, they
+  // are read in Python after a graph break. (Counters and other plain attributes do not break.)
+  if ((name == "_parameters" || name == "_buffers" || name == "_modules") && is_nn_module(o)) {
+    std::string filed = pending_module_filing(attr_stores, o);
+    if (!filed.empty()) unsupported("nn.Module." + name + " read after assigning '" + filed + "' in the same graph");
+  }
   PyTypeObject* type = Py_TYPE(o.ptr());
   py::str key(name);
   PyObject* descr = _PyType_Lookup(type, key.ptr());  // borrowed, may be NULL
@@ -193,6 +220,10 @@ ValuePtr Tracer::module_iteration(const ValuePtr& self, py::handle func, const s
   bool known = false;
   for (const char* n : names) known = known || name == n;
   if (!known || !self->source || !args.empty()) return nullptr;
+  // A parameter, buffer or submodule assigned in this graph is filed by Module.__setattr__ only when
+  // replayed: walk the tree in Python after a graph break.
+  std::string filed = pending_module_filing(attr_stores, py::handle());
+  if (!filed.empty()) unsupported("nn.Module." + name + "() after assigning '" + filed + "' in the same graph");
   // torch.nn.Module's own method, not an override.
   if (!py::getattr(PyRefs::get().nn_module, name.c_str(), py::none()).is(func)) return nullptr;
   bool recurse = true;

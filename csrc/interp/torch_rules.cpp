@@ -285,16 +285,24 @@ ValuePtr tensor_attr(Tracer& t, const ValuePtr& self, const std::string& name) {
     return Value::constant(py::bool_(type == name.substr(3)));
   }
   if (node_attrs.count(name) || name == "data") {
+    // `.data` is not detach(): it shares the storage but has its own version counter, so an in-place op
+    // through it (`w.data.mul_(0.9)`) does not invalidate what autograd saved of `w`. The graph calls the
+    // function the attribute runs, torch._C._autograd._get_data_attr. Held for the process's lifetime
+    // (a new reference never released: no destructor runs at interpreter exit).
+    static PyObject* get_data_attr = [] {
+      py::object f = py::module_::import("torch").attr("_C").attr("_autograd").attr("_get_data_attr");
+      return f.release().ptr();
+    }();
     py::object result;
     try {
-      result = name == "data" ? ex.attr("detach")() : ex.attr(name.c_str());
+      result = name == "data" ? py::handle(get_data_attr)(ex) : ex.attr(name.c_str());
     } catch (py::error_already_set& e) {
       t.unsupported("tensor attribute '" + name + "' failed during tracing: " + e.what());
     }
     auto& refs = PyRefs::get();
     graph::Node* n =
         name == "data"
-            ? t.graph.call_method("detach", {t.to_arg(self)}, {}, result)
+            ? t.graph.call_function(py::reinterpret_borrow<py::object>(get_data_attr), {t.to_arg(self)}, {}, result)
             : t.graph.call_function(refs.getattr_fn, {t.to_arg(self), graph::Arg::constant(py::str(name))}, {}, result);
     return t.wrap_result(n, result, self->device);
   }

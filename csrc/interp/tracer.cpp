@@ -919,19 +919,24 @@ ValuePtr Tracer::load_global(const std::string& name) {
   unsupported("name '" + name + "' is not defined");
 }
 
-ValuePtr Tracer::load_attr(const ValuePtr& obj, const std::string& name) {
+ValuePtr Tracer::pending_attr(const ValuePtr& obj, const std::string& name) {
+  if (obj->kind != VKind::Object) return nullptr;
   // The same attribute assigned earlier in this trace through another value: whether that value is this
   // object decides what the read gives, so it is guarded (the same object, or a different one).
-  if (obj->kind == VKind::Object && obj->source)
+  if (obj->source)
     for (const auto& st : attr_stores)
       if (st.obj && st.obj.get() != obj.get() && st.obj->source && st.name == name &&
           alias_checked_.insert({st.obj.get(), obj.get()}).second)
         guards.add(st.obj->obj.is(obj->obj) ? guards::same_object(st.obj->source, obj->source)
                                             : guards::no_aliasing({st.obj->source, obj->source}));
+  for (auto it = attr_stores.rbegin(); it != attr_stores.rend(); ++it)
+    if (it->obj && it->obj->obj.is(obj->obj) && it->name == name) return it->value;
+  return nullptr;
+}
+
+ValuePtr Tracer::load_attr(const ValuePtr& obj, const std::string& name) {
   // An attribute this trace assigned reads back the assigned value (the store is replayed later).
-  if (obj->kind == VKind::Object)
-    for (auto it = attr_stores.rbegin(); it != attr_stores.rend(); ++it)
-      if (it->obj && it->obj->obj.is(obj->obj) && it->name == name) return it->value;
+  if (ValuePtr v = pending_attr(obj, name)) return v;
   if (obj->kind == VKind::Object && obj->name == "<super>") return super_attr(obj, name);
   if (obj->kind == VKind::Tuple && obj->obj) return namedtuple_attr(obj, name);
   if (obj->kind == VKind::Instance) return instance_attr(obj, name);

@@ -210,6 +210,9 @@ class Tracer {
   ValuePtr load_global(const std::string& name);
   // Attribute read on a symbolic value.
   ValuePtr load_attr(const ValuePtr& obj, const std::string& name);
+  // The value an `obj.name = v` (STORE_ATTR or setattr) of this trace gave the object, not replayed yet;
+  // null when there is none. Aliasing with objects stored through other values is guarded.
+  ValuePtr pending_attr(const ValuePtr& obj, const std::string& name);
   // `self.name` bound to the Python function `func` found on self's class (guarded through
   // `self.__class__.name`); rebuilt as that attribute of self.
   ValuePtr method_of(const ValuePtr& self, py::handle func, const std::string& name);

@@ -1,17 +1,17 @@
 # reduce.py — owns shrinking a failing fuzz program (line/block deletion delta reduction) for triage.
 """Shrinks the program of a failing seed while it still fails the same way.
 
-  python -m tests.fuzz.reduce SEED [--backend eager]
+  python -m tests.fuzz.reduce SEED [--backend eager] [--gen modules]
 
 Candidates drop one statement (with its indented block), a helper definition, or turn a tuple return
 into one of its items; a candidate is kept when the eager runs stay deterministic and cdynamo still
 fails with the same category. Prints the reduced source and the failure.
 """
 import argparse
+import copy
 import sys
 import warnings
 
-from .gen import Program, generate
 from .run import check_program
 
 
@@ -57,7 +57,8 @@ def reduce_program(prog, backend="eager", max_checks=600, log=None):
     cat = base["fails"][0][1]
 
     def still_fails(src):
-        cand = Program(prog.seed, src, prog.args, prog.star)
+        cand = copy.copy(prog)  # keeps the program's kind (gen_modules programs build their own inputs)
+        cand.source = src
         try:
             compile(src, "<cand>", "exec")
         except SyntaxError:
@@ -110,14 +111,21 @@ def reduce_program(prog, backend="eager", max_checks=600, log=None):
         if log:
             log(f"reduce: {len(lines)} lines after {checks} checks")
     src = "\n".join(lines) + "\n"
-    return Program(prog.seed, src, prog.args, prog.star), best
+    out = copy.copy(prog)
+    out.source = src
+    return out, best
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m tests.fuzz.reduce")
     p.add_argument("seeds", type=int, nargs="+")
     p.add_argument("--backend", default="eager")
+    p.add_argument("--gen", choices=["flat", "modules"], default="flat", help="the generator of the seeds")
     a = p.parse_args(argv)
+    if a.gen == "modules":
+        from .gen_modules import generate
+    else:
+        from .gen import generate
     warnings.simplefilter("ignore")
     for seed in a.seeds:
         prog, res = reduce_program(generate(seed), a.backend)

@@ -21,7 +21,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-from tests.fuzz.run import compare, compare_text  # noqa: E402
+from tests.fuzz.run import compare, compare_text, module_state, snap  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("cdynamo_reset")
 
@@ -41,6 +41,8 @@ def _run(src, make_args, ncalls, wrap):
             except Exception as e:  # noqa: BLE001 - the program's exception is part of its behaviour
                 exc = e
         glob = {k: ns[k] for k in ("G", "GL") if k in ns}
+        if "M" in ns:  # a module of the repro: its parameters, buffers and Python attributes after each call
+            glob["M"] = snap(module_state(ns["M"]))
         recs.append({"out": out, "exc": exc, "printed": buf.getvalue(), "args": args, "globals": glob})
     return recs
 
@@ -284,6 +286,147 @@ def f(x, lst):
                    reason="bug 10: the continuation's cell is a free variable (NameError)")  # 3.12 inlines it
 def test_deleted_cell_in_continuation_raises_name_error():
     check(*REPROS["deleted_cell_in_continuation_raises_name_error"])
+
+
+# ------------------------------------------------------------------------------------------------------
+# Module-shaped generator (tests/fuzz/gen_modules.py). A global ``M`` of a repro is compared after each call
+# (parameters with grads, buffers, Python attributes of every submodule).
+
+# Bug 11: hasattr / getattr(obj, name, default) on an object of the frame after this trace assigned the
+# attribute with setattr() (or in a forward pre-hook) answered from the object as it was before the
+# trace: the store is replayed only after the graph. Module-fuzz seeds 411, 545, 582.
+REPROS["hasattr_after_setattr_in_trace"] = ("""
+import torch
+class Holder(torch.nn.Module):
+    pass
+M = Holder()
+def f(x):
+    if hasattr(M, 'tmp'):
+        x = x + M.tmp
+        del M.tmp
+    else:
+        setattr(M, 'tmp', x.sum())
+    if hasattr(M, 'tmp'):
+        x = x + 100
+    M.calls = getattr(M, 'calls', 0) + 1
+    M.calls = getattr(M, 'calls', 0) + 1
+    return x
+""", ones(2), 3, "eager")
+
+
+def test_hasattr_after_setattr_in_trace():
+    check(*REPROS["hasattr_after_setattr_in_trace"])
+
+
+# Bug 12: a functools.partial made in the trace and alive at a graph break (a local, or held in a list) was
+# rebuilt as if it were a function made by MAKE_FUNCTION: the call raised TypeError("_make_function(template,
+# cells)") to the user. Module-fuzz seeds 0, 16, 43, 77, 103, 121, 277, 292, 298, 305, 354, 359.
+REPROS["partial_made_in_trace_live_at_break"] = ("""
+import functools
+import torch
+torch.manual_seed(0)
+M = torch.nn.Linear(2, 2)
+def f(x):
+    add2 = functools.partial(torch.add, alpha=2)
+    lin = functools.partial(M)
+    keep = [add2]
+    print('brk', add2.keywords)
+    y = lin(add2(x, x))
+    print('brk again')
+    return y, keep[0] is add2, add2.keywords, add2.func is torch.add
+""", ones(2), 2, "eager")
+
+
+def test_partial_made_in_trace_live_at_break():
+    check(*REPROS["partial_made_in_trace_live_at_break"])
+
+
+# Bug 13: `w.data` was traced as w.detach(), which shares w's version counter: an in-place op through it
+# (`ln.weight.data[0].fill_(0.1)` after the LayerNorm ran) bumped the parameter's version, and backward
+# raised "one of the variables needed for gradient computation has been modified by an inplace operation"
+# where eager (whose .data has its own counter) does not. Module-fuzz seed 332.
+REPROS["data_write_keeps_version_counter"] = ("""
+import torch
+torch.manual_seed(0)
+M = torch.nn.LayerNorm(3)
+def f(x):
+    y = M(x)
+    M.weight.data[0].fill_(0.1)
+    M.bias.data.mul_(0.5)
+    y.sum().backward()
+    return y.detach(), M.weight._version, M.weight.data._version
+""", lambda i: [torch.randn(2, 3, generator=torch.Generator().manual_seed(i))], 2, "eager")
+
+
+def test_data_write_keeps_version_counter():
+    check(*REPROS["data_write_keeps_version_counter"])
+
+
+# Bug 14: `obj.__dict__` read after an attribute assignment in the same trace (`self.tmp = t` then
+# `'tmp' in self.__dict__`) gave the object's real dict, which does not hold the assignment yet (it is
+# replayed after the graph). Found with the module-shaped constructs (FINDINGS.md).
+REPROS["dunder_dict_after_setattr_in_trace"] = ("""
+import torch
+class Holder(torch.nn.Module):
+    pass
+M = Holder()
+def f(x):
+    M.tmp = x * 2
+    d = M.__dict__
+    has = 'tmp' in d
+    if has:
+        x = x + d['tmp']
+    return x, has, sorted(k for k in d if not k.startswith('_'))
+""", ones(2), 2, "eager")
+
+
+def test_dunder_dict_after_setattr_in_trace():
+    check(*REPROS["dunder_dict_after_setattr_in_trace"])
+
+
+# Bug 16: an assignment to a module attribute that nn.Module.__setattr__ files in _parameters / _buffers /
+# _modules (a new Parameter, a buffer's new value) is replayed after the graph; reading those dicts later in
+# the same graph, or walking them with parameters() / buffers() / modules(), gave the old contents ('extra' in
+# self._parameters was False). Found by a hand probe of module-shaped constructs, then module-fuzz seed 35.
+REPROS["module_dicts_after_setattr_in_trace"] = ("""
+import torch
+class Holder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer('running', torch.zeros(2))
+        self.steps = 0
+M = Holder()
+def f(x):
+    M.steps += 1
+    M.running = M.running * 0.5 + x
+    M.extra = torch.nn.Parameter(torch.ones(2) * M.steps)
+    n = len(list(M.parameters()))
+    return x * M.extra, 'extra' in M._parameters, M._buffers['running'] * 1, sorted(M._parameters), n
+""", ones(2), 3, "eager")
+
+
+def test_module_dicts_after_setattr_in_trace():
+    check(*REPROS["module_dicts_after_setattr_in_trace"])
+
+
+# Bug 15 (open): dict.keys() / values() / items() of a dict are traced as a tuple snapshot of the dict: the
+# view's type (print shows ('a', 'b') instead of dict_keys(['a', 'b'])), its comparisons (d.keys() == {'a'}
+# is False), its set operations (d.keys() - {'a'} raises TypeError) and its liveness (a key added after
+# keys() was called is missing) differ from eager. Found with the module-shaped constructs (FINDINGS.md).
+REPROS["dict_view_is_a_tuple_snapshot"] = ("""
+import torch
+def f(x):
+    d = {'a': x, 'b': 1}
+    k = d.keys()
+    d['c'] = 2
+    print(d.items())
+    return x + 1, list(k), d.keys() == {'a', 'b', 'c'}, sorted(d.keys() - {'a'}), type(d.values()).__name__
+""", ones(2), 1, "eager")
+
+
+@pytest.mark.xfail(strict=True, reason="bug 15: dict views are traced as tuple snapshots (type, ==, set ops, liveness)")
+def test_dict_view_is_a_tuple_snapshot():
+    check(*REPROS["dict_view_is_a_tuple_snapshot"])
 
 
 # What torch.compile (same torch, same backend) does on each repro: None where it matches eager.
