@@ -271,7 +271,7 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
       guards.add(guards::has_attr(obj->source, attr, has == 1));
       return Value::constant(py::bool_(has == 1));
     }
-    if (obj->kind == VKind::Instance && has_getattribute_override(obj)) {
+    if (obj->kind == VKind::Instance && getattribute_override(obj)) {
       // Through the class's __getattribute__: the AttributeError it raises is hasattr's / getattr's case,
       // when raising it changed nothing.
       size_t nodes = graph.mark(), stores = attr_stores.size(), muts = mutation_count_;

@@ -8,22 +8,6 @@ namespace cdynamo::interp {
 
 namespace {
 
-// copy.deepcopy (owned for the process lifetime), or nullptr when the copy module cannot be imported.
-PyObject* copy_deepcopy() {
-  static PyObject* fn = [] {
-    PyObject* mod = PyImport_ImportModule("copy");  // new
-    if (!mod) {
-      PyErr_Clear();
-      return static_cast<PyObject*>(nullptr);
-    }
-    PyObject* f = PyObject_GetAttrString(mod, "deepcopy");  // new (kept)
-    Py_DECREF(mod);
-    if (!f) PyErr_Clear();
-    return f;
-  }();
-  return fn;
-}
-
 bool is_objects(PyTypeObject* type, const char* name) {
   PyObject* mine = _PyType_Lookup(type, py::str(name).ptr());                  // borrowed
   PyObject* base = _PyType_Lookup(&PyBaseObject_Type, py::str(name).ptr());  // borrowed
@@ -36,11 +20,7 @@ bool is_objects(PyTypeObject* type, const char* name) {
 // __slots__; no entry in copyreg.dispatch_table; only Python classes above it. A Python __getattribute__ is
 // allowed: copy reads `y.__dict__` through it, which these classes leave to object.
 bool deepcopied_by_dict(PyTypeObject* type) {
-  static PyObject* abc_meta = py::object(py::module_::import("abc").attr("ABCMeta")).release().ptr();  // owned
-  static PyObject* dispatch = py::object(py::module_::import("copyreg").attr("dispatch_table")).release().ptr();  // owned
-  if (Py_TYPE(type) != &PyType_Type && Py_TYPE(type) != reinterpret_cast<PyTypeObject*>(abc_meta)) return false;
-  if (!(type->tp_flags & Py_TPFLAGS_HEAPTYPE) || type->tp_dictoffset == 0) return false;
-  if (type->tp_new != PyBaseObject_Type.tp_new) return false;
+  if (!is_plain_python_type(type)) return false;
   for (const char* name : {"__reduce_ex__", "__reduce__", "__getstate__"})
     if (!is_objects(type, name)) return false;
   for (const char* name : {"__deepcopy__", "__setstate__", "__getattr__"})
@@ -48,11 +28,9 @@ bool deepcopied_by_dict(PyTypeObject* type) {
   PyObject* mro = type->tp_mro;  // borrowed
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); ++i) {
     auto* t = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i));
-    if (t == &PyBaseObject_Type) continue;
-    if (!(t->tp_flags & Py_TPFLAGS_HEAPTYPE)) return false;
-    if (PyDict_GetItemString(t->tp_dict, "__slots__")) return false;  // borrowed
+    if (t != &PyBaseObject_Type && PyDict_GetItemString(t->tp_dict, "__slots__")) return false;  // borrowed
   }
-  int in_table = PyDict_Contains(dispatch, reinterpret_cast<PyObject*>(type));
+  int in_table = PyDict_Contains(PyRefs::get().copyreg_dispatch.ptr(), reinterpret_cast<PyObject*>(type));
   if (in_table < 0) throw py::error_already_set();
   return in_table == 0;
 }
@@ -61,7 +39,7 @@ bool deepcopied_by_dict(PyTypeObject* type) {
 
 ValuePtr Tracer::deepcopy_call(py::handle f, const std::vector<ValuePtr>& args,
                                const std::vector<std::pair<std::string, ValuePtr>>& kwargs) {
-  if (!copy_deepcopy() || f.ptr() != copy_deepcopy()) return nullptr;
+  if (!f.is(PyRefs::get().copy_deepcopy)) return nullptr;
   if (args.size() != 1 || !kwargs.empty()) unsupported("copy.deepcopy with a memo argument");
   CopyMemo memo;
   return deep_copy(args[0], memo);

@@ -4,28 +4,8 @@
 
 namespace cdynamo::interp {
 
-namespace {
-
-// os.environ (owned for the process lifetime), or nullptr when the os module has none.
-PyObject* os_environ() {
-  static PyObject* env = [] {
-    PyObject* os = PyImport_ImportModule("os");  // new
-    if (!os) {
-      PyErr_Clear();
-      return static_cast<PyObject*>(nullptr);
-    }
-    PyObject* e = PyObject_GetAttrString(os, "environ");  // new (kept)
-    Py_DECREF(os);
-    if (!e) PyErr_Clear();
-    return e;
-  }();
-  return env;
-}
-
-}  // namespace
-
 bool Tracer::is_environ(const ValuePtr& v) const {
-  return v->kind == VKind::Object && v->source && os_environ() && v->obj.ptr() == os_environ();
+  return v->kind == VKind::Object && v->source && v->obj.is(PyRefs::get().os_environ);
 }
 
 ValuePtr Tracer::environ_call(const ValuePtr& env, const std::string& name, const std::vector<ValuePtr>& args,

@@ -481,22 +481,26 @@ ValuePtr Tracer::call_module(const ValuePtr& mod, std::vector<ValuePtr> args,
   return result;
 }
 
-bool is_plain_class(py::handle cls) {
+bool is_plain_python_type(PyTypeObject* type) {
   // The metaclass is type, or abc.ABCMeta (which makes instances as type does); any other: no.
-  static PyObject* abc_meta = py::object(py::module_::import("abc").attr("ABCMeta")).release().ptr();  // owned
-  if (!PyType_Check(cls.ptr()) ||
-      (Py_TYPE(cls.ptr()) != &PyType_Type && Py_TYPE(cls.ptr()) != reinterpret_cast<PyTypeObject*>(abc_meta)))
-    return false;
-  auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
-  if (type->tp_flags & Py_TPFLAGS_IS_ABSTRACT) return false;  // instantiating it raises TypeError
+  auto* abc_meta = reinterpret_cast<PyTypeObject*>(PyRefs::get().abc_meta.ptr());
+  if (Py_TYPE(type) != &PyType_Type && Py_TYPE(type) != abc_meta) return false;
   if (!(type->tp_flags & Py_TPFLAGS_HEAPTYPE) || type->tp_dictoffset == 0) return false;  // builtin or __slots__
   if (type->tp_new != PyBaseObject_Type.tp_new) return false;  // its own __new__ (or a builtin base's)
-  // Only Python classes above it, up to object (no builtin base with hidden state, no nn.Module).
+  // Only Python classes above it, up to object (no builtin base with hidden state).
   PyObject* mro = type->tp_mro;  // borrowed
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); ++i) {
     auto* t = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i));
     if (t != &PyBaseObject_Type && !(t->tp_flags & Py_TPFLAGS_HEAPTYPE)) return false;
   }
+  return true;
+}
+
+bool is_plain_class(py::handle cls) {
+  if (!PyType_Check(cls.ptr())) return false;
+  auto* type = reinterpret_cast<PyTypeObject*>(cls.ptr());
+  if (type->tp_flags & Py_TPFLAGS_IS_ABSTRACT) return false;  // instantiating it raises TypeError
+  if (!is_plain_python_type(type)) return false;
   if (is_nn_module(cls) || _PyType_Lookup(type, py::str("__getattr__").ptr()) ||
       _PyType_Lookup(type, py::str("__setattr__").ptr()) != _PyType_Lookup(&PyBaseObject_Type, py::str("__setattr__").ptr()))
     return false;
@@ -527,19 +531,16 @@ std::string Tracer::describe_class(const ValuePtr& cls) const {
   return py::str(cls->obj.attr("__qualname__")).cast<std::string>();
 }
 
-bool Tracer::has_getattribute_override(const ValuePtr& inst) const {
+PyObject* Tracer::getattribute_override(const ValuePtr& inst) const {
   auto* type = reinterpret_cast<PyTypeObject*>(inst->self->obj.ptr());
   PyObject* ga = _PyType_Lookup(type, py::str("__getattribute__").ptr());  // borrowed
-  return ga && PyFunction_Check(ga);
+  return ga && PyFunction_Check(ga) ? ga : nullptr;
 }
 
 ValuePtr Tracer::instance_attr(const ValuePtr& inst, const std::string& name) {
-  if (autograd_.ctx && inst == autograd_.ctx) return autograd_ctx_attr(name);
-  if (has_getattribute_override(inst)) {
+  if (PyObject* ga = getattribute_override(inst)) {
     // The class's own __getattribute__ (a deep-copied transformers config remaps names in it), inlined;
     // guarded as cls.__getattribute__.
-    auto* type = reinterpret_cast<PyTypeObject*>(inst->self->obj.ptr());
-    PyObject* ga = _PyType_Lookup(type, py::str("__getattribute__").ptr());  // borrowed
     ValuePtr f = wrap(ga, guards::Source::attr(inst->self->source, "__getattribute__"));
     return inline_call(f, {inst, Value::constant(py::str(name))}, {});
   }
@@ -640,9 +641,7 @@ void Tracer::instance_setattr(const ValuePtr& obj, const std::string& name, cons
 void Tracer::sync_dict_view(const ValuePtr& obj) {
   const ValuePtr& view = obj->dict_view;
   if (!view) return;
-  bool saved = false;
-  for (const auto& u : undo_) saved = saved || u.value == view;
-  if (!saved) undo_.push_back(Undo{view, view->items, view->keys, view->self});
+  save_undo(view);
   view->keys = obj->keys;
   view->items = obj->items;
 }

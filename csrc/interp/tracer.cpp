@@ -31,6 +31,10 @@ PyRefs& PyRefs::get() {
     r->nn_module_dict = nn.attr("ModuleDict");
     r->nn_module_module = py::module_::import("torch.nn.modules.module");
     r->functools_partial = py::module_::import("functools").attr("partial");
+    r->copy_deepcopy = py::module_::import("copy").attr("deepcopy");
+    r->os_environ = py::module_::import("os").attr("environ");
+    r->abc_meta = py::module_::import("abc").attr("ABCMeta");
+    r->copyreg_dispatch = py::module_::import("copyreg").attr("dispatch_table");
     r->graph_break_fn = py::none();
     return r;
   }();
@@ -172,13 +176,17 @@ bool Tracer::may_hold_attributes(const ValuePtr& c) const {
   return true;
 }
 
+void Tracer::save_undo(const ValuePtr& c) {
+  for (const auto& u : undo_)
+    if (u.value == c) return;
+  undo_.push_back(Undo{c, c->items, c->keys, c->self});
+}
+
 void Tracer::will_mutate(const ValuePtr& c) {
   if (c->frozen) unsupported("changing an object's __dict__ (" + c->describe() + ") in place");
   if (may_hold_attributes(c)) items_written = true;
   if (c != autograd_.ctx) ++mutation_count_;
-  bool saved = false;
-  for (const auto& u : undo_) saved = saved || u.value == c;
-  if (!saved) undo_.push_back(Undo{c, c->items, c->keys, c->self});
+  save_undo(c);
   if (c->source && c->obj && std::find(mutated.begin(), mutated.end(), c) == mutated.end()) mutated.push_back(c);
 }
 

@@ -79,6 +79,9 @@ const HandlerTable& handler_table();
 // A class whose objects the trace can make: a Python class (type's instance) with object.__new__, an
 // instance __dict__, no __getattr__/__setattr__ of its own and only Python classes up to object.
 bool is_plain_class(py::handle cls);
+// A Python class whose objects are plain: metaclass type or ABCMeta, an instance __dict__, object's __new__,
+// only Python classes up to object (shared by is_plain_class and copy.deepcopy's rule).
+bool is_plain_python_type(PyTypeObject* type);
 // A dataclass subclass of transformers' ModelOutput that keeps ModelOutput's behaviour (records.cpp).
 bool is_record_class(py::handle cls);
 // Sets keyword `name` in `kwargs` (replacing an existing one in place); returns true if it replaced one.
@@ -298,6 +301,8 @@ class Tracer {
   // instruction failing halfway leaves no change behind, and records a container from the frame in
   // `mutated`.
   void will_mutate(const ValuePtr& c);
+  // Records `c`'s contents for rollback of the running instruction, once per instruction.
+  void save_undo(const ValuePtr& c);
   // Installs the pending identity guards of `v` and of everything it holds (items, a method's receiver).
   void realize(const ValuePtr& v);
   // True if writing into `c` could change attributes of an object of the frame (see items_written).
@@ -350,8 +355,8 @@ class Tracer {
   void instance_setattr(const ValuePtr& obj, const std::string& name, const ValuePtr& value);
   void instance_delattr(const ValuePtr& obj, const std::string& name);
   void sync_dict_view(const ValuePtr& obj);  // after changing an Instance: its __dict__ view follows
-  // True if the class of Instance `inst` defines __getattribute__ in Python.
-  bool has_getattribute_override(const ValuePtr& inst) const;
+  // The class's Python __getattribute__ of Instance `inst` (borrowed), or nullptr when it has none.
+  PyObject* getattribute_override(const ValuePtr& inst) const;
   std::string describe_class(const ValuePtr& cls) const;
   // transformers ModelOutput objects made in the trace (records.cpp): construction from the dataclass
   // fields, reads by attribute (fields, properties), key, index and slice, and their dict/tuple methods.
@@ -468,6 +473,8 @@ struct PyRefs {
   // torch.nn classes and torch.nn.modules.module (its global hook dicts), functools.partial.
   py::object nn_module, nn_parameter, nn_sequential, nn_module_list, nn_module_dict, nn_module_module,
       functools_partial;
+  // Standard-library objects the trace recognises: copy.deepcopy, os.environ, abc.ABCMeta, copyreg.dispatch_table.
+  py::object copy_deepcopy, os_environ, abc_meta, copyreg_dispatch;
   py::object graph_break_fn;  // cdynamo.graph_break, or None before cdynamo is imported
   static PyRefs& get();
 };
