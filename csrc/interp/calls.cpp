@@ -45,6 +45,11 @@ std::string builtin_name(py::handle f) {
   return real == f.ptr() ? name.cast<std::string>() : "";
 }
 
+// functools.lru_cache's C wrapper type (named, as the type object is not exported by the C API).
+bool is_lru_cache_wrapper(py::handle f) {
+  return std::string(Py_TYPE(f.ptr())->tp_name) == "functools._lru_cache_wrapper";
+}
+
 bool is_device_like(py::handle o) {
   return PyUnicode_Check(o.ptr()) || py::isinstance(o, PyRefs::get().torch_device);
 }
@@ -399,6 +404,13 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
     }
     case CallKind::Unknown:
       if (PyFunction_Check(f.ptr())) return inline_call(fn, std::move(args), std::move(kwargs));
+      // functools.lru_cache over a function marked assume_constant_result (transformers' install probes such as
+      // is_torch_distributed_available): called while tracing through the cache, as eager calls it; its result
+      // is a constant, as torch._dynamo reads the mark past the cache wrapper.
+      if (is_lru_cache_wrapper(f)) {
+        py::object wrapped = py::getattr(f, "__wrapped__", py::none());
+        if (marked_constant_result(wrapped)) return call_constant_result(fn, args, kwargs);
+      }
       if (fn->kind == VKind::Object && !PyType_Check(f.ptr())) return call_object(fn, std::move(args), std::move(kwargs));
       break;
   }

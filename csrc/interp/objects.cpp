@@ -120,12 +120,8 @@ ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
       return f;
     }
     if (PyObject_TypeCheck(descr, &PyProperty_Type)) {
-      py::object fget = py::reinterpret_borrow<py::object>(descr).attr("fget");
-      if (!PyFunction_Check(fget.ptr())) unsupported("property '" + name + "' with a non-Python getter");
       SourcePtr psrc = guards::Source::attr(guards::Source::attr(obj->source, "__class__"), name);
-      wrap(descr, psrc);  // ID_MATCH on the property object
-      ValuePtr getter = Value::object(fget);
-      return inline_call(getter, {obj}, {});
+      return inline_call(property_getter(descr, psrc, name), {obj}, {});
     }
   }
   // nn.Module parameters, buffers and submodules live in dicts that Module.__getattr__ (Python) searches:
@@ -547,6 +543,17 @@ ValuePtr Tracer::instance_attr(const ValuePtr& inst, const std::string& name) {
   return instance_generic_attr(inst, name);
 }
 
+ValuePtr Tracer::property_getter(PyObject* descr, const SourcePtr& psrc, const std::string& name) {
+  if (Py_TYPE(descr)->tp_descr_get != PyProperty_Type.tp_descr_get)
+    unsupported("property '" + name + "' of a property subclass with its own __get__");
+  py::object fget = py::reinterpret_borrow<py::object>(descr).attr("fget");  // new reference
+  if (!PyFunction_Check(fget.ptr())) unsupported("property '" + name + "' with a non-Python getter");
+  if (!psrc) return Value::object(fget);
+  wrap(descr, psrc);  // ID_MATCH on the property object
+  // property.__init__ can be called again on a live property: its getter is pinned as well.
+  return wrap(fget, guards::Source::attr(psrc, "fget"));
+}
+
 ValuePtr Tracer::instance_generic_attr(const ValuePtr& inst, const std::string& name) {
   if (autograd_.ctx && inst == autograd_.ctx) return autograd_ctx_attr(name);
   if (name == "__class__") return inst->self;
@@ -563,10 +570,7 @@ ValuePtr Tracer::instance_generic_attr(const ValuePtr& inst, const std::string& 
   PyObject* descr = _PyType_Lookup(type, py::str(name).ptr());  // borrowed, may be NULL
   SourcePtr csrc = guards::Source::attr(inst->self->source, name);
   if (descr && PyObject_TypeCheck(descr, &PyProperty_Type)) {  // a data descriptor wins over the instance
-    wrap(descr, csrc);
-    py::object fget = py::reinterpret_borrow<py::object>(descr).attr("fget");
-    if (!PyFunction_Check(fget.ptr())) unsupported("property '" + name + "' with a non-Python getter");
-    return inline_call(Value::object(fget), {inst}, {});
+    return inline_call(property_getter(descr, csrc, name), {inst}, {});
   }
   int at = inst->find_key(py::str(name));
   if (at >= 0) return inst->items[static_cast<size_t>(at)];

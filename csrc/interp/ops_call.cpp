@@ -84,6 +84,21 @@ void call_function_ex(Tracer& t, const Instruction& i) {
     t.push(t.call(fn, std::move(items), std::move(kwargs)));
     return;
   }
+  if (args->kind == VKind::Iter) {
+    // f(*iterator) (a generator expression made in the trace): eager makes a tuple of what is left, consuming
+    // the iterator before the call. If the call cannot be traced, the iterator is left as it was, so the
+    // instruction can rerun as Python on it.
+    size_t from = args->pos;
+    std::vector<ValuePtr> items(args->items.begin() + static_cast<long>(from), args->items.end());
+    args->pos = args->items.size();
+    try {
+      t.push(t.call(fn, std::move(items), std::move(kwargs)));
+    } catch (const Unsupported&) {
+      args->pos = from;
+      throw;
+    }
+    return;
+  }
   if (args->kind != VKind::Tuple && args->kind != VKind::List) t.unsupported("call with *args of " + args->describe());
   t.push(t.call(fn, args->items, std::move(kwargs)));
 }

@@ -140,10 +140,7 @@ ValuePtr Tracer::record_attr(const ValuePtr& rec, const std::string& name) {
   PyObject* descr = _PyType_Lookup(type, py::str(name).ptr());  // borrowed, may be NULL
   SourcePtr csrc = guards::Source::attr(rec->self->source, name);
   if (descr && PyObject_TypeCheck(descr, &PyProperty_Type)) {  // ModelOutput.past_key_values -> self.cache
-    wrap(descr, csrc);
-    py::object fget = py::reinterpret_borrow<py::object>(descr).attr("fget");
-    if (!PyFunction_Check(fget.ptr())) unsupported("property '" + name + "' with a non-Python getter");
-    return inline_call(Value::object(fget), {rec}, {});
+    return inline_call(property_getter(descr, csrc, name), {rec}, {});
   }
   static const char* const methods[] = {"to_tuple", "keys", "values", "items", "get", "__getitem__",
                                         "__contains__", "__len__"};

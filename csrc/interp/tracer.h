@@ -351,6 +351,11 @@ class Tracer {
   // object.__getattribute__(inst, name): instance attributes, then the class; `__class__`, and `__dict__` as a
   // frozen snapshot. A missing attribute raises a traced AttributeError.
   ValuePtr instance_generic_attr(const ValuePtr& inst, const std::string& name);
+  // The getter of a property found on a class (descr: borrowed): the property pinned by ID_MATCH through `psrc`,
+  // its fget returned with the source `psrc.fget` (pinned too), so the cells of a closure getter
+  // (torch.nn.utils.parametrize's) are read through guarded sources when it is inlined. A property subclass
+  // with its own __get__ and a getter that is not a Python function are unsupported.
+  ValuePtr property_getter(PyObject* descr, const SourcePtr& psrc, const std::string& name);
   // object.__setattr__ / object.__delattr__ on an Instance (no class override involved).
   void instance_setattr(const ValuePtr& obj, const std::string& name, const ValuePtr& value);
   void instance_delattr(const ValuePtr& obj, const std::string& name);

@@ -60,6 +60,10 @@ def _build():
         "deit": lambda: (T.DeiTModel(T.DeiTConfig(**vit_like)), {"pixel_values": _pixels()}),
         "swin": lambda: (T.SwinModel(T.SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1],
                                                   num_heads=[1, 2], window_size=4)), {"pixel_values": _pixels()}),
+        "wav2vec2": lambda: (T.Wav2Vec2Model(T.Wav2Vec2Config(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, conv_dim=(16, 16),
+            conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2)),
+            {"input_values": torch.randn(2, 800, generator=torch.Generator().manual_seed(0))}),
     }
 
 

@@ -52,3 +52,30 @@ def test_eval_graphs_and_equality_against_dynamo(name):
         assert first == GRAPHS_TODAY[name]
         pytest.xfail(f"{name}: {first} graphs, torch._dynamo {dcnt.frame_count}")
     assert first <= dcnt.frame_count == 1
+
+
+def test_wav2vec2_training_step_equals_eager():
+    """Wav2Vec2's positional conv is weight-norm parametrized: its gradients reach weight_g / weight_v."""
+    import copy
+
+    import numpy as np
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model, inputs = MORE["wav2vec2"]()
+    model.train()
+    twin = copy.deepcopy(model)
+    cm = cdynamo.optimize("eager")(twin)
+    results = []
+    for m, owner in ((model, model), (cm, twin)):
+        torch.manual_seed(1)  # dropout and LayerDrop draw the same in both
+        np.random.seed(1)     # SpecAugment's time mask (numpy) too
+        loss = m(**inputs)["last_hidden_state"].float().pow(2).mean()
+        loss.backward()
+        results.append((loss.detach(), {k: p.grad for k, p in owner.named_parameters() if p.grad is not None}))
+    (l0, g0), (l1, g1) = results
+    torch.testing.assert_close(l1, l0, atol=1e-4, rtol=1e-4)
+    assert g1.keys() == g0.keys()
+    assert "encoder.pos_conv_embed.conv.parametrizations.weight.original0" in g0
+    for k in g0:
+        torch.testing.assert_close(g1[k], g0[k], atol=1e-4, rtol=1e-4)
