@@ -236,6 +236,12 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
   if (fn->kind == VKind::Object && fn->source && !fn->self && is_record_class(f))
     return make_record(fn, std::move(args), std::move(kwargs));
   if (ValuePtr r = call_builtin(bname, f, args, kwargs)) return r;
+  if (bname == "id" && args.size() == 1 && kwargs.empty() && args[0]->kind == VKind::Object && args[0]->source &&
+      !args[0]->self && !guards::is_tensor(args[0]->obj.ptr())) {
+    // id() of an object read from the frame (parametrize's cache key): a constant, the object pinned by identity.
+    guards.add(guards::id_match(args[0]->source, args[0]->obj.ptr()));
+    return Value::constant(py::int_(reinterpret_cast<uintptr_t>(args[0]->obj.ptr())));
+  }
   if ((bname == "set" || bname == "frozenset") && kwargs.empty()) return make_set(args, bname == "frozenset");
   if (!bname.empty() && kwargs.empty()) {
     if (bname == "len" && args.size() == 1 &&

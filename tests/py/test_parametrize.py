@@ -112,7 +112,7 @@ def test_parametrization_module_replaced_between_calls():
     m = nn.Linear(4, 4)
     parametrize.register_parametrization(m, "weight", Scale(2.0))
     x = torch.randn(2, 4)
-    om = cdynamo.optimize("eager")(m)
+    om = cdynamo.optimize("eager", nopython=True)(m)
     torch.testing.assert_close(om(x), m(x))
     m.parametrizations.weight[0].s = 3.0  # a constant the trace read: guarded
     torch.testing.assert_close(om(x), m(x))
@@ -128,11 +128,14 @@ def test_parametrize_cached_context_matches_eager():
         return m(x) + m(x * 2)
 
     x = torch.randn(2, 4)
-    opt = cdynamo.optimize("eager")(fn)
+    cnt = CompileCounter()
+    opt = cdynamo.optimize(cnt, nopython=True)(fn)
     with parametrize.cached():
         ref = fn(x)
     with parametrize.cached():
         torch.testing.assert_close(opt(x), ref)
+    with parametrize.cached():  # a fresh cache: torch._dynamo computes the parametrization in its graph too
+        assert (cnt.frame_count, cnt.op_count) == _dynamo_frames(fn, x)
     with parametrize.cached():
         torch.testing.assert_close(opt(x), ref)
     torch.testing.assert_close(opt(x), ref)  # outside the context: no stale cache used
@@ -192,7 +195,7 @@ def test_user_property_closure_holding_a_tensor():
         return obj.v + x
 
     x = torch.randn(3)
-    opt = cdynamo.optimize("eager")(fn)
+    opt = cdynamo.optimize("eager", nopython=True)(fn)
     torch.testing.assert_close(opt(x), 2 * t + x)
     get.__closure__[0].cell_contents = torch.ones(3)  # a new tensor in the cell
     torch.testing.assert_close(opt(x), 2 * torch.ones(3) + x)
@@ -211,3 +214,140 @@ def test_property_subclass_with_own_get_is_not_trusted():
 
     x = torch.randn(3)
     torch.testing.assert_close(cdynamo.optimize("eager")(fn)(x), x * 5.0)
+
+
+def test_call_with_star_generator_expression():
+    """ParametrizationList.forward's `self[0](*originals)` with a generator expression of originals."""
+    ws = [torch.randn(3), torch.randn(3)]
+
+    def add(a, b):
+        return a * b
+
+    def fn(x):
+        return add(*(w + x for w in ws))
+
+    x = torch.randn(3)
+    cnt = CompileCounter()
+    torch.testing.assert_close(cdynamo.optimize(cnt)(fn)(x), fn(x))
+    assert (cnt.frame_count, cnt.op_count) == _dynamo_frames(fn, x)
+
+
+def test_call_with_star_generator_expression_that_breaks():
+    def add(a, b):
+        print("adding")  # a break inside the callee: the call reruns as Python on the same iterator
+        return a * b
+
+    def fn(x):
+        return add(*(x + i for i in range(2))) + 1
+
+    x = torch.randn(3)
+    torch.testing.assert_close(cdynamo.optimize("eager")(fn)(x), fn(x))
+
+
+def _probe_calls():
+    return []
+
+
+def test_lru_cache_over_constant_result_function():
+    """transformers' install probes: @lru_cache over a function marked assume_constant_result."""
+    import functools
+    calls = _probe_calls()
+
+    @functools.lru_cache
+    def probe():
+        calls.append(1)
+        return False
+    probe.__wrapped__._dynamo_marked_constant = True
+
+    def fn(x):
+        if probe():
+            return x - 1
+        return x + 1
+
+    x = torch.randn(3)
+    cnt = CompileCounter()
+    torch.testing.assert_close(cdynamo.optimize(cnt, nopython=True)(fn)(x), x + 1)
+    assert cnt.frame_count == 1
+    assert calls == [1]  # called once, through the cache, as eager does
+    cnt2 = CompileCounter()
+
+    @functools.lru_cache
+    def unmarked():
+        return True
+
+    def fn2(x):
+        return x - 1 if unmarked() else x + 1
+
+    torch.testing.assert_close(cdynamo.optimize(cnt2)(fn2)(x), x - 1)
+
+
+def _scale(v):
+    print("scale", v)  # cannot be traced: the comprehension breaks
+    return v
+
+
+def test_comprehension_frame_over_dict_keyiterator_like_eager():
+    """A break inside an inlined dict comprehension: the call runs as Python and the comprehension's own frame
+    starts with a real dict_keyiterator in `.0` (transformers' recordable_keys before the config fix). It runs
+    as Python (a break inside its loop), as torch._dynamo leaves it; the result is eager's."""
+    d = {"a": 1.0, "b": 2.0}
+
+    def fn(x):
+        y = x.sin()
+        r = {k: _scale(d[k]) for k in d}
+        return y * r["a"] + r["b"]
+
+    x = torch.randn(3)
+    cnt = CompileCounter()
+    torch.testing.assert_close(cdynamo.optimize(cnt)(fn)(x), fn(x))
+    assert cnt.frame_count == _dynamo_frames(fn, x)[0]
+
+
+def test_dict_changed_during_iteration_raises_like_eager():
+    d = {"a": 1.0, "b": 2.0}
+
+    def fn(x):
+        out = []
+        for k in iter(d):
+            out.append(x * d[k])
+            d["c"] = 3.0
+        return out
+
+    x = torch.randn(3)
+    with pytest.raises(RuntimeError, match="changed size during iteration"):
+        fn(x)
+    assert d == {"a": 1.0, "b": 2.0, "c": 3.0}
+    del d["c"]
+    with pytest.raises(RuntimeError, match="changed size during iteration"):
+        cdynamo.optimize("eager")(fn)(x)
+    assert d == {"a": 1.0, "b": 2.0, "c": 3.0}
+
+
+def test_legacy_weight_norm_removed_between_calls():
+    torch.manual_seed(0)
+    with pytest.warns(FutureWarning):
+        m = nn.utils.weight_norm(nn.Linear(4, 6))
+    x = torch.randn(3, 4)
+    om = cdynamo.optimize("eager")(m)
+    torch.testing.assert_close(om(x), m(x))
+    nn.utils.remove_weight_norm(m)  # the pre-hook is gone, weight a parameter again
+    with torch.no_grad():
+        m.weight.mul_(-1)
+    torch.testing.assert_close(om(x), m(x))
+
+
+def test_id_of_a_frame_object_is_guarded():
+    class Box:
+        pass
+
+    a, b = Box(), Box()
+    holder = {"obj": a}
+
+    def fn(x):
+        return x + (1 if id(holder["obj"]) == id(a) else 2)
+
+    x = torch.randn(3)
+    opt = cdynamo.optimize("eager", nopython=True)(fn)
+    torch.testing.assert_close(opt(x), x + 1)
+    holder["obj"] = b
+    torch.testing.assert_close(opt(x), x + 2)
