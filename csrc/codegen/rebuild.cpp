@@ -39,7 +39,13 @@ std::vector<ValuePtr> held(const ValuePtr& v) {
     return out;
   }
   if (v->kind == VKind::Cell && v->self) return {v->self};
+  if (v->kind == VKind::DictView) return {v->view->dict};
   return {};
+}
+
+// A value rebuilt from the values it holds (held() is not empty for it).
+bool holds_values(const ValuePtr& v) {
+  return has_items(v) || made_function(v) || made_partial(v) || v->kind == VKind::Cell || v->kind == VKind::DictView;
 }
 
 // Objects with identity the trace made: rebuilt once when reached twice (two closures over one cell).
@@ -57,7 +63,7 @@ bool bound_receiver(const ValuePtr& v) {
 void collect(const ValuePtr& v, std::vector<graph::Node*>& out, std::unordered_set<graph::Node*>& seen) {
   if (v->is_tensor()) {
     if (!v->source && seen.insert(v->node).second) out.push_back(v->node);
-  } else if (has_items(v) || made_function(v) || made_partial(v) || v->kind == VKind::Cell) {
+  } else if (holds_values(v)) {
     if (from_frame(v)) return;  // rebuilt from its source
     for (const auto& i : held(v)) collect(i, out, seen);
   } else if (bound_receiver(v)) {
@@ -285,6 +291,8 @@ bool reads_locals(const ValuePtr& v, std::unordered_set<const interp::Value*>& s
       return false;
     case VKind::Cell:
       return v->self && reads_locals(v->self, seen);
+    case VKind::DictView:
+      return reads_locals(v->view->dict, seen);
   }
   for (const auto& i : v->items)
     if (reads_locals(i, seen)) return true;
@@ -316,7 +324,7 @@ void count_lists(const ValuePtr& v, std::unordered_map<const interp::Value*, int
     count_lists(v->self, n, order);
     return;
   }
-  if (!(has_items(v) || made_function(v) || made_partial(v) || v->kind == VKind::Cell) || from_frame(v)) return;
+  if (!holds_values(v) || from_frame(v)) return;
   if (has_identity(v)) {
     if (n[v.get()]++ == 0) order.push_back(v.get());
     else return;  // its items were counted on first sight
@@ -575,6 +583,15 @@ void Rebuilder::push(const ValuePtr& v, int above) {
       }
       for (const auto& k : v->keys) e_.load_const(k);
       e_.emit("BUILD_SET", static_cast<int>(v->keys.size()));
+      return;
+    }
+    case VKind::DictView: {  // dict.keys(d) / dict.values(d) / dict.items(d) on the rebuilt (or the frame's) dict
+      const char* part = v->view->part == interp::ViewPart::Keys     ? "keys"
+                         : v->view->part == interp::ViewPart::Values ? "values"
+                                                                     : "items";
+      e_.load_callable(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyDict_Type)).attr(part));
+      push(v->view->dict, above + 2);
+      e_.call(1);
       return;
     }
     case VKind::Iter: {

@@ -56,6 +56,13 @@ PyObject* known_type(const ValuePtr& v) {
     case VKind::List: return reinterpret_cast<PyObject*>(&PyList_Type);
     case VKind::Dict: return reinterpret_cast<PyObject*>(&PyDict_Type);
     case VKind::Set: return reinterpret_cast<PyObject*>(v->obj ? &PyFrozenSet_Type : &PySet_Type);
+    case VKind::DictView:
+      switch (v->view->part) {
+        case ViewPart::Keys: return reinterpret_cast<PyObject*>(&PyDictKeys_Type);
+        case ViewPart::Values: return reinterpret_cast<PyObject*>(&PyDictValues_Type);
+        case ViewPart::Items: return reinterpret_cast<PyObject*>(&PyDictItems_Type);
+      }
+      return nullptr;
     case VKind::Const: return reinterpret_cast<PyObject*>(Py_TYPE(v->obj.ptr()));
     case VKind::Instance:
     case VKind::Record: return v->self->obj.ptr();
@@ -152,7 +159,7 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
   if (name == "enumerate" && args.size() == 1 && kwargs.size() == 1 && kwargs[0].first == "start")
     return call_iter_builtin(name, {args[0], kwargs[0].second});
   if ((name == "list" || name == "tuple") && args.size() == 1 && kwargs.empty() &&
-      (args[0]->kind == VKind::Set || args[0]->kind == VKind::Dict)) {
+      (args[0]->kind == VKind::Set || args[0]->kind == VKind::Dict || args[0]->kind == VKind::DictView)) {
     std::vector<ValuePtr> items = unpack_iterable(args[0]);
     return name == "list" ? Value::list(std::move(items)) : Value::tuple(std::move(items));
   }

@@ -54,12 +54,26 @@ bool is_device_like(py::handle o) {
   return PyUnicode_Check(o.ptr()) || py::isinstance(o, PyRefs::get().torch_device);
 }
 
-// Calls `fn(*args, **kwargs)` on meta example values; a Python error becomes Unsupported.
-py::object run_meta(Tracer& t, const std::string& what, py::handle fn, py::tuple args, py::dict kwargs) {
+// Calls `fn(*args, **kwargs)` on meta example values; a Python error becomes Unsupported. An op with no meta
+// kernel (NotImplementedError naming Meta) is run once more on zero-filled real tensors of the same metadata on
+// `device` (cdynamo._meta_fallback, as fake tensors fall back), when a device is given; that refuses ops whose
+// output shape depends on data, mutating ops and outputs that alias inputs.
+py::object run_meta(Tracer& t, const std::string& what, py::handle fn, py::tuple args, py::dict kwargs,
+                    py::handle device = py::handle()) {
   try {
     return fn(*args, **kwargs);
   } catch (py::error_already_set& e) {
-    t.unsupported(what + " failed during shape propagation: " + std::string(e.what()));
+    std::string msg = e.what();
+    if (device && e.matches(PyExc_NotImplementedError) && msg.find("Meta") != std::string::npos) {
+      try {
+        // new reference: meta tensors (or a tuple/list of them) with the real kernel's output metadata
+        return py::module_::import("cdynamo._meta_fallback").attr("run")(fn, args, kwargs, device);
+      } catch (py::error_already_set& e2) {
+        t.unsupported(what + " failed during shape propagation: " + msg + " (and on zero-filled tensors: " +
+                      std::string(e2.what()) + ")");
+      }
+    }
+    t.unsupported(what + " failed during shape propagation: " + msg);
   }
 }
 
@@ -249,6 +263,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
       return Value::constant(py::int_(args[0]->items.size()));
     if (bname == "len" && args.size() == 1 && args[0]->kind == VKind::Set)
       return Value::constant(py::int_(args[0]->keys.size()));
+    if (bname == "len" && args.size() == 1 && args[0]->kind == VKind::DictView)
+      return Value::constant(py::int_(args[0]->view->dict->keys.size()));
     if (bname == "len" && args.size() == 1 && args[0]->kind == VKind::Record)
       return Value::constant(py::int_(record_present(args[0]).size()));
     if (bname == "len" && args.size() == 1)
@@ -468,7 +484,7 @@ ValuePtr Tracer::call_torch(py::handle fn, std::vector<ValuePtr> args,
   }
   py::object result = key ? meta_cache_lookup(*key) : py::object();
   if (!result) {
-    result = run_meta(*this, name, fn, margs, mkw);
+    result = run_meta(*this, name, fn, margs, mkw, device);
     if (key) meta_cache_store(*key, result);
   }
   if (!guards::is_tensor(result.ptr()) && !PyTuple_Check(result.ptr()) && !PyList_Check(result.ptr()))
@@ -530,7 +546,7 @@ ValuePtr Tracer::call_tensor_method(const ValuePtr& self, const std::string& nam
     } catch (py::error_already_set& e) {
       unsupported("Tensor." + name + ": " + std::string(e.what()));
     }
-    result = run_meta(*this, "Tensor." + name, bound, py::tuple(margs), mkw);
+    result = run_meta(*this, "Tensor." + name, bound, py::tuple(margs), mkw, device);
     if (key) meta_cache_store(*key, result);
   }
   if (tensor_method_metadata(name)) {
@@ -557,7 +573,7 @@ ValuePtr Tracer::apply_operator(py::handle op, std::vector<ValuePtr> args) {
   if (args.size() == 2) {
     bool containers = false;
     for (const auto& a : args)
-      containers |= a->kind == VKind::Set || a->kind == VKind::Dict ||
+      containers |= a->kind == VKind::Set || a->kind == VKind::Dict || a->kind == VKind::DictView ||
                     ((a->kind == VKind::List || a->kind == VKind::Tuple) && !foldable(a));
     if (containers || ((name == "iadd" || name == "imul") && args[0]->kind == VKind::List))
       if (ValuePtr r = container_operator(name, args[0], args[1])) return r;
@@ -599,7 +615,7 @@ ValuePtr Tracer::apply_operator(py::handle op, std::vector<ValuePtr> args) {
   }
   py::object result = key ? meta_cache_lookup(*key) : py::object();
   if (!result) {
-    result = run_meta(*this, "operator." + name, op, margs, py::dict());
+    result = run_meta(*this, "operator." + name, op, margs, py::dict(), device);
     if (key) meta_cache_store(*key, result);
   }
   if (!guards::is_tensor(result.ptr()))

@@ -124,23 +124,15 @@ ValuePtr Tracer::dict_contains(const ValuePtr& d, const ValuePtr& key) {
 
 ValuePtr Tracer::call_dict_method(ValuePtr d, const std::string& name, std::vector<ValuePtr> args,
                                   std::vector<std::pair<std::string, ValuePtr>> kwargs) {
-  auto keys_values = [&] {
-    std::vector<ValuePtr> ks;
-    for (const auto& k : d->keys) ks.push_back(Value::constant(k));
-    return ks;
-  };
   if (name == "get" && kwargs.empty() && (args.size() == 1 || args.size() == 2)) {
     int at = d->find_key(key_of(*this, args[0]));
     if (at >= 0) return d->items[static_cast<size_t>(at)];
     return args.size() == 2 ? args[1] : Value::constant(py::none());
   }
-  if (name == "keys" && args.empty()) return Value::tuple(keys_values());
-  if (name == "values" && args.empty()) return Value::tuple(d->items);
-  if (name == "items" && args.empty()) {
-    std::vector<ValuePtr> pairs;
-    for (size_t i = 0; i < d->keys.size(); ++i) pairs.push_back(Value::tuple({Value::constant(d->keys[i]), d->items[i]}));
-    return Value::tuple(std::move(pairs));
-  }
+  // Live views (a key added later shows through them), with the set operations and comparisons of Python's.
+  if (name == "keys" && args.empty() && kwargs.empty()) return Value::dict_view_of(d, ViewPart::Keys);
+  if (name == "values" && args.empty() && kwargs.empty()) return Value::dict_view_of(d, ViewPart::Values);
+  if (name == "items" && args.empty() && kwargs.empty()) return Value::dict_view_of(d, ViewPart::Items);
   if (name == "copy" && args.empty()) return Value::dict(d->keys, d->items);
  if (name == "clear" && args.empty() && kwargs.empty()) {
     will_mutate(d);

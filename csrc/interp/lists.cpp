@@ -229,22 +229,29 @@ ValuePtr Tracer::make_set(const std::vector<ValuePtr>& args, bool frozen) {
 ValuePtr Tracer::container_operator(const std::string& op, const ValuePtr& a, const ValuePtr& b) {
   bool inplace = op.size() > 1 && op[0] == 'i' && op != "is_" && op != "is_not";
   std::string base = inplace ? op.substr(1) : op;
-  // Sets (and frozenset constants, which are plain constants on the other side).
-  if (a->kind == VKind::Set || b->kind == VKind::Set) {
-    if (base != "or_" && base != "and_" && base != "sub" && base != "xor") {
-      if (base == "eq" || base == "ne") {
-        if (a->kind != VKind::Set || b->kind != VKind::Set) return Value::constant(py::bool_(base == "ne"));
-        bool eq = a->as_python().equal(b->as_python());
-        return Value::constant(py::bool_(base == "eq" ? eq : !eq));
-      }
-      unsupported("operator." + op + " on " + a->describe() + " and " + b->describe());
-    }
+  // Sets and dict views (and constants on the other side): Python's own operator on their current contents.
+  auto set_like = [](const ValuePtr& v) { return v->kind == VKind::Set || v->kind == VKind::DictView; };
+  if (set_like(a) || set_like(b)) {
+    // dict_values has no == of its own: two views are equal only when they are the same object.
+    auto values_view = [](const ValuePtr& v) { return v->kind == VKind::DictView && v->view->part == ViewPart::Values; };
+    if ((base == "eq" || base == "ne") && (values_view(a) || values_view(b)))
+      return Value::constant(py::bool_((a == b) == (base == "eq")));
+    static const char* const traced[] = {"or_", "and_", "sub", "xor", "eq", "ne", "lt", "le", "gt", "ge"};
+    bool known = false;
+    for (const char* t : traced) known = known || base == t;
+    if (!known) unsupported("operator." + op + " on " + a->describe() + " and " + b->describe());
     auto to_py = [&](const ValuePtr& v) -> py::object {
-      if (v->kind == VKind::Set) return v->as_python();
-      if (v->is_const() && (PyFrozenSet_Check(v->obj.ptr()) || PySet_Check(v->obj.ptr()))) return v->obj;
+      if (set_like(v) || v->is_constant_like()) return v->as_python();  // a view of tensors: Unsupported
       unsupported("set operator with " + v->describe());
     };
-    py::object r = PyRefs::get().operator_mod.attr(base.c_str())(to_py(a), to_py(b));
+    py::object r;
+    try {
+      r = PyRefs::get().operator_mod.attr(base.c_str())(to_py(a), to_py(b));
+    } catch (py::error_already_set& e) {
+      unsupported("operator." + op + " on " + a->describe() + " and " + b->describe() + " raises " + e.what());
+    }
+    if (PyBool_Check(r.ptr())) return Value::constant(r);
+    if (!PyAnySet_Check(r.ptr())) unsupported("operator." + op + " on " + a->describe() + " gave a non-set");
     ValuePtr out = python_set_result(*this, r);
     if (inplace && a->kind == VKind::Set) {
       ValuePtr target = a;

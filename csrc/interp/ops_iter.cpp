@@ -15,6 +15,37 @@ bool is_module_container(py::handle o) {
   return py::isinstance(o, refs.nn_sequential) || py::isinstance(o, refs.nn_module_list);
 }
 
+// Records on iterator `it` that it reads dict (or dict view) `src` lazily in Python.
+void watch_dict(const ValuePtr& it, const ValuePtr& src, bool reversed) {
+  if (src->kind != VKind::Dict && src->kind != VKind::DictView) return;
+  IterWatch w;
+  w.dict = src->kind == VKind::Dict ? src : src->view->dict;
+  w.part = src->kind == VKind::Dict ? ViewPart::Keys : src->view->part;
+  w.reversed = reversed;
+  w.keys = w.dict->keys;
+  w.values = w.dict->items;
+  if (!it->watches) it->watches = std::make_shared<std::vector<IterWatch>>();
+  it->watches->push_back(std::move(w));
+}
+
+// Before FOR_ITER takes item `pos` of an iterator over a dict: Python raises when the dict's keys changed, and
+// reads values as they are now; the trace's items are those of when the iterator was made.
+void check_watches(Tracer& t, const ValuePtr& it) {
+  for (const auto& w : *it->watches) {
+    const Value& d = *w.dict;
+    bool same_keys = d.keys.size() == w.keys.size();
+    for (size_t i = 0; same_keys && i < d.keys.size(); ++i) same_keys = d.keys[i].ptr() == w.keys[i].ptr();
+    if (!same_keys) t.unsupported("a dict changed size or keys while being iterated (RuntimeError in Python)");
+    if (w.part == ViewPart::Keys) continue;
+    const size_t n = d.items.size(), done = std::min(it->pos, n);
+    for (size_t i = 0; i < n; ++i) {
+      bool taken = w.reversed ? i >= n - done : i < done;
+      if (!taken && d.items[i] != w.values[i])
+        t.unsupported("a dict value changed while the dict's values are being iterated");
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<ValuePtr> Tracer::unpack_iterable(const ValuePtr& v) {
@@ -31,6 +62,8 @@ std::vector<ValuePtr> Tracer::unpack_iterable(const ValuePtr& v) {
       for (const auto& k : v->keys) ks.push_back(Value::constant(k));
       return ks;
     }
+    case VKind::DictView:
+      return v->view_items();
     case VKind::Set: {
       // In the order Python iterates a set holding these elements (inserted in this order).
       std::vector<ValuePtr> es;
@@ -88,12 +121,14 @@ void get_iter(Tracer& t, const Instruction&) {
   auto it = std::make_shared<Value>();
   it->kind = VKind::Iter;
   it->items = std::move(items);
+  watch_dict(it, seq, false);
   t.push(it);
 }
 
 void for_iter(Tracer& t, const Instruction& i) {
   ValuePtr it = t.peek(1);
   if (it->kind != VKind::Iter) t.unsupported("FOR_ITER over " + it->describe());
+  if (it->watches) check_watches(t, it);
   if (it->pos < it->items.size()) {
     t.push(it->items[it->pos++]);
     return;
@@ -125,6 +160,7 @@ ValuePtr Tracer::call_iter_builtin(const std::string& name, const std::vector<Va
     auto it = std::make_shared<Value>();
     it->kind = VKind::Iter;
     it->items = std::move(pairs);
+    watch_dict(it, args[0], false);
     return it;
   }
   if (name == "zip" && !args.empty()) {
@@ -143,6 +179,7 @@ ValuePtr Tracer::call_iter_builtin(const std::string& name, const std::vector<Va
     auto it = std::make_shared<Value>();
     it->kind = VKind::Iter;
     it->items = std::move(rows);
+    for (const auto& a : args) watch_dict(it, a, false);
     return it;
   }
   if (name == "reversed" && args.size() == 1 && args[0]->kind != VKind::Iter) {
@@ -150,6 +187,7 @@ ValuePtr Tracer::call_iter_builtin(const std::string& name, const std::vector<Va
     auto it = std::make_shared<Value>();
     it->kind = VKind::Iter;
     it->items.assign(items.rbegin(), items.rend());
+    watch_dict(it, args[0], true);
     return it;
   }
   if ((name == "list" || name == "tuple") && args.size() == 1 &&

@@ -51,6 +51,29 @@ ValuePtr Value::dict(std::vector<py::object> keys, std::vector<ValuePtr> values)
   return v;
 }
 
+ValuePtr Value::dict_view_of(ValuePtr dict, ViewPart part) {
+  auto v = std::make_shared<Value>();
+  v->kind = VKind::DictView;
+  auto payload = std::make_shared<DictViewOf>();
+  payload->dict = std::move(dict);
+  payload->part = part;
+  v->view = std::move(payload);
+  return v;
+}
+
+std::vector<ValuePtr> Value::view_items() const {
+  const Value& d = *view->dict;
+  std::vector<ValuePtr> out;
+  for (size_t i = 0; i < d.keys.size(); ++i) {
+    switch (view->part) {
+      case ViewPart::Keys: out.push_back(Value::constant(d.keys[i])); break;
+      case ViewPart::Values: out.push_back(d.items[i]); break;
+      case ViewPart::Items: out.push_back(Value::tuple({Value::constant(d.keys[i]), d.items[i]})); break;
+    }
+  }
+  return out;
+}
+
 ValuePtr Value::set(std::vector<py::object> elements) {
   auto v = std::make_shared<Value>();
   v->kind = VKind::Set;
@@ -117,6 +140,16 @@ py::object Value::as_python() const {
       py::set out;
       for (const auto& k : keys) out.add(k);
       return out;
+    }
+    case VKind::DictView: {
+      // A view of a fresh dict with the same contents: type, order, set operations and comparisons as Python's.
+      // A keys view needs only the keys (the values may be tensors).
+      py::dict d;
+      const Value& src = *view->dict;
+      for (size_t i = 0; i < src.keys.size(); ++i)
+        d[src.keys[i]] = view->part == ViewPart::Keys ? py::none() : src.items[i]->as_python();
+      const char* part = view->part == ViewPart::Keys ? "keys" : view->part == ViewPart::Values ? "values" : "items";
+      return d.attr(part)();
     }
     default:
       throw Unsupported("value " + describe() + " has no Python value at trace time");
@@ -185,6 +218,10 @@ std::string Value::describe() const {
     case VKind::Iter: return "iterator over " + std::to_string(items.size()) + " values";
     case VKind::Dict: return "dict of " + std::to_string(items.size());
     case VKind::Set: return "set of " + std::to_string(keys.size());
+    case VKind::DictView:
+      return std::string(view->part == ViewPart::Keys ? "dict_keys" : view->part == ViewPart::Values ? "dict_values"
+                                                                                                    : "dict_items") +
+             " of " + view->dict->describe();
     case VKind::Cell: return "cell";
     case VKind::Instance: return "new " + py::str(self->obj.attr("__qualname__")).cast<std::string>() + " object";
     case VKind::Record: return "new " + py::str(self->obj.attr("__qualname__")).cast<std::string>() + " output";

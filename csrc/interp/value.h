@@ -52,10 +52,33 @@ enum class VKind {
            // as a dict it holds the fields that are not None (records.cpp)
   Cell,    // a closure cell shared by a frame of the trace and the functions made in it; content in `self`
   Set,     // a set of constants (`keys`, insertion ordered); from the frame when it has a Source (and `obj`)
+  DictView,  // d.keys() / d.values() / d.items() of a Dict value: live (reads see later changes of the dict);
+             // its own fields in `view`
 };
 
 struct Value;
 using ValuePtr = std::shared_ptr<Value>;
+
+// What a DictView value shows of its dict.
+enum class ViewPart { Keys, Values, Items };
+
+// The payload of a DictView value: the Dict value it reads (shared, so changes made after the view was taken
+// show through it, as in Python) and which part it shows.
+struct DictViewOf {
+  ValuePtr dict;
+  ViewPart part = ViewPart::Keys;
+};
+
+// Python iterates a dict (or a view of one) lazily; the trace takes its items when the iterator is made.
+// An Iter over a dict or view (directly, or through enumerate / zip / reversed) keeps what it took of the
+// dict, so FOR_ITER can refuse when the dict changed in a way Python's iteration would see.
+struct IterWatch {
+  ValuePtr dict;
+  ViewPart part = ViewPart::Keys;
+  bool reversed = false;
+  std::vector<py::object> keys;   // the dict's keys when the iterator was made
+  std::vector<ValuePtr> values;   // and its values
+};
 
 struct Value {
   VKind kind = VKind::Const;
@@ -79,6 +102,8 @@ struct Value {
   // once); the first use that may depend on which object it is installs this (Tracer::realize).
   std::shared_ptr<guards::Guard> pending_id;
   std::vector<ValuePtr> closure;    // made function: the captured cells' values (snapshot, see ops_functions)
+  std::shared_ptr<const DictViewOf> view;  // DictView only
+  std::shared_ptr<std::vector<IterWatch>> watches;  // Iter only: the dicts it reads (may be null)
 
   static ValuePtr tensor(graph::Node* n, py::object example, py::object device, SourcePtr src = nullptr);
   static ValuePtr constant(py::object o, SourcePtr src = nullptr);
@@ -91,6 +116,9 @@ struct Value {
   // Dict / Set: index of `key` (Python equality) or -1.
   int find_key(py::handle key) const;
   static ValuePtr method(ValuePtr self, std::string name);
+  static ValuePtr dict_view_of(ValuePtr dict, ViewPart part);
+  // DictView: the values it shows now (keys as constants, values, or (key, value) tuples), in dict order.
+  std::vector<ValuePtr> view_items() const;
 
   bool is_tensor() const { return kind == VKind::Tensor; }
   bool is_const() const { return kind == VKind::Const; }

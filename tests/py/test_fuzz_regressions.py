@@ -424,7 +424,6 @@ def f(x):
 """, ones(2), 1, "eager")
 
 
-@pytest.mark.xfail(strict=True, reason="bug 15: dict views are traced as tuple snapshots (type, ==, set ops, liveness)")
 def test_dict_view_is_a_tuple_snapshot():
     check(*REPROS["dict_view_is_a_tuple_snapshot"])
 
