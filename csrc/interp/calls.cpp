@@ -100,7 +100,9 @@ bool foldable(const ValuePtr& v) {
       PyObject* o = v->obj.ptr();
       // An exception a handler of an inlined function caught (made in the trace, of a builtin class: its
       // str/repr are pure).
-      if (!v->source && PyExceptionInstance_Check(o) && !(Py_TYPE(o)->tp_flags & Py_TPFLAGS_HEAPTYPE)) return true;
+      if (!v->source && v->name == "<exception>" && PyExceptionInstance_Check(o) &&
+          !(Py_TYPE(o)->tp_flags & Py_TPFLAGS_HEAPTYPE))
+        return true;
       return PyType_Check(o) || PyFunction_Check(o) || PyCFunction_Check(o) || PyModule_Check(o);
     }
     default: return false;

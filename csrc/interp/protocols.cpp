@@ -128,7 +128,8 @@ namespace {
 // The exception a handler of an inlined function is running for: the object a TracedRaise carried (made
 // in the trace, so it has no source).
 bool is_traced_exception(const ValuePtr& v) {
-  return v->kind == VKind::Object && !v->source && v->obj && PyExceptionInstance_Check(v->obj.ptr());
+  return v->kind == VKind::Object && !v->source && v->name == "<exception>" && v->obj &&
+         PyExceptionInstance_Check(v->obj.ptr());
 }
 
 // PUSH_EXC_INFO: exc -> previous exception, exc. The previous one is only restored by POP_EXCEPT (the trace
@@ -195,7 +196,11 @@ bool Tracer::enter_exception_handler(const TracedRaise& e) {
     unsupported(std::string(e.what()) + " with an exception-table entry the trace cannot follow");
   stack.resize(static_cast<size_t>(entry->depth));
   if (entry->lasti) push(Value::constant(py::int_(bc.insts[pc]->offset / 2)));  // f_lasti, in code units
-  push(Value::object(e.exc));
+  // A new exception object per run in Python: modelled by the trace, never passed back to Python (codegen
+  // refuses to rebuild a "<...>" value, so a handler that lets it escape runs as Python).
+  ValuePtr exc = Value::object(e.exc);
+  exc->name = "<exception>";
+  push(exc);
   kw_names = py::object();
   pc = static_cast<size_t>(target);
   return true;

@@ -857,17 +857,17 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
 }
 
 ValuePtr Tracer::wrap_frozen_dict(py::handle value, SourcePtr src) {
-  // A dict keyed by constants, classes or typing forms (a dispatch table: {Union: f, list: g}) whose values are
-  // constants, classes or functions: its keys in order and, by equality with a snapshot (values compared by
-  // identity first), its values are guarded, so the trace may look keys up in the copy it holds.
+  // A dict keyed by classes or typing forms (a dispatch table: {Union: f, list: g}) whose values are classes,
+  // functions or None, all compared by identity: its keys in order and, by equality with a snapshot, its values
+  // are guarded, so the trace may look keys up in the copy it holds. (Numbers are left out: 1 == True.)
   PyObject* v = value.ptr();
   PyObject *k, *item;  // borrowed
   Py_ssize_t pos = 0;
   constexpr Py_ssize_t kMaxItems = 64;
   if (PyDict_GET_SIZE(v) > kMaxItems) return nullptr;
   while (PyDict_Next(v, &pos, &k, &item)) {
-    if (!is_constant_object(k) && !PyType_Check(k)) return nullptr;
-    if (!is_constant_object(item) && !PyType_Check(item) && !PyFunction_Check(item)) return nullptr;
+    if (!is_typing_form(k) && !PyType_Check(k)) return nullptr;
+    if (item != Py_None && !PyType_Check(item) && !PyFunction_Check(item)) return nullptr;
   }
   py::object snapshot = py::reinterpret_steal<py::object>(PyDict_Copy(v));  // new reference
   if (!snapshot) throw py::error_already_set();

@@ -385,3 +385,32 @@ def test_missing_attribute_guarded(fn):
             del MappedConfig.use_cache
     torch.testing.assert_close(opt(x), fn(x))
     assert cnt.frame_count == n  # the first entry again
+
+
+# --- the caught exception object stays in the trace -------------------------------------------------------------
+
+def _negative_raises(v):
+    if v < 0:
+        raise ValueError("negative")
+    return v
+
+
+def _caught(v):
+    try:
+        return _negative_raises(v)
+    except ValueError as e:
+        return e
+
+
+def returns_caught(x):
+    return x + 1, _caught(-1)
+
+
+def test_caught_exception_is_new_per_call():
+    # Python makes a new exception object per call: one made while tracing must not be handed back (shared).
+    x = torch.randn(3)
+    opt = cdynamo.optimize(CompileCounter())(returns_caught)
+    a, b = opt(x), opt(x)
+    torch.testing.assert_close(a[0], x + 1)
+    assert type(a[1]) is ValueError and str(a[1]) == "negative"
+    assert a[1] is not b[1]
