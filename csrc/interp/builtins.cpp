@@ -468,7 +468,24 @@ ValuePtr Tracer::generic_getattr(const ValuePtr& self, const std::vector<ValuePt
     return object_attr(self, name);
   PyObject* v = PyObject_GenericGetAttr(self->obj.ptr(), key.ptr());  // new reference
   if (!v) {
+    bool missing = PyErr_ExceptionMatches(PyExc_AttributeError);
     PyErr_Clear();
+    // Missing from the instance __dict__ and from the class (its MRO and metaclass): object.__getattribute__
+    // raises AttributeError, which the trace raises too (a getattr default, hasattr or except clause handles
+    // it). Both absences are guarded through object.__getattribute__, so no override runs in the guard.
+    if (missing && !descr && inst_dict && !in_instance) {
+      PyObject* cls = reinterpret_cast<PyObject*>(Py_TYPE(self->obj.ptr()));  // borrowed
+      int on_class = PyObject_HasAttr(cls, key.ptr());
+      if (on_class == 0) {
+        guards.add(guards::dict_contains(guards::Source::generic_attr(self->source, "__dict__"), key.ptr(), false));
+        guards.add(guards::has_attr(guards::Source::generic_attr(self->source, "__class__"), name, false));
+        std::string why = std::string("'") + Py_TYPE(self->obj.ptr())->tp_name + "' object has no attribute '" + name + "'";
+        py::object exc = py::reinterpret_steal<py::object>(
+            PyObject_CallFunction(PyExc_AttributeError, "s", why.c_str()));  // new reference
+        if (!exc) throw py::error_already_set();
+        throw TracedRaise(why, exc);
+      }
+    }
     unsupported("super().__getattribute__('" + name + "') could not be read");
   }
   py::object value = py::reinterpret_steal<py::object>(v);

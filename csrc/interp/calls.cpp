@@ -117,6 +117,11 @@ bool foldable(const ValuePtr& v) {
       return true;
     case VKind::Object: {
       PyObject* o = v->obj.ptr();
+      // An exception a handler of an inlined function caught (made in the trace, of a builtin class: its
+      // str/repr are pure).
+      if (!v->source && v->name == "<exception>" && PyExceptionInstance_Check(o) &&
+          !(Py_TYPE(o)->tp_flags & Py_TPFLAGS_HEAPTYPE))
+        return true;
       return PyType_Check(o) || PyFunction_Check(o) || PyCFunction_Check(o) || PyModule_Check(o);
     }
     default: return false;
@@ -155,6 +160,11 @@ ValuePtr Tracer::fold_call(py::handle f, const std::string& what, const std::vec
   if (PyTuple_CheckExact(r.ptr()) || PyList_CheckExact(r.ptr())) {
     std::vector<ValuePtr> items;
     for (auto item : py::reinterpret_borrow<py::sequence>(r)) {
+      // Classes too (typing.get_args(Optional[int]) is (int, NoneType)), as a folded class is.
+      if (PyType_Check(item.ptr())) {
+        items.push_back(Value::object(py::reinterpret_borrow<py::object>(item)));
+        continue;
+      }
       if (!is_constant_object(item)) unsupported(what + " produced a non-constant sequence");
       items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
     }

@@ -23,6 +23,10 @@ py::object key_of(Tracer& t, const ValuePtr& k) {
     if (PyObject_Hash(key.ptr()) == -1) throw py::error_already_set();
     return key;
   }
+  // A class hashed by identity (its metaclass keeps type's hash: type, ABCMeta) is a key too ({list: f}); the
+  // instruction that looks it up pins its identity.
+  if (k->kind == VKind::Object && PyType_Check(k->obj.ptr()) && Py_TYPE(k->obj.ptr())->tp_hash == PyType_Type.tp_hash)
+    return k->obj;
   if (!k->is_const()) t.unsupported("dict key " + k->describe() + " (only constant keys are traced)");
   if (PyObject_Hash(k->obj.ptr()) == -1) throw py::error_already_set();
   return k->obj;

@@ -9,7 +9,8 @@ namespace cdynamo::interp {
 
 namespace {
 
-constexpr int kMaxInlineDepth = 16;
+// Nested inlined calls (transformers: a model forward down to a config validator's try/except is over 20 deep).
+constexpr int kMaxInlineDepth = 32;
 
 std::string qualname(py::handle f) {
   py::object q = py::getattr(f, "__qualname__", py::str("?"));
@@ -220,7 +221,10 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
   } catch (const TracedRaise& e) {
     // The exception leaves the callee; the caller's call instruction must not be under a handler.
     restore();
-    if (in_handler_range(pc)) throw Unsupported(std::string(e.what()) + " (under an exception handler of " + qualname(f) + "'s caller)");
+    // In an inlined caller, its run loop finds the handler (run_nested); the traced frame's own handlers are
+    // not entered by the trace.
+    if (inline_depth_ == 0 && in_handler_range(pc))
+      throw Unsupported(std::string(e.what()) + " (under an exception handler of " + qualname(f) + "'s caller)");
     throw;
   } catch (const Unsupported& e) {
     int line = lineno_;
@@ -237,7 +241,13 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
 }
 
 void Tracer::run_nested() {
-  while (!stopped) execute_one();
+  while (!stopped) {
+    try {
+      execute_one();
+    } catch (const TracedRaise& e) {
+      if (!enter_exception_handler(e)) throw;
+    }
+  }
 }
 
 }  // namespace cdynamo::interp

@@ -81,6 +81,13 @@ ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
     }
     if (is_op_overload(a)) return Value::object(a);
   }
+  if (!obj->source && PyType_Check(o.ptr()) && !PyType_HasFeature(reinterpret_cast<PyTypeObject*>(o.ptr()), Py_TPFLAGS_HEAPTYPE)) {
+    // A builtin class (int, float, NoneType: typing.get_args gives them without a source) cannot be changed:
+    // its constant attributes (__name__, __qualname__, __module__) are constants of the program.
+    py::object a = py::reinterpret_steal<py::object>(PyObject_GetAttrString(o.ptr(), name.c_str()));  // new reference
+    if (!a) PyErr_Clear();
+    else if (is_constant_object(a)) return Value::constant(a);
+  }
   if (!obj->source) unsupported("attribute '" + name + "' of " + obj->describe() + " (an object without a source)");
   // The real __dict__ does not hold the attributes this trace assigned yet (they are replayed after the
   // graph): read it in Python, after a graph break has replayed them.

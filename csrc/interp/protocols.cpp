@@ -1,6 +1,7 @@
 // protocols.cpp — owns Python protocols of user objects in the trace: iteration through a class's Python
-// __iter__ (a collections.abc.Sequence's by __getitem__ up to IndexError), and `raise` of builtin exceptions
-// inside inlined functions (TracedRaise), which only such protocols catch.
+// __iter__ (a collections.abc.Sequence's by __getitem__ up to IndexError), `raise` of builtin exceptions
+// inside inlined functions (TracedRaise), which such protocols catch, and the except clauses of inlined
+// functions (handler entry, PUSH_EXC_INFO, CHECK_EXC_MATCH, POP_EXCEPT, RERAISE).
 #include "interp/tracer.h"
 
 namespace cdynamo::interp {
@@ -84,7 +85,6 @@ void Tracer::raise_builtin_exception(py::handle cls, const std::vector<ValuePtr>
     if (!args[i]->is_constant_like()) unsupported("raise " + name + " with " + args[i]->describe());
     pargs[i] = args[i]->as_python();
   }
-  if (in_handler_range(pc)) unsupported("raise " + name + " inside a try or with block of an inlined function");
   py::object exc = cls(*pargs);
   throw TracedRaise("raise " + name + " in an inlined function", exc);
 }
@@ -123,6 +123,95 @@ ValuePtr Tracer::mapping_mixin_call(py::handle f, const std::vector<ValuePtr>& a
   }
 }
 
-void register_protocols(HandlerTable& t) { on_opcode(t, "RAISE_VARARGS", raise_varargs); }
+namespace {
+
+// The exception a handler of an inlined function is running for: the object a TracedRaise carried (made
+// in the trace, so it has no source).
+bool is_traced_exception(const ValuePtr& v) {
+  return v->kind == VKind::Object && !v->source && v->name == "<exception>" && v->obj &&
+         PyExceptionInstance_Check(v->obj.ptr());
+}
+
+// PUSH_EXC_INFO: exc -> previous exception, exc. The previous one is only restored by POP_EXCEPT (the trace
+// does not model sys.exc_info(), a library call it never folds), so a None stands for it.
+void push_exc_info(Tracer& t, const bytecode::Instruction&) {
+  if (t.inline_depth() == 0 || !is_traced_exception(t.peek(1))) t.unsupported("an exception handler (Python runs it)");
+  ValuePtr exc = t.pop();
+  t.push(Value::constant(py::none()));
+  t.push(exc);
+}
+
+// CHECK_EXC_MATCH: exc, cls -> exc, isinstance(exc, cls) for a class or a tuple of classes.
+void check_exc_match(Tracer& t, const bytecode::Instruction&) {
+  if (!is_traced_exception(t.peek(2))) t.unsupported("an exception handler (Python runs it)");
+  ValuePtr cls = t.peek(1);
+  py::object c;
+  if (cls->kind == VKind::Object && PyExceptionClass_Check(cls->obj.ptr())) {
+    c = cls->obj;
+  } else if (cls->kind == VKind::Tuple && !cls->obj) {
+    py::tuple tup(cls->items.size());
+    for (size_t i = 0; i < cls->items.size(); ++i) {
+      const ValuePtr& it = cls->items[i];
+      if (it->kind != VKind::Object || !PyExceptionClass_Check(it->obj.ptr()))
+        t.unsupported("except clause with " + it->describe());
+      tup[i] = it->obj;
+    }
+    c = tup;
+  } else {
+    t.unsupported("except clause with " + cls->describe());
+  }
+  t.pop();
+  int match = PyErr_GivenExceptionMatches(t.peek(1)->obj.ptr(), c.ptr());
+  t.push(Value::constant(py::bool_(match != 0)));
+}
+
+// POP_EXCEPT: drops the previous exception PUSH_EXC_INFO saved.
+void pop_except(Tracer& t, const bytecode::Instruction&) {
+  if (t.inline_depth() == 0) t.unsupported("an exception handler (Python runs it)");
+  t.pop();
+}
+
+// RERAISE: the handled exception leaves the handler again (to an outer handler or out of the function).
+void reraise(Tracer& t, const bytecode::Instruction&) {
+  if (t.inline_depth() == 0 || !is_traced_exception(t.peek(1))) t.unsupported("re-raise (Python raises)");
+  py::object exc = t.pop()->obj;
+  throw TracedRaise(std::string("re-raised ") + Py_TYPE(exc.ptr())->tp_name + " in an inlined function", exc);
+}
+
+}  // namespace
+
+bool Tracer::enter_exception_handler(const TracedRaise& e) {
+  if (inline_depth_ == 0 || pc >= bc.insts.size()) return false;
+  const bytecode::ExceptionEntry* entry = nullptr;  // 3.11+ tables do not overlap: the first is the innermost
+  for (const auto& x : bc.exception_table)
+    if (covers(x, pc)) {
+      entry = &x;
+      break;
+    }
+  if (!entry) return false;
+  // A with statement's cleanup would call __exit__ with the exception, which the trace does not model.
+  if (with_cleanup(*entry)) unsupported(std::string(e.what()) + " inside a with block of an inlined function");
+  int target = bc.index_of(entry->target);
+  if (target < 0 || stack.size() < static_cast<size_t>(entry->depth))
+    unsupported(std::string(e.what()) + " with an exception-table entry the trace cannot follow");
+  stack.resize(static_cast<size_t>(entry->depth));
+  if (entry->lasti) push(Value::constant(py::int_(bc.insts[pc]->offset / 2)));  // f_lasti, in code units
+  // A new exception object per run in Python: modelled by the trace, never passed back to Python (codegen
+  // refuses to rebuild a "<...>" value, so a handler that lets it escape runs as Python).
+  ValuePtr exc = Value::object(e.exc);
+  exc->name = "<exception>";
+  push(exc);
+  kw_names = py::object();
+  pc = static_cast<size_t>(target);
+  return true;
+}
+
+void register_protocols(HandlerTable& t) {
+  on_opcode(t, "RAISE_VARARGS", raise_varargs);
+  on_opcode(t, "PUSH_EXC_INFO", push_exc_info);
+  on_opcode(t, "CHECK_EXC_MATCH", check_exc_match);
+  on_opcode(t, "POP_EXCEPT", pop_except);
+  on_opcode(t, "RERAISE", reraise);
+}
 
 }  // namespace cdynamo::interp

@@ -233,6 +233,10 @@ CallKind classify_callable(py::handle fn) {
     kind = CallKind::Operator;
   } else if (!is_class && mod == "math") {
     kind = CallKind::PureBuiltin;
+  } else if (!is_class && mod == "typing" && (name == "get_origin" || name == "get_args")) {
+    // Pure functions of a typing form (folded only on constants: typing forms, classes, None).
+    py::object real = py::module_::import("typing").attr(name.c_str());
+    if (real.ptr() == fn.ptr()) kind = CallKind::PureBuiltin;
   } else if (mod == "builtins" && pure_builtins().count(name)) {
     // Only the real builtins (not a shadowing object with the same name).
     py::object real = py::module_::import("builtins").attr(name.c_str());

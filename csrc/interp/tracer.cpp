@@ -428,7 +428,20 @@ void Tracer::execute_one() {
   std::vector<ValuePtr> used(stack.end() - static_cast<long>(nuse), stack.end());
   size_t before = pc;
   size_t nodes = graph.mark();
-  h(*this, inst);
+  try {
+    h(*this, inst);
+  } catch (const TracedRaise&) {
+    // An exception raised in the trace (inside an inlined function) may be handled by the caller: the values
+    // the instruction looked at decided that it raised, so they are pinned as when it completes, and a graph op
+    // it made inside a try block counts as below.
+    for (const auto& v : used) realize(v);
+    if (graph.mark() != nodes && in_user_try(before)) {
+      if (!allow_ops_in_try)
+        unsupported("a tensor operation inside a try block (an error it raises at run time must reach the handler)");
+      ops_in_try = true;
+    }
+    throw;
+  }
   for (const auto& v : used) realize(v);
   // A graph op that raises at run time (an error shape propagation cannot see, such as max() of an empty
   // tensor) raises from the graph call, outside the frame's try blocks: their handlers would be skipped,
@@ -766,7 +779,8 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
     return Value::tensor(n, meta, value.attr("device"), src);
   }
   if (is_constant_object(value)) {
-    guards.add(v == Py_None || PyBool_Check(v) ? guards::id_match(src, v) : guards::equals_match(src, v));
+    guards.add(v == Py_None || PyBool_Check(v) || is_typing_form(value) ? guards::id_match(src, v)
+                                                                        : guards::equals_match(src, v));
     return Value::constant(py::reinterpret_borrow<py::object>(value), src);
   }
   if (PyList_CheckExact(v) || PyDict_CheckExact(v) || PySet_CheckExact(v)) {
@@ -842,6 +856,37 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
   return out;
 }
 
+ValuePtr Tracer::wrap_frozen_dict(py::handle value, SourcePtr src) {
+  // A dict keyed by classes or typing forms (a dispatch table: {Union: f, list: g}) whose values are classes,
+  // functions or None, all compared by identity: its keys in order and, by equality with a snapshot, its values
+  // are guarded, so the trace may look keys up in the copy it holds. (Numbers are left out: 1 == True.)
+  PyObject* v = value.ptr();
+  PyObject *k, *item;  // borrowed
+  Py_ssize_t pos = 0;
+  constexpr Py_ssize_t kMaxItems = 64;
+  if (PyDict_GET_SIZE(v) > kMaxItems) return nullptr;
+  while (PyDict_Next(v, &pos, &k, &item)) {
+    if (!is_typing_form(k) && !PyType_Check(k)) return nullptr;
+    if (item != Py_None && !PyType_Check(item) && !PyFunction_Check(item)) return nullptr;
+  }
+  py::object snapshot = py::reinterpret_steal<py::object>(PyDict_Copy(v));  // new reference
+  if (!snapshot) throw py::error_already_set();
+  guards.add(guards::dict_keys_match(src, v));
+  guards.add(guards::equals_match(src, snapshot.ptr()));
+  std::vector<py::object> keys;
+  std::vector<ValuePtr> items;
+  pos = 0;
+  while (PyDict_Next(v, &pos, &k, &item)) {
+    keys.push_back(py::reinterpret_borrow<py::object>(k));
+    py::object val = py::reinterpret_borrow<py::object>(item);
+    items.push_back(is_constant_object(val) ? Value::constant(val) : Value::object(val));
+  }
+  ValuePtr out = Value::dict(std::move(keys), std::move(items));
+  out->source = std::move(src);
+  out->obj = py::reinterpret_borrow<py::object>(value);  // the real object: identity for codegen
+  return out;
+}
+
 ValuePtr Tracer::wrap_container(py::handle value, SourcePtr src) {
   PyObject* v = value.ptr();
   ValuePtr out;
@@ -858,8 +903,10 @@ ValuePtr Tracer::wrap_container(py::handle value, SourcePtr src) {
     // A dict with string keys: its keys (in order) are guarded, its values read through C-level lookups.
     PyObject *k, *item;  // borrowed
     Py_ssize_t pos = 0;
+    bool str_keys = true;
     while (PyDict_Next(v, &pos, &k, &item))
-      if (!PyUnicode_CheckExact(k)) return nullptr;
+      if (!PyUnicode_CheckExact(k)) str_keys = false;
+    if (!str_keys) return wrap_frozen_dict(value, src);
     guards.add(guards::dict_keys_match(src, v));
     py::dict d = py::reinterpret_borrow<py::dict>(value);
     std::vector<py::object> keys;

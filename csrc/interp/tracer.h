@@ -209,6 +209,9 @@ class Tracer {
   // wrap() of an exact list, str-keyed dict or set of constants: a container value with a Source and the
   // real object, its items wrapped; nullptr when the object is not one of those.
   ValuePtr wrap_container(py::handle value, SourcePtr src);
+  // wrap_container of a dict with keys other than strings: a dispatch table of constants, classes and
+  // typing forms mapped to constants, classes or functions (guarded whole), or nullptr.
+  ValuePtr wrap_frozen_dict(py::handle value, SourcePtr src);
   // Loads a global / builtin by name (wrapped and guarded).
   ValuePtr load_global(const std::string& name);
   // Attribute read on a symbolic value.
@@ -258,6 +261,10 @@ class Tracer {
   std::optional<std::vector<ValuePtr>> iterate_user_object(const ValuePtr& v);
   // Calling a builtin exception class right before `raise` in an inlined function: throws TracedRaise.
   void raise_builtin_exception(py::handle cls, const std::vector<ValuePtr>& args);
+  // A TracedRaise at bc.insts[pc] of an inlined function covered by an exception-table entry (protocols.cpp):
+  // the stack is cut to the entry's depth, the exception pushed and pc moved to the handler, as CPython unwinds.
+  // False when no entry covers pc (the exception leaves the function) or in the traced frame itself.
+  bool enter_exception_handler(const TracedRaise& e);
   // collections.abc.Mapping.get / __contains__ called on a user mapping (protocols.cpp): self[key] traced, its
   // KeyError handled as the mixin does; nullptr when `f` is neither.
   ValuePtr mapping_mixin_call(py::handle f, const std::vector<ValuePtr>& args,

@@ -249,7 +249,25 @@ py::object tuple_maker(py::handle cls) {
   return cls.attr("_make");
 }
 
+bool is_typing_form(py::handle o) {
+  // typing's special forms (Union, Optional, Literal, ...), its aliases (Optional[int], List[str], Literal[1]:
+  // _BaseGenericAlias and subclasses) and `int | None` (types.UnionType): immutable descriptions of types,
+  // made once and cached by typing. Classes held for the process lifetime (new references, never released).
+  static PyObject* forms = nullptr;
+  if (!forms) {
+    py::module_ typing = py::module_::import("typing");
+    forms = py::make_tuple(typing.attr("_SpecialForm"), typing.attr("_BaseGenericAlias"),
+                           py::module_::import("types").attr("UnionType"))
+                .release()
+                .ptr();
+  }
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(forms); ++i)
+    if (PyObject_TypeCheck(o.ptr(), reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(forms, i)))) return true;
+  return false;
+}
+
 bool is_constant_object(py::handle o) {
+  if (is_typing_form(o)) return true;
   if (o.is_none() || PyBool_Check(o.ptr()) || PyLong_CheckExact(o.ptr()) || PyFloat_CheckExact(o.ptr()) ||
       PyUnicode_CheckExact(o.ptr()) || PyComplex_CheckExact(o.ptr()) ||
       o.ptr() == Py_Ellipsis || PyBytes_CheckExact(o.ptr()) || PyRange_Check(o.ptr()) ||

@@ -133,6 +133,9 @@ struct Value {
 
 // True for Python objects treated as immutable constants.
 bool is_constant_object(py::handle o);
+// True for typing's special forms and aliases (Union, Optional[int], Literal[...], int | None): constants
+// that are guarded by identity (Union[int, str] == Union[str, int], but their get_args differ).
+bool is_typing_form(py::handle o);
 
 // A struct sequence class whose fields are all sequence items (torch.return_types.max, ...): a Tuple value
 // with this class in `obj` is rebuilt as cls((items...)).

@@ -57,6 +57,10 @@ def _build():
             vocab_size=V, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
             decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64)),
             {"input_ids": _ids(), "decoder_input_ids": _ids(1)}),
+        "m2m100": lambda: (T.M2M100ForConditionalGeneration(T.M2M100Config(
+            vocab_size=V, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+            decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64)),
+            {"input_ids": _ids(), "decoder_input_ids": _ids(1)}),
         "deit": lambda: (T.DeiTModel(T.DeiTConfig(**vit_like)), {"pixel_values": _pixels()}),
         "swin": lambda: (T.SwinModel(T.SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1],
                                                   num_heads=[1, 2], window_size=4)), {"pixel_values": _pixels()}),

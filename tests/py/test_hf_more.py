@@ -1,9 +1,10 @@
 # test_hf_more.py — owns the checks of transformers model families beyond the zoo (hf_more_models.py): eval output equal to eager, graphs no more than torch._dynamo's, no recompile on a second same-shape call.
 """Each family was first tried as a new user would; what split it (os.environ reads in sdpa_attention, getattr
 on None in masking_utils, enumerate over a ModuleList slice) is a regression test in test_library_python.py.
-BART's and mT5's decoders build a DynamicCache whose config.get_text_config(decoder=True) deep-copies a legacy
-flat encoder-decoder config (copy.deepcopy of a config object is not traced yet); these and the other families
-still split (GRAPHS_TODAY) are xfail with today's count, so a change either way fails the test."""
+BART's and M2M100's decoders build a DynamicCache whose config.get_text_config(decoder=True) deep-copies a legacy
+flat encoder-decoder config and writes the copy through huggingface_hub's strict __setattr__ validators (typing
+forms, try/except TypeError per union member): traced, one graph each. Families that still split (GRAPHS_TODAY)
+are xfail with today's count, so a change either way fails the test."""
 import logging
 import warnings
 
@@ -21,8 +22,8 @@ from hf_more_models import MORE  # noqa: E402
 logging.getLogger("transformers").setLevel(logging.ERROR)
 pytestmark = pytest.mark.usefixtures("cdynamo_and_dynamo_reset")
 
-# torch._dynamo: 1 each. bart: the deep-copied config is written through its strict __setattr__ validators.
-GRAPHS_TODAY = {"bart": 4}
+# torch._dynamo: 1 each.
+GRAPHS_TODAY = {}
 
 
 def _main(out):
