@@ -49,6 +49,7 @@ _stderr = None
 
 def pytest_configure(config):
     global _stderr
+    config.addinivalue_line("markers", "timeout_s(seconds): this test's own hang limit, above its time budget")
     if _TIMEOUT > 0 and _stderr is None:  # capture is suspended here: fd 2 is the real stderr
         _stderr = os.fdopen(os.dup(2), "w")
 
@@ -56,7 +57,10 @@ def pytest_configure(config):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     if _TIMEOUT > 0:
-        faulthandler.dump_traceback_later(_TIMEOUT, exit=True, file=_stderr or sys.__stderr__)
+        # A test with its own time budget (the fuzz runs) says how long it may take: always past its budget.
+        own = item.get_closest_marker("timeout_s")
+        limit = max(_TIMEOUT, float(own.args[0])) if own else _TIMEOUT
+        faulthandler.dump_traceback_later(limit, exit=True, file=_stderr or sys.__stderr__)
     try:
         yield
     finally:
