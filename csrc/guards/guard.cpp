@@ -337,9 +337,9 @@ bool fast_all_distinct(const FrameView& fv, const FastRef* refs, size_t n, bool 
 
 void GuardSet::add(Guard g) {
   // The same check on the same source is kept once (a global read twice is guarded once).
-  std::string text = g.describe();
-  for (const auto& have : guards_)
-    if (have.kind == g.kind && have.describe() == text) return;
+  const std::string kind = std::to_string(static_cast<int>(g.kind)) + "|";
+  if (!texts_.insert(kind + g.describe()).second) return;
+  if (g.source) sourced_.insert(kind + g.source->describe());
   guards_.push_back(std::move(g));
   plan(guards_.back(), static_cast<uint32_t>(guards_.size() - 1));
 }
@@ -426,11 +426,7 @@ std::vector<std::string> GuardSet::describe() const {
 }
 
 bool GuardSet::has(GuardKind kind, const Source& src) const {
-  std::string d = src.describe();
-  for (const auto& g : guards_) {
-    if (g.kind == kind && g.source && g.source->describe() == d) return true;
-  }
-  return false;
+  return sourced_.count(std::to_string(static_cast<int>(kind)) + "|" + src.describe()) > 0;
 }
 
 namespace {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "guards/source.h"
@@ -85,6 +86,10 @@ class GuardSet {
   void plan(const Guard& g, uint32_t index);
 
   std::vector<Guard> guards_;
+  // "kind|text" of each guard (add's dedup) and "kind|source text" of each guard with a source (has()):
+  // hashed, so adding N guards does not describe every earlier guard again (quadratic on big frames).
+  std::unordered_set<std::string> texts_;
+  std::unordered_set<std::string> sourced_;
   std::vector<Step> steps_;
   // The base sources of the guards' sources, numbered for FetchMemo; equal paths share a slot.
   uint32_t base_slot(const Source* s);
