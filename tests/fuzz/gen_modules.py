@@ -23,10 +23,9 @@ import random
 from .gen import Program
 
 
-# Bug 15 (tests/fuzz/FINDINGS.md) is open: dict views are traced as tuple snapshots, and the probes that keep
-# a view alive or observe its type fail on it (strict xfail test_dict_view_is_a_tuple_snapshot). While False,
-# those probes consume the same random draws but turn the view into a list at once; set True once it is fixed.
-DICT_VIEW_PROBES = False
+# Bug 15 (tests/fuzz/FINDINGS.md, fixed): dict views were traced as tuple snapshots. The probes that keep a view
+# alive or observe its type are on; False makes them turn the view into a list at once (same random draws).
+DICT_VIEW_PROBES = True
 
 
 class ModuleProgram(Program):
