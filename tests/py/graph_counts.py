@@ -1,5 +1,5 @@
 # graph_counts.py — owns the helpers behaviour tests share to count graphs: a function compiled by cdynamo
-# with a counting backend, and the graphs torch._dynamo makes for the same call.
+# with a counting backend, the graphs torch._dynamo makes for the same call, and both beside eager.
 import torch
 
 import cdynamo
@@ -21,3 +21,14 @@ def dynamo_graphs(fn, *args):
     torch.compile(fn, backend=c)(*args)
     torch._dynamo.reset()
     return c.frame_count
+
+
+def eager_cdynamo_dynamo(fn, *args):
+    """(eager result, cdynamo's result, cdynamo's CompileCounter, torch._dynamo's CompileCounter) for fn(*args)."""
+    import torch._dynamo.testing
+    ref = fn(*args)
+    got, cnt = compiled(fn)
+    got = got(*args)
+    dcnt = torch._dynamo.testing.CompileCounter()
+    torch.compile(fn, backend=dcnt)(*args)
+    return ref, got, cnt, dcnt

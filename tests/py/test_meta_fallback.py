@@ -1,23 +1,12 @@
 # test_meta_fallback.py — owns the tests of shape propagation for aten ops without a meta kernel (python/cdynamo/_meta_fallback.py, called from csrc/interp/calls.cpp): such ops stay in the graph, ops with data-dependent outputs, mutating ops and library ops still break, compared with eager and torch._dynamo.
 import pytest
 import torch
-import torch._dynamo
-import torch._dynamo.testing
 
 import cdynamo
 from cdynamo import _meta_fallback
-from cdynamo.testing import CompileCounter
+from graph_counts import eager_cdynamo_dynamo
 
 pytestmark = pytest.mark.usefixtures("cdynamo_and_dynamo_reset")
-
-
-def _counts(fn, *args):
-    ref = fn(*args)
-    cnt = CompileCounter()
-    got = cdynamo.optimize(cnt)(fn)(*args)
-    dcnt = torch._dynamo.testing.CompileCounter()
-    torch.compile(fn, backend=dcnt)(*args)
-    return ref, got, cnt, dcnt
 
 
 def test_aten_op_without_meta_kernel_stays_in_the_graph():
@@ -31,7 +20,7 @@ def test_aten_op_without_meta_kernel_stays_in_the_graph():
         return y.t() + 1, y.shape
 
     x = torch.randn(4, 8)
-    ref, got, cnt, dcnt = _counts(f, x)
+    ref, got, cnt, dcnt = eager_cdynamo_dynamo(f, x)
     torch.testing.assert_close(got[0], ref[0])
     assert got[1] == ref[1]
     assert cnt.frame_count == 1 == dcnt.frame_count
@@ -47,7 +36,7 @@ def test_data_dependent_output_shape_still_breaks(op):
         return z * 2
 
     x = torch.tensor([0.5, 1.7, 2.2, 3.9])
-    ref, got, cnt, dcnt = _counts(f, x)
+    ref, got, cnt, dcnt = eager_cdynamo_dynamo(f, x)
     torch.testing.assert_close(got, ref)
     reasons = [b.reason for b in cdynamo.explain(f, x).break_reasons]
     assert any("data-dependent output" in r for r in reasons), reasons

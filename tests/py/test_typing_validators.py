@@ -7,23 +7,20 @@ from typing import Literal, Optional, Union
 
 import pytest
 import torch
-import torch._dynamo
-import torch._dynamo.testing
 
 import cdynamo
 from cdynamo.testing import CompileCounter
+from graph_counts import eager_cdynamo_dynamo
 
 pytestmark = pytest.mark.usefixtures("cdynamo_and_dynamo_reset")
 
 
-def _both(fn, *args):
-    """Eager result, cdynamo's (with its counter) and torch._dynamo's counter, for fn(*args)."""
-    ref = fn(*args)
-    cnt = CompileCounter()
-    got = cdynamo.optimize(cnt)(fn)(*args)
-    dcnt = torch._dynamo.testing.CompileCounter()
-    torch.compile(fn, backend=dcnt)(*args)
-    return ref, got, cnt, dcnt
+def _one_graph_like_dynamo(fn, *args):
+    """fn(*args) under cdynamo equals eager, in one graph with torch._dynamo's op count."""
+    ref, got, cnt, dcnt = eager_cdynamo_dynamo(fn, *args)
+    torch.testing.assert_close(got, ref)
+    assert cnt.frame_count == dcnt.frame_count == 1
+    assert cnt.op_count == dcnt.op_count
 
 
 # --- typing.get_origin / get_args, typing forms as constants --------------------------------------------------
@@ -50,10 +47,7 @@ def origins(x):
 
 def test_get_origin_get_args_fold():
     x = torch.randn(3)
-    ref, got, cnt, dcnt = _both(origins, x)
-    torch.testing.assert_close(got, ref)
-    assert cnt.frame_count == dcnt.frame_count == 1
-    assert cnt.op_count == dcnt.op_count
+    _one_graph_like_dynamo(origins, x)
 
 
 def test_typing_form_guarded_by_identity():
@@ -94,10 +88,7 @@ def dispatch(x, hint):
 @pytest.mark.parametrize("hint", [Optional[int], typing.List[int], int, Literal[1, 2, 3]])
 def test_dict_keyed_by_typing_objects(hint):
     x = torch.randn(3)
-    ref, got, cnt, dcnt = _both(dispatch, x, hint)
-    torch.testing.assert_close(got, ref)
-    assert cnt.frame_count == dcnt.frame_count == 1
-    assert cnt.op_count == dcnt.op_count
+    _one_graph_like_dynamo(dispatch, x, hint)
 
 
 def test_typing_keyed_dict_guarded():
@@ -142,10 +133,7 @@ def union_user(x, value):
 
 def test_try_except_type_error_in_inlined_function():
     x = torch.randn(3)
-    ref, got, cnt, dcnt = _both(union_user, x, 3)
-    torch.testing.assert_close(got, ref)
-    assert cnt.frame_count == dcnt.frame_count == 1
-    assert cnt.op_count == dcnt.op_count
+    _one_graph_like_dynamo(union_user, x, 3)
 
 
 def test_try_except_all_members_fail_raises_as_eager():
@@ -285,10 +273,7 @@ def configure(x):
 
 def test_strict_dataclass_setattr_validates():
     x = torch.randn(3)
-    ref, got, cnt, dcnt = _both(configure, x)
-    torch.testing.assert_close(got, ref)
-    assert cnt.frame_count == dcnt.frame_count == 1
-    assert cnt.op_count == dcnt.op_count
+    _one_graph_like_dynamo(configure, x)
 
 
 def test_strict_dataclass_guard_on_config():
@@ -359,10 +344,7 @@ def mapped_attr(cfg, name):
 @pytest.mark.parametrize("fn", [read_missing, try_missing])
 def test_missing_attribute_through_getattribute_override(fn):
     x = torch.randn(3)
-    ref, got, cnt, dcnt = _both(fn, x)
-    torch.testing.assert_close(got, ref)
-    assert cnt.frame_count == dcnt.frame_count == 1
-    assert cnt.op_count == dcnt.op_count
+    _one_graph_like_dynamo(fn, x)
 
 
 @pytest.mark.parametrize("fn", [read_missing, try_missing])
