@@ -464,8 +464,8 @@ void Rebuilder::push(const ValuePtr& v, int above) {
       e_.load_const(v->obj);
       return;
     case VKind::Object:
-      if (v->grad_exit >= 0) {  // a grad-mode with block's __exit__: the restorer of the mode it left
-        e_.load_const(interp::grad_exit_callable(v->grad_exit == 1));
+      if (v->grad_exit >= 0) {  // a traced with block's __exit__: the restorer of the mode it left
+        e_.load_const(interp::grad_exit_callable(v->grad_exit));
         return;
       }
       if (made_partial(v)) {  // functools.partial(func, *args, keyword=value, ...)

@@ -239,7 +239,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
   if (fn->kind == VKind::Object && fn->name.rfind("<super_dict_", 0) == 0)
     return super_dict_call(fn->self, fn->name.substr(12, fn->name.size() - 13), args, kwargs);
   if (fn->grad_exit >= 0) {  // leaving `with torch.no_grad()/enable_grad()` normally: __exit__(None, None, None)
-    set_grad_mode(fn->grad_exit == 1);
+    if (fn->grad_exit != kNoopExit) set_grad_mode(fn->grad_exit == 1);
     return Value::constant(py::none());
   }
   if (fn->kind != VKind::Object && fn->kind != VKind::Const) unsupported("call to " + fn->describe());
@@ -249,6 +249,16 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
   if (fn->kind == VKind::Object)
     if (ValuePtr r = autograd_function_apply(fn, args, kwargs)) return r;
   if (is_grad_context_class(f) && args.empty() && kwargs.empty()) return Value::object(f());
+  if (is_record_function_class(f)) {  // record_function(name, args=None): stores its arguments, nothing else
+    std::vector<py::object> real;
+    for (const auto& a : args) {
+      if (!a->is_const() || !(a->obj.is_none() || PyUnicode_Check(a->obj.ptr())))
+        unsupported("profiler record_function with a non-constant name");
+      real.push_back(a->obj);
+    }
+    if (!kwargs.empty() || real.empty() || real.size() > 2) unsupported("profiler record_function with keyword arguments");
+    return Value::object(real.size() == 1 ? f(real[0]) : f(real[0], real[1]));
+  }
   if (inline_depth_ > 0 && kwargs.empty() && is_builtin_exception_class(f) && pc + 1 < bc.insts.size() &&
       bc.insts[pc + 1]->opcode == bytecode::opcode_by_name("RAISE_VARARGS") && bc.insts[pc + 1]->arg == 1)
     raise_builtin_exception(f, args);  // `raise IndexError("...")` in an inlined function
@@ -304,6 +314,12 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
       return fold_call(f, callable_name(f), args, kwargs);
     case CallKind::TorchFunctionQuery:
       return Value::constant(py::bool_(has_torch_function(*this, callable_name(f), args)));
+    case CallKind::DispatchModeStackQuery:
+      // The stack's depth is part of GLOBAL_STATE (every entry guards it): empty now means empty when the
+      // graph runs. A non-empty stack holds mode objects the trace does not model.
+      if (!args.empty() || !kwargs.empty()) unsupported(callable_name(f) + " with arguments");
+      if (guards::dispatch_mode_stack_len() != 0) unsupported(callable_name(f) + " while a TorchDispatchMode is active");
+      return Value::list({});
     case CallKind::Disallowed:
       unsupported("call to " + callable_name(f) + ", which is marked disallow_in_graph");
     case CallKind::TorchOp:

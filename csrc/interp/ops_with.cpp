@@ -1,6 +1,6 @@
 // ops_with.cpp — owns `with` blocks the graph can hold: torch.no_grad() / torch.enable_grad() (BEFORE_WITH,
-// the context objects' construction, the grad-mode switches recorded in the graph), and functions decorated
-// with @torch.no_grad() / @torch.enable_grad().
+// the context objects' construction, the grad-mode switches recorded in the graph), profiler record_function
+// blocks (ignored, as torch._dynamo ignores them), and functions decorated with @torch.no_grad() / @torch.enable_grad().
 #include "bytecode/bytecode.h"
 #include "guards/tensor_match.h"
 #include "interp/tracer.h"
@@ -20,10 +20,26 @@ int grad_context_target(py::handle obj) {
   return -1;
 }
 
+// torch.autograd.profiler.record_function (also torch.profiler.record_function): a profiler range that
+// torch._dynamo leaves out of compiled code (its ProfilerContextVariable); its constructor only stores the name.
+bool is_record_function(py::handle obj) {
+  return is_record_function_class(reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr())));
+}
+
 void before_with(Tracer& t, const Instruction&) {
   ValuePtr ctx = t.peek(1);
+  if (ctx->kind == VKind::Object && !ctx->source && is_record_function(ctx->obj)) {
+    // Made in the trace: nothing outside saw it. Its range is not recorded; __enter__ returns the object.
+    t.pop();
+    ValuePtr exit = Value::object(py::reinterpret_borrow<py::object>(grad_exit_callable(kNoopExit)));
+    exit->grad_exit = kNoopExit;
+    t.push(exit);
+    t.push(ctx);
+    return;
+  }
   int target = ctx->kind == VKind::Object ? grad_context_target(ctx->obj) : -1;
-  if (target < 0) t.unsupported("`with` on " + ctx->describe() + " (only torch.no_grad/enable_grad are traced)");
+  if (target < 0)
+    t.unsupported("`with` on " + ctx->describe() + " (only torch.no_grad/enable_grad and profiler record_function are traced)");
   t.pop();
   ValuePtr exit = Value::object(ctx->obj.attr("__exit__"));
   exit->grad_exit = guards::grad_mode_enabled() ? 1 : 0;
@@ -33,13 +49,14 @@ void before_with(Tracer& t, const Instruction&) {
 }
 
 // __exit__ of a `with torch.no_grad()/enable_grad()` block continued after a graph break: sets grad mode to
-// its `self` (Py_True / Py_False) and returns None, so an exception propagates. Borrowed arguments.
+// its `self` (Py_True / Py_False; Py_None: a record_function block, nothing) and returns None, so an exception
+// propagates. Borrowed arguments.
 PyObject* grad_exit(PyObject* self, PyObject* const*, Py_ssize_t nargs) {
   if (nargs != 3) {
     PyErr_SetString(PyExc_TypeError, "__exit__ takes 3 arguments");
     return nullptr;
   }
-  guards::set_grad_mode_enabled(self == Py_True);
+  if (self != Py_None) guards::set_grad_mode_enabled(self == Py_True);
   Py_RETURN_NONE;
 }
 
@@ -48,18 +65,29 @@ PyMethodDef grad_exit_def = {"_cdynamo_grad_exit", reinterpret_cast<PyCFunction>
 
 }  // namespace
 
-py::handle grad_exit_callable(bool enabled) {
-  static PyObject* fns[2] = {nullptr, nullptr};  // new references kept for the process lifetime
-  PyObject*& f = fns[enabled ? 1 : 0];
-  if (!f) f = PyCFunction_New(&grad_exit_def, enabled ? Py_True : Py_False);
+py::handle grad_exit_callable(int mode) {
+  static PyObject* fns[3] = {nullptr, nullptr, nullptr};  // new references kept for the process lifetime
+  PyObject*& f = fns[mode];
+  if (!f) f = PyCFunction_New(&grad_exit_def, mode == kNoopExit ? Py_None : mode == 1 ? Py_True : Py_False);
   if (!f) throw py::error_already_set();
   return f;
 }
 
 int grad_exit_mode(py::handle obj) {
-  for (int mode = 0; mode < 2; ++mode)
-    if (obj.ptr() == grad_exit_callable(mode == 1).ptr()) return mode;
+  for (int mode = 0; mode <= kNoopExit; ++mode)
+    if (obj.ptr() == grad_exit_callable(mode).ptr()) return mode;
   return -1;
+}
+
+bool is_record_function_class(py::handle fn) {
+  static PyObject* cls = [] {
+    try {
+      return py::object(py::module_::import("torch.autograd.profiler").attr("record_function")).release().ptr();  // owned
+    } catch (py::error_already_set&) {
+      return static_cast<PyObject*>(nullptr);
+    }
+  }();
+  return cls && fn.ptr() == cls;
 }
 
 // The context objects themselves are created at trace time (their constructors have no effects).

@@ -90,7 +90,7 @@ struct Value {
   std::vector<ValuePtr> items;      // Tuple / List / Dict values
   ValuePtr self;                    // Method
   std::string name;                 // Method name
-  int grad_exit = -1;
+  int grad_exit = -1;               // Object: the __exit__ of a traced `with` block (grad mode 0/1 to restore, or kNoopExit)
   size_t pos = 0;                   // Iter: next item
   std::vector<py::object> keys;     // Dict: hashable constant keys, parallel to `items`
   int cell_slot = -1;               // LOAD_CLOSURE result: the cell of this local slot of the traced frame
