@@ -109,7 +109,10 @@ namespace {
 PyObject* decorate_context_code() {
   static PyObject* code = [] {
     try {
-      py::object wrapped = PyRefs::get().torch.attr("no_grad")()(py::module_::import("builtins").attr("eval")("lambda: None"));
+      // eval with its own globals: without them it reads the calling Python frame's locals (PyEval_GetLocals),
+      // which on 3.11/3.12 leaves a snapshot dict of the user's frame holding its objects until that frame ends.
+      py::object wrapped = PyRefs::get().torch.attr("no_grad")()(
+          py::module_::import("builtins").attr("eval")("lambda: None", py::dict()));
       return py::object(wrapped.attr("__code__")).release().ptr();
     } catch (py::error_already_set&) {
       return static_cast<PyObject*>(nullptr);
