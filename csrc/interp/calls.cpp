@@ -249,15 +249,18 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
   if (fn->kind == VKind::Object)
     if (ValuePtr r = autograd_function_apply(fn, args, kwargs)) return r;
   if (is_grad_context_class(f) && args.empty() && kwargs.empty()) return Value::object(f());
-  if (is_record_function_class(f)) {  // record_function(name, args=None): stores its arguments, nothing else
-    std::vector<py::object> real;
-    for (const auto& a : args) {
-      if (!a->is_const() || !(a->obj.is_none() || PyUnicode_Check(a->obj.ptr())))
-        unsupported("profiler record_function with a non-constant name");
-      real.push_back(a->obj);
+  if (is_noop_context_class(f)) {  // record_function(name, args=None), nullcontext(enter_result=None)
+    py::tuple real(args.size());
+    py::dict kw;
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (!args[i]->is_const()) unsupported(callable_name(f) + "() with " + args[i]->describe());
+      real[i] = args[i]->obj;
     }
-    if (!kwargs.empty() || real.empty() || real.size() > 2) unsupported("profiler record_function with keyword arguments");
-    return Value::object(real.size() == 1 ? f(real[0]) : f(real[0], real[1]));
+    for (const auto& kv : kwargs) {
+      if (!kv.second->is_const()) unsupported(callable_name(f) + "() with " + kv.second->describe());
+      kw[py::str(kv.first)] = kv.second->obj;
+    }
+    return Value::object(f(*real, **kw));
   }
   if (inline_depth_ > 0 && kwargs.empty() && is_builtin_exception_class(f) && pc + 1 < bc.insts.size() &&
       bc.insts[pc + 1]->opcode == bytecode::opcode_by_name("RAISE_VARARGS") && bc.insts[pc + 1]->arg == 1)

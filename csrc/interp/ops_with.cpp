@@ -1,6 +1,7 @@
 // ops_with.cpp — owns `with` blocks the graph can hold: torch.no_grad() / torch.enable_grad() (BEFORE_WITH,
-// the context objects' construction, the grad-mode switches recorded in the graph), profiler record_function
-// blocks (ignored, as torch._dynamo ignores them), and functions decorated with @torch.no_grad() / @torch.enable_grad().
+// the context objects' construction, the grad-mode switches recorded in the graph), contextlib.nullcontext and
+// profiler record_function blocks (no-ops; torch._dynamo ignores the profiler range too), and functions decorated
+// with @torch.no_grad() / @torch.enable_grad().
 #include "bytecode/bytecode.h"
 #include "guards/tensor_match.h"
 #include "interp/tracer.h"
@@ -20,26 +21,31 @@ int grad_context_target(py::handle obj) {
   return -1;
 }
 
-// torch.autograd.profiler.record_function (also torch.profiler.record_function): a profiler range that
-// torch._dynamo leaves out of compiled code (its ProfilerContextVariable); its constructor only stores the name.
-bool is_record_function(py::handle obj) {
-  return is_record_function_class(reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr())));
+// A `with` on an object of a no-op context class made in the trace (is_noop_context_class): what its
+// __enter__ returns (record_function: the object; nullcontext: its enter_result), or nullptr for other values.
+ValuePtr noop_context_enter(const ValuePtr& ctx) {
+  if (ctx->kind != VKind::Object || ctx->source) return nullptr;
+  py::handle type = reinterpret_cast<PyObject*>(Py_TYPE(ctx->obj.ptr()));
+  if (!is_noop_context_class(type)) return nullptr;
+  if (py::hasattr(ctx->obj, "enter_result")) return Value::constant(ctx->obj.attr("enter_result"));
+  return ctx;
 }
 
 void before_with(Tracer& t, const Instruction&) {
   ValuePtr ctx = t.peek(1);
-  if (ctx->kind == VKind::Object && !ctx->source && is_record_function(ctx->obj)) {
-    // Made in the trace: nothing outside saw it. Its range is not recorded; __enter__ returns the object.
+  if (ValuePtr entered = noop_context_enter(ctx)) {
+    // Made in the trace: nothing outside saw it. A profiler range is not recorded (as torch._dynamo).
     t.pop();
     ValuePtr exit = Value::object(py::reinterpret_borrow<py::object>(grad_exit_callable(kNoopExit)));
     exit->grad_exit = kNoopExit;
     t.push(exit);
-    t.push(ctx);
+    t.push(entered);
     return;
   }
   int target = ctx->kind == VKind::Object ? grad_context_target(ctx->obj) : -1;
   if (target < 0)
-    t.unsupported("`with` on " + ctx->describe() + " (only torch.no_grad/enable_grad and profiler record_function are traced)");
+    t.unsupported("`with` on " + ctx->describe() +
+                  " (only torch.no_grad/enable_grad, contextlib.nullcontext and profiler record_function are traced)");
   t.pop();
   ValuePtr exit = Value::object(ctx->obj.attr("__exit__"));
   exit->grad_exit = guards::grad_mode_enabled() ? 1 : 0;
@@ -79,15 +85,17 @@ int grad_exit_mode(py::handle obj) {
   return -1;
 }
 
-bool is_record_function_class(py::handle fn) {
-  static PyObject* cls = [] {
+bool is_noop_context_class(py::handle fn) {
+  auto load = [](const char* mod, const char* name) {
     try {
-      return py::object(py::module_::import("torch.autograd.profiler").attr("record_function")).release().ptr();  // owned
+      return py::object(py::module_::import(mod).attr(name)).release().ptr();  // owned for the process lifetime
     } catch (py::error_already_set&) {
       return static_cast<PyObject*>(nullptr);
     }
-  }();
-  return cls && fn.ptr() == cls;
+  };
+  static PyObject* record_function = load("torch.autograd.profiler", "record_function");
+  static PyObject* nullcontext = load("contextlib", "nullcontext");
+  return fn.ptr() && (fn.ptr() == record_function || fn.ptr() == nullcontext);
 }
 
 // The context objects themselves are created at trace time (their constructors have no effects).

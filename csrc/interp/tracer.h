@@ -93,8 +93,10 @@ bool set_kwarg(std::vector<std::pair<std::string, ValuePtr>>& kwargs, const std:
 bool is_namedtuple_class(py::handle cls);
 // True for torch.no_grad / torch.enable_grad (classes whose `with` blocks are traced; ops_with.cpp).
 bool is_grad_context_class(py::handle fn);
-// torch.autograd.profiler.record_function (torch.profiler's too): made at trace time, its `with` not recorded.
-bool is_record_function_class(py::handle fn);
+// Context classes whose `with` the trace treats as a no-op: torch.autograd.profiler.record_function
+// (torch.profiler's too; the range is not recorded, as torch._dynamo) and contextlib.nullcontext. Their objects
+// are made at trace time from constant arguments (the constructors only store them).
+bool is_noop_context_class(py::handle fn);
 // True for a Python function marked by cdynamo.assume_constant_result / torch._dynamo.assume_constant_result
 // (assume_constant.cpp).
 bool marked_constant_result(py::handle f);

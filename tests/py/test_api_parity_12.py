@@ -555,3 +555,21 @@ def test_record_function_named_by_an_argument():
     fn, cnt = compiled(f)
     torch.testing.assert_close(fn(torch.ones(2), "n"), torch.ones(2) + 1)
     assert cnt.frame_count == 1
+
+
+def _null_contexts(x, on):
+    import contextlib
+    with contextlib.nullcontext():
+        y = x.sin()
+    with (torch.no_grad() if on else contextlib.nullcontext(7)) as v:
+        z = y * (2 if v is None else v)
+    return z
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_nullcontext_blocks_are_traced_like_dynamo(on):
+    # transformers' maybe_autocast() returns nullcontext() (5.17's rotary embeddings: llama-family models 4 -> 1 graph)
+    x = torch.randn(3)
+    fn, cnt = compiled(_null_contexts)
+    torch.testing.assert_close(fn(x, on), _null_contexts(x, on))
+    assert cnt.frame_count == dynamo_graphs(_null_contexts, x, on) == 1
