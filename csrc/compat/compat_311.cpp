@@ -12,10 +12,6 @@
 
 namespace cdynamo::compat {
 
-const int kFastLocal = CO_FAST_LOCAL;
-const int kFastCell = CO_FAST_CELL;
-const int kFastFree = CO_FAST_FREE;
-
 EvalFrameFn set_eval_frame(EvalFrameFn fn) {
   PyThreadState* tstate = PyThreadState_GET();
   _PyFrameEvalFunction prev = _PyInterpreterState_GetEvalFrameFunc(tstate->interp);
@@ -58,50 +54,6 @@ PyObject* type_dict_item(PyTypeObject* type, const char* name) {
   PyObject* v = PyDict_GetItemString(type->tp_dict, name);  // borrowed; suppresses errors
   return v;
 }
-
-int code_nlocalsplus(PyCodeObject* code) { return code->co_nlocalsplus; }
-PyObject* code_localsplus_name(PyCodeObject* code, int i) {
-  return PyTuple_GET_ITEM(code->co_localsplusnames, i);  // borrowed
-}
-int code_localsplus_kind(PyCodeObject* code, int i) {
-  return static_cast<unsigned char>(PyBytes_AS_STRING(code->co_localspluskinds)[i]);
-}
-int code_extra_index(void (*free_fn)(void*)) { return static_cast<int>(_PyEval_RequestCodeExtraIndex(free_fn)); }
-
-void* code_get_extra(PyCodeObject* code, int index) {
-  void* p = nullptr;
-  if (_PyCode_GetExtra(reinterpret_cast<PyObject*>(code), index, &p) < 0) {
-    PyErr_Clear();
-    return nullptr;
-  }
-  return p;
-}
-
-bool code_set_extra(PyCodeObject* code, int index, void* value) {
-  if (_PyCode_SetExtra(reinterpret_cast<PyObject*>(code), index, value) < 0) {
-    PyErr_Clear();
-    return false;
-  }
-  return true;
-}
-
-int code_total_args(PyCodeObject* code) {
-  int n = code->co_argcount + code->co_kwonlyargcount;
-  if (code->co_flags & CO_VARARGS) n++;
-  if (code->co_flags & CO_VARKEYWORDS) n++;
-  return n;
-}
-
-// Borrowed from PyWeakref_GetObject (Py_None once dead), returned as a new reference.
-PyObject* weakref_get(PyObject* ref) {
-  PyObject* obj = PyWeakref_GetObject(ref);  // borrowed
-  if (!obj) {
-    PyErr_Clear();
-    return nullptr;
-  }
-  return obj == Py_None ? nullptr : Py_NewRef(obj);
-}
-bool weakref_dead(PyObject* ref) { return PyWeakref_GET_OBJECT(ref) == Py_None; }
 
 }  // namespace cdynamo::compat
 

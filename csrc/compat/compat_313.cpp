@@ -15,10 +15,6 @@
 
 namespace cdynamo::compat {
 
-const int kFastLocal = CO_FAST_LOCAL;
-const int kFastCell = CO_FAST_CELL;
-const int kFastFree = CO_FAST_FREE;
-
 EvalFrameFn set_eval_frame(EvalFrameFn fn) {
   PyThreadState* tstate = PyThreadState_GET();
   _PyFrameEvalFunction prev = _PyInterpreterState_GetEvalFrameFunc(tstate->interp);
@@ -77,53 +73,6 @@ PyObject* type_dict_item(PyTypeObject* type, const char* name) {
   PyObject* v = PyDict_GetItemString(dict, name);  // borrowed, owned by the type's dict; suppresses errors
   Py_DECREF(dict);  // the type still holds it
   return v;
-}
-
-int code_nlocalsplus(PyCodeObject* code) { return code->co_nlocalsplus; }
-PyObject* code_localsplus_name(PyCodeObject* code, int i) {
-  return PyTuple_GET_ITEM(code->co_localsplusnames, i);  // borrowed
-}
-int code_localsplus_kind(PyCodeObject* code, int i) {
-  return static_cast<unsigned char>(PyBytes_AS_STRING(code->co_localspluskinds)[i]);
-}
-int code_extra_index(void (*free_fn)(void*)) { return static_cast<int>(PyUnstable_Eval_RequestCodeExtraIndex(free_fn)); }
-
-void* code_get_extra(PyCodeObject* code, int index) {
-  void* p = nullptr;
-  if (PyUnstable_Code_GetExtra(reinterpret_cast<PyObject*>(code), index, &p) < 0) {
-    PyErr_Clear();
-    return nullptr;
-  }
-  return p;
-}
-
-bool code_set_extra(PyCodeObject* code, int index, void* value) {
-  if (PyUnstable_Code_SetExtra(reinterpret_cast<PyObject*>(code), index, value) < 0) {
-    PyErr_Clear();
-    return false;
-  }
-  return true;
-}
-
-int code_total_args(PyCodeObject* code) {
-  int n = code->co_argcount + code->co_kwonlyargcount;
-  if (code->co_flags & CO_VARARGS) n++;
-  if (code->co_flags & CO_VARKEYWORDS) n++;
-  return n;
-}
-
-PyObject* weakref_get(PyObject* ref) {
-  PyObject* obj = nullptr;
-  if (PyWeakref_GetRef(ref, &obj) < 0) {  // obj: a new reference, or NULL once dead
-    PyErr_Clear();
-    return nullptr;
-  }
-  return obj;
-}
-bool weakref_dead(PyObject* ref) {
-  PyObject* obj = weakref_get(ref);  // new reference or nullptr
-  Py_XDECREF(obj);
-  return obj == nullptr;
 }
 
 }  // namespace cdynamo::compat
