@@ -8,6 +8,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import common as C  # noqa: E402
+import bench_aliased_inputs  # noqa: E402
 import bench_call_overhead  # noqa: E402
 import bench_first_call  # noqa: E402
 import bench_gpu  # noqa: E402
@@ -19,7 +20,8 @@ import bench_timm_zoo  # noqa: E402
 
 BENCHES = {"first_call": bench_first_call, "call_overhead": bench_call_overhead,
            "graph_breaks": bench_graph_breaks, "modules": bench_modules, "hf_zoo": bench_hf_zoo,
-           "timm_zoo": bench_timm_zoo, "optim": bench_optim, "gpu": bench_gpu}
+           "timm_zoo": bench_timm_zoo, "optim": bench_optim, "aliased_inputs": bench_aliased_inputs,
+           "gpu": bench_gpu}
 
 
 def main():
