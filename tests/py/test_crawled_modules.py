@@ -296,7 +296,7 @@ class LegacyLoss(nn.Module):
 class DeviceAware(nn.Module):
     def forward(self, x):
         x = x * 2
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+        device = "cuda" if torch.cuda.is_available() and x.is_cuda else "cpu"  # CPU inputs on a CUDA machine too
         return x + torch.ones(x.shape, device=device)
 
 
