@@ -19,23 +19,24 @@ bool has_items(const ValuePtr& v) {
 }
 
 // A function made in the trace (MAKE_FUNCTION): rebuilt from its code with new cells holding the cells' values.
-// (Other values made in the trace share the flag: partials, super() lookups; they are not functions.)
+// (Other values made in the trace share the flag: partials, super() slots; they are not functions.)
 bool made_function(const ValuePtr& v) {
   return v->kind == VKind::Object && v->made_in_trace && PyFunction_Check(v->obj.ptr());
 }
 
 // functools.partial(func, *args, **keywords) called in the trace: rebuilt by calling functools.partial again
-// (self: func, items: args, keys / closure: keyword names / values).
-bool made_partial(const ValuePtr& v) { return v->kind == VKind::Object && v->made_in_trace && v->name == "<partial>"; }
+// (interp::PartialOf: func, args, keyword names / values).
+bool made_partial(const ValuePtr& v) { return v->made_in_trace && v->partial(); }
 
 // The values `v` holds that are rebuilt with it: items, a closure's cells, a cell's content, a partial's parts.
 std::vector<ValuePtr> held(const ValuePtr& v) {
   if (has_items(v)) return v->items;
   if (made_function(v)) return v->closure;
   if (made_partial(v)) {
-    std::vector<ValuePtr> out{v->self};
-    out.insert(out.end(), v->items.begin(), v->items.end());
-    out.insert(out.end(), v->closure.begin(), v->closure.end());
+    const interp::PartialOf& p = *v->partial();
+    std::vector<ValuePtr> out{p.fn};
+    out.insert(out.end(), p.args.begin(), p.args.end());
+    out.insert(out.end(), p.kw_values.begin(), p.kw_values.end());
     return out;
   }
   if (v->kind == VKind::Cell && v->self) return {v->self};
@@ -57,7 +58,7 @@ bool has_identity(const ValuePtr& v) {
 // The receiver a bound method value carries (a tensor method, or a method of an object the trace made):
 // rebuilt with it, so it is part of what the rebuilt state shares.
 bool bound_receiver(const ValuePtr& v) {
-  return (v->kind == VKind::Method || v->kind == VKind::Object) && v->self != nullptr && !made_partial(v);
+  return v->receiver() != nullptr;
 }
 
 void collect(const ValuePtr& v, std::vector<graph::Node*>& out, std::unordered_set<graph::Node*>& seen) {
@@ -67,7 +68,7 @@ void collect(const ValuePtr& v, std::vector<graph::Node*>& out, std::unordered_s
     if (from_frame(v)) return;  // rebuilt from its source
     for (const auto& i : held(v)) collect(i, out, seen);
   } else if (bound_receiver(v)) {
-    collect(v->self, out, seen);
+    collect(v->receiver(), out, seen);
   }
 }
 
@@ -271,7 +272,9 @@ bool reads_locals(const ValuePtr& v, std::unordered_set<const interp::Value*>& s
           if (reads_locals(c, seen)) return true;
         return false;
       }
-      return v->self ? reads_locals(v->self, seen) : rooted_in_locals(v->source);
+      if (ValuePtr r = v->receiver()) return reads_locals(r, seen);
+      if (const interp::PartialOf* p = v->partial()) return reads_locals(p->fn, seen);  // one of the frame's
+      return rooted_in_locals(v->source);
     case VKind::Tuple:
       if (v->source) return rooted_in_locals(v->source);
       break;
@@ -321,7 +324,7 @@ void count_lists(const ValuePtr& v, std::unordered_map<const interp::Value*, int
                  std::vector<const interp::Value*>& order) {
   if (!v) return;
   if (bound_receiver(v)) {
-    count_lists(v->self, n, order);
+    count_lists(v->receiver(), n, order);
     return;
   }
   if (!holds_values(v) || from_frame(v)) return;
@@ -350,7 +353,7 @@ void Rebuilder::share(const std::vector<ValuePtr>& roots) {
         if (!w) continue;
         if (w.get() == *it) found = w;
         else if (bound_receiver(w))
-          work.push_back(w->self);
+          work.push_back(w->receiver());
         else
           for (const auto& i : held(w)) work.push_back(i);
       }
@@ -469,16 +472,17 @@ void Rebuilder::push(const ValuePtr& v, int above) {
         return;
       }
       if (made_partial(v)) {  // functools.partial(func, *args, keyword=value, ...)
+        const interp::PartialOf& p = *v->partial();
         e_.load_callable(interp::PyRefs::get().functools_partial);
-        push(v->self, above + 2);
-        for (size_t i = 0; i < v->items.size(); ++i) push(v->items[i], above + 3 + static_cast<int>(i));
-        py::tuple names(v->keys.size());
-        for (size_t i = 0; i < v->keys.size(); ++i) {
-          names[i] = v->keys[i];
-          push(v->closure[i], above + 3 + static_cast<int>(v->items.size() + i));
+        push(p.fn, above + 2);
+        for (size_t i = 0; i < p.args.size(); ++i) push(p.args[i], above + 3 + static_cast<int>(i));
+        py::tuple names(p.kw_names.size());
+        for (size_t i = 0; i < p.kw_names.size(); ++i) {
+          names[i] = p.kw_names[i];
+          push(p.kw_values[i], above + 3 + static_cast<int>(p.args.size() + i));
         }
-        const int n = static_cast<int>(1 + v->items.size() + v->keys.size());
-        e_.call(n, v->keys.empty() ? -1 : e_.const_index(names));
+        const int n = static_cast<int>(1 + p.args.size() + p.kw_names.size());
+        e_.call(n, p.kw_names.empty() ? -1 : e_.const_index(names));
         return;
       }
       if (made_function(v)) {  // _make_function(template, (cells...))
@@ -490,8 +494,8 @@ void Rebuilder::push(const ValuePtr& v, int above) {
         e_.call(2);
         return;
       }
-      if (!v->name.empty() && v->name[0] == '<')  // super(), functools.partial, ... modelled by the trace
-        throw interp::Unsupported("a " + v->name + " value cannot be rebuilt at a graph break yet");
+      if (v->is_modelled())  // super(), functools.partial, ... modelled by the trace
+        throw interp::Unsupported("a " + v->modelled_name() + " value cannot be rebuilt at a graph break yet");
       if (v->self) {  // a bound method: its receiver, then the attribute again
         push(v->self, above);
         e_.load_attr(v->name);

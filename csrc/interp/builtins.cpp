@@ -370,21 +370,17 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
     if (!cls || !self || cls->kind != VKind::Object || !PyType_Check(cls->obj.ptr()) ||
         !(fresh || (self->kind == VKind::Object && self->source)))
       unsupported("super() outside a method of an object with a source");
-    ValuePtr out = Value::object(fresh ? py::none() : refs.builtins.attr("super")(cls->obj, self->obj));
-    out->self = self;
-    out->closure = {cls};
-    out->name = "<super>";
-    return out;
+    return Value::super_value(fresh ? py::none() : refs.builtins.attr("super")(cls->obj, self->obj), cls, self);
   }
   if (f.is(refs.functools_partial) && !args.empty()) {
-    ValuePtr p = Value::object(py::reinterpret_borrow<py::object>(f));
-    p->name = "<partial>";
-    p->self = args[0];
-    p->items.assign(args.begin() + 1, args.end());
+    PartialOf parts;
+    parts.fn = args[0];
+    parts.args.assign(args.begin() + 1, args.end());
     for (auto& kv : kwargs) {
-      p->keys.push_back(py::str(kv.first));
-      p->closure.push_back(kv.second);
+      parts.kw_names.push_back(py::str(kv.first));
+      parts.kw_values.push_back(kv.second);
     }
+    ValuePtr p = Value::partial_of(py::reinterpret_borrow<py::object>(f), std::move(parts));
     p->made_in_trace = true;  // rebuilt at a graph break by calling functools.partial again (codegen/rebuild.cpp)
     return p;
   }
@@ -393,8 +389,8 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
 
 ValuePtr Tracer::super_attr(const ValuePtr& sup, const std::string& name) {
   // The attribute found after `cls` in type(self).__mro__, guarded through that class.
-  const ValuePtr& self = sup->self;
-  py::object cls = sup->closure[0]->obj;
+  const ValuePtr& self = sup->super_of()->obj;
+  py::object cls = sup->super_of()->cls->obj;
   bool fresh = self->kind == VKind::Instance;  // an object made in the trace: its class value has the source
   py::object self_type = fresh ? self->self->obj
                                : py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(self->obj.ptr())));
@@ -407,33 +403,26 @@ ValuePtr Tracer::super_attr(const ValuePtr& sup, const std::string& name) {
     PyObject* d = compat::type_dict_item(reinterpret_cast<PyTypeObject*>(mro[k].ptr()), name.c_str());
     if (!d) continue;  // borrowed
     if (mro[k].ptr() == reinterpret_cast<PyObject*>(&PyBaseObject_Type) && name == "__init__") {
-      ValuePtr noop = Value::constant(py::none());  // object.__init__(self): nothing to do
-      noop->name = "<noop>";
-      return noop;
+      return Value::slot_value(py::none(), Slot::Noop, nullptr);  // object.__init__(self): nothing to do
     }
     if (!PyFunction_Check(d)) {
       // object.__getattribute__ past a class's own override (PretrainedConfig remaps names in its override).
       // object.__setattr__ past a class's own override, on an object made in the trace.
       if (name == "__setattr__" && fresh && mro[k].ptr() == reinterpret_cast<PyObject*>(&PyBaseObject_Type)) {
-        ValuePtr m = Value::object(py::reinterpret_borrow<py::object>(d));
-        m->self = self;
-        m->name = "<super_setattr>";
+        ValuePtr m = Value::slot_value(py::reinterpret_borrow<py::object>(d), Slot::SuperSetattr, self);
         m->made_in_trace = true;  // never passed back to Python (it would lose its receiver)
         return m;
       }
       if (name == "__getattribute__" && mro[k].ptr() == reinterpret_cast<PyObject*>(&PyBaseObject_Type)) {
-        ValuePtr m = Value::object(py::reinterpret_borrow<py::object>(d));
-        m->self = self;
-        m->name = "<super_getattribute>";
+        ValuePtr m = Value::slot_value(py::reinterpret_borrow<py::object>(d), Slot::SuperGetattribute, self);
         m->made_in_trace = true;  // never passed back to Python (it would lose its receiver)
         return m;
       }
       // dict's own lookups on a dict subclass that overrides them (transformers' registries).
       if (mro[k].ptr() == reinterpret_cast<PyObject*>(&PyDict_Type) &&
           (name == "get" || name == "__getitem__" || name == "__contains__")) {
-        ValuePtr m = Value::object(py::reinterpret_borrow<py::object>(d));
-        m->self = self;
-        m->name = "<super_dict_" + name + ">";
+        Slot s = name == "get" ? Slot::SuperDictGet : name == "__getitem__" ? Slot::SuperDictGetitem : Slot::SuperDictContains;
+        ValuePtr m = Value::slot_value(py::reinterpret_borrow<py::object>(d), s, self);
         m->made_in_trace = true;  // never passed back to Python (it would lose its receiver)
         return m;
       }
@@ -514,13 +503,14 @@ ValuePtr Tracer::super_dict_call(const ValuePtr& self, const std::string& op, co
 }
 
 ValuePtr Tracer::call_partial(const ValuePtr& p, std::vector<ValuePtr> args, Kwargs kwargs) {
-  std::vector<ValuePtr> all = p->items;
+  const PartialOf& parts = *p->partial();
+  std::vector<ValuePtr> all = parts.args;
   all.insert(all.end(), args.begin(), args.end());
   Kwargs kw;
-  for (size_t i = 0; i < p->keys.size(); ++i) kw.emplace_back(p->keys[i].cast<std::string>(), p->closure[i]);
+  for (size_t i = 0; i < parts.kw_names.size(); ++i) kw.emplace_back(parts.kw_names[i].cast<std::string>(), parts.kw_values[i]);
   for (auto& kv : kwargs)
     if (!set_kwarg(kw, kv.first, kv.second)) kw.push_back(kv);
-  return call(p->self, std::move(all), std::move(kw));
+  return call(parts.fn, std::move(all), std::move(kw));
 }
 
 }  // namespace cdynamo::interp

@@ -119,7 +119,7 @@ bool foldable(const ValuePtr& v) {
       PyObject* o = v->obj.ptr();
       // An exception a handler of an inlined function caught (made in the trace, of a builtin class: its
       // str/repr are pure).
-      if (!v->source && v->name == "<exception>" && PyExceptionInstance_Check(o) &&
+      if (!v->source && v->is_traced_exception() && PyExceptionInstance_Check(o) &&
           !(Py_TYPE(o)->tp_flags & Py_TPFLAGS_HEAPTYPE))
         return true;
       return PyType_Check(o) || PyFunction_Check(o) || PyCFunction_Check(o) || PyModule_Check(o);
@@ -184,7 +184,7 @@ ValuePtr Tracer::signature_of(const ValuePtr& fn, const std::vector<ValuePtr>& a
   if (f->kind != VKind::Object || !f->obj || !PyFunction_Check(f->obj.ptr()) || f->made_in_trace) return nullptr;
   py::object target = f->obj;
   if (f->self) {
-    if (f->self->kind != VKind::Object || !f->self->obj || (!f->name.empty() && f->name[0] == '<')) return nullptr;
+    if (f->self->kind != VKind::Object || !f->self->obj || f->is_modelled()) return nullptr;
     target = py::reinterpret_steal<py::object>(PyMethod_New(f->obj.ptr(), f->self->obj.ptr()));  // new
     if (!target) throw py::error_already_set();
   }
@@ -226,18 +226,29 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
     }
   }
   if (fn->kind == VKind::Method) return call_tensor_method(fn->self, fn->name, std::move(args), std::move(kwargs));
-  if (fn->kind == VKind::Object && fn->name == "<partial>") return call_partial(fn, std::move(args), std::move(kwargs));
+  if (fn->partial()) return call_partial(fn, std::move(args), std::move(kwargs));
   if (ValuePtr sig = signature_of(fn, args, kwargs)) return sig;
-  if (fn->name == "<noop>" && args.empty() && kwargs.empty()) return Value::constant(py::none());
-  if (fn->kind == VKind::Object && fn->name == "<super_getattribute>") return generic_getattr(fn->self, args, kwargs);
-  if (fn->kind == VKind::Object && fn->name == "<super_setattr>") {
-    if (args.size() != 2 || !kwargs.empty() || !args[0]->is_const() || !PyUnicode_Check(args[0]->obj.ptr()))
-      unsupported("super().__setattr__ with a non-constant name");
-    instance_setattr(fn->self, args[0]->obj.cast<std::string>(), args[1]);
-    return Value::constant(py::none());
+  if (const SlotOf* slot = fn->slot()) {
+    switch (slot->slot) {
+      case Slot::Noop:
+        if (args.empty() && kwargs.empty()) return Value::constant(py::none());
+        break;
+      case Slot::SuperGetattribute:
+        if (fn->kind == VKind::Object) return generic_getattr(slot->self, args, kwargs);
+        break;
+      case Slot::SuperSetattr:
+        if (fn->kind != VKind::Object) break;
+        if (args.size() != 2 || !kwargs.empty() || !args[0]->is_const() || !PyUnicode_Check(args[0]->obj.ptr()))
+          unsupported("super().__setattr__ with a non-constant name");
+        instance_setattr(slot->self, args[0]->obj.cast<std::string>(), args[1]);
+        return Value::constant(py::none());
+      case Slot::SuperDictGet:
+      case Slot::SuperDictGetitem:
+      case Slot::SuperDictContains:
+        if (fn->kind == VKind::Object) return super_dict_call(slot->self, slot_method_name(slot->slot), args, kwargs);
+        break;
+    }
   }
-  if (fn->kind == VKind::Object && fn->name.rfind("<super_dict_", 0) == 0)
-    return super_dict_call(fn->self, fn->name.substr(12, fn->name.size() - 13), args, kwargs);
   if (fn->grad_exit >= 0) {  // leaving `with torch.no_grad()/enable_grad()` normally: __exit__(None, None, None)
     set_grad_mode(fn->grad_exit == 1);
     return Value::constant(py::none());

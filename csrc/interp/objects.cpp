@@ -683,15 +683,15 @@ ValuePtr Tracer::call_object(const ValuePtr& fn, std::vector<ValuePtr> args,
   }
   if (fn->source && Py_TYPE(f.ptr()) == reinterpret_cast<PyTypeObject*>(PyRefs::get().functools_partial.ptr())) {
     // A functools.partial from the frame: its function, arguments and keywords read through their sources.
-    ValuePtr p = Value::object(py::reinterpret_borrow<py::object>(f));
-    p->name = "<partial>";
-    p->self = wrap(f.attr("func"), guards::Source::attr(fn->source, "func"));
+    PartialOf parts;
+    parts.fn = wrap(f.attr("func"), guards::Source::attr(fn->source, "func"));
     ValuePtr pargs = wrap(f.attr("args"), guards::Source::attr(fn->source, "args"));
     ValuePtr pkw = wrap(f.attr("keywords"), guards::Source::attr(fn->source, "keywords"));
     if (pargs->kind != VKind::Tuple || pkw->kind != VKind::Dict) unsupported("functools.partial with unusual state");
-    p->items = pargs->items;
-    p->keys = pkw->keys;
-    p->closure = pkw->items;
+    parts.args = pargs->items;
+    parts.kw_names = pkw->keys;
+    parts.kw_values = pkw->items;
+    ValuePtr p = Value::partial_of(py::reinterpret_borrow<py::object>(f), std::move(parts));
     return call_partial(p, std::move(args), std::move(kwargs));
   }
   if (fn->source && is_nn_module(f)) return call_module(fn, std::move(args), std::move(kwargs));

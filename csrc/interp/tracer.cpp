@@ -198,6 +198,12 @@ void Tracer::realize(const ValuePtr& v) {
   }
   for (const auto& item : v->items) realize(item);  // containers built in the trace hold no cycles
   if (v->self && v->self != v) realize(v->self);
+  if (const PartialOf* p = v->partial()) {  // its function and positional arguments (not its keyword values)
+    for (const auto& a : p->args) realize(a);
+    realize(p->fn);
+  }
+  if (const SuperOf* s = v->super_of()) realize(s->obj);
+  if (const SlotOf* s = v->slot()) realize(s->self);
 }
 
 namespace {
@@ -226,7 +232,7 @@ bool module_instance(PyObject* o) {
 bool inlined_callee(const ValuePtr& fn) {
   if (!fn || fn->kind != VKind::Object || !fn->obj) return false;
   PyObject* f = fn->obj.ptr();
-  if (PyFunction_Check(f)) return !fn->self || fn->name.empty() || fn->name[0] != '<';
+  if (PyFunction_Check(f)) return !fn->self || !fn->is_modelled();
   return !fn->self && module_instance(f);
 }
 
@@ -992,7 +998,7 @@ ValuePtr Tracer::pending_attr(const ValuePtr& obj, const std::string& name) {
 ValuePtr Tracer::load_attr(const ValuePtr& obj, const std::string& name) {
   // An attribute this trace assigned reads back the assigned value (the store is replayed later).
   if (ValuePtr v = pending_attr(obj, name)) return v;
-  if (obj->kind == VKind::Object && obj->name == "<super>") return super_attr(obj, name);
+  if (obj->super_of()) return super_attr(obj, name);
   if (obj->kind == VKind::Tuple && obj->obj) return namedtuple_attr(obj, name);
   if (obj->kind == VKind::Instance) return instance_attr(obj, name);
   if (obj->kind == VKind::Record) return record_attr(obj, name);

@@ -74,6 +74,66 @@ std::vector<ValuePtr> Value::view_items() const {
   return out;
 }
 
+ValuePtr Value::partial_of(py::object stand_in, PartialOf p) {
+  ValuePtr v = Value::object(std::move(stand_in));
+  v->modelled = std::move(p);
+  return v;
+}
+
+ValuePtr Value::super_value(py::object stand_in, ValuePtr cls, ValuePtr obj) {
+  ValuePtr v = Value::object(std::move(stand_in));
+  v->modelled = SuperOf{std::move(cls), std::move(obj)};
+  return v;
+}
+
+ValuePtr Value::slot_value(py::object stand_in, Slot s, ValuePtr self) {
+  ValuePtr v = s == Slot::Noop ? Value::constant(std::move(stand_in)) : Value::object(std::move(stand_in));
+  v->modelled = SlotOf{s, std::move(self)};
+  return v;
+}
+
+ValuePtr Value::traced_exception(py::object exc) {
+  ValuePtr v = Value::object(std::move(exc));
+  v->modelled = ExceptionOf{};
+  return v;
+}
+
+const char* slot_method_name(Slot s) {
+  switch (s) {
+    case Slot::Noop: return "__init__";
+    case Slot::SuperSetattr: return "__setattr__";
+    case Slot::SuperGetattribute: return "__getattribute__";
+    case Slot::SuperDictGet: return "get";
+    case Slot::SuperDictGetitem: return "__getitem__";
+    case Slot::SuperDictContains: return "__contains__";
+  }
+  return "?";
+}
+
+std::string Value::modelled_name() const {
+  if (std::holds_alternative<PartialOf>(modelled)) return "<partial>";
+  if (std::holds_alternative<SuperOf>(modelled)) return "<super>";
+  if (std::holds_alternative<ExceptionOf>(modelled)) return "<exception>";
+  if (const auto* s = std::get_if<SlotOf>(&modelled)) {
+    switch (s->slot) {
+      case Slot::Noop: return "<noop>";
+      case Slot::SuperSetattr: return "<super_setattr>";
+      case Slot::SuperGetattribute: return "<super_getattribute>";
+      default: return std::string("<super_dict_") + slot_method_name(s->slot) + ">";
+    }
+  }
+  return "";
+}
+
+ValuePtr Value::receiver() const {
+  if (kind == VKind::Method) return self;
+  if (kind != VKind::Object) return nullptr;
+  if (const auto* s = super_of()) return s->obj;
+  if (const auto* s = slot()) return s->self;
+  if (partial()) return nullptr;
+  return self;
+}
+
 ValuePtr Value::set(std::vector<py::object> elements) {
   auto v = std::make_shared<Value>();
   v->kind = VKind::Set;

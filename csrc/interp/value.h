@@ -6,6 +6,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "graph/graph.h"
@@ -80,6 +81,45 @@ struct IterWatch {
   std::vector<ValuePtr> values;   // and its values
 };
 
+// What an Object value stands for when the trace models it itself rather than through a plain Python object
+// (its `obj` is then only a stand-in: functools.partial, a super object or None, a slot wrapper, ...).
+
+// functools.partial(fn, *args, **kwargs): made in the trace (rebuilt at a graph break by calling
+// functools.partial again, codegen/rebuild.cpp), or read through the sources of a partial of the frame.
+struct PartialOf {
+  ValuePtr fn;
+  std::vector<ValuePtr> args;
+  std::vector<py::object> kw_names;  // str, parallel to kw_values
+  std::vector<ValuePtr> kw_values;
+};
+
+// super(cls, obj) in a method: attribute reads look past `cls` in type(obj).__mro__ (Tracer::super_attr).
+struct SuperOf {
+  ValuePtr cls;  // an Object value holding the class
+  ValuePtr obj;  // the receiver: an Object with a source, or an Instance made in the trace
+};
+
+// A callable found through super() that the trace runs itself (Tracer::call).
+enum class Slot : uint8_t {
+  Noop,               // object.__init__(self): does nothing (a Const None value)
+  SuperSetattr,       // object.__setattr__ past a class's own override, on an Instance made in the trace
+  SuperGetattribute,  // object.__getattribute__ past a class's own override
+  SuperDictGet,       // dict.get / dict.__getitem__ / dict.__contains__ on a dict subclass that overrides them
+  SuperDictGetitem,
+  SuperDictContains,
+};
+struct SlotOf {
+  Slot slot = Slot::Noop;
+  ValuePtr self;  // the receiver (none for Noop)
+};
+const char* slot_method_name(Slot s);  // "get", "__getitem__", "__contains__" for the SuperDict slots
+
+// The exception object a handler of an inlined function is running for (what a TracedRaise carried; made in
+// the trace, never passed back to Python).
+struct ExceptionOf {};
+
+using Modelled = std::variant<std::monostate, PartialOf, SuperOf, SlotOf, ExceptionOf>;
+
 struct Value {
   VKind kind = VKind::Const;
   SourcePtr source;                 // how to fetch it again from the frame (may be null)
@@ -104,6 +144,19 @@ struct Value {
   std::vector<ValuePtr> closure;    // made function: the captured cells' values (snapshot, see ops_functions)
   std::shared_ptr<const DictViewOf> view;  // DictView only
   std::shared_ptr<std::vector<IterWatch>> watches;  // Iter only: the dicts it reads (may be null)
+  Modelled modelled;  // Object (Const for Slot::Noop): what the trace models in place of `obj`, if anything
+
+  // The modelled payload, or nullptr when the value is not one.
+  const PartialOf* partial() const { return kind == VKind::Object ? std::get_if<PartialOf>(&modelled) : nullptr; }
+  const SuperOf* super_of() const { return kind == VKind::Object ? std::get_if<SuperOf>(&modelled) : nullptr; }
+  const SlotOf* slot() const { return std::get_if<SlotOf>(&modelled); }
+  bool is_traced_exception() const { return kind == VKind::Object && std::holds_alternative<ExceptionOf>(modelled); }
+  bool is_modelled() const { return !std::holds_alternative<std::monostate>(modelled); }
+  // Short name of what a modelled value stands for ("partial", "super", ...) for messages; "" for other values.
+  std::string modelled_name() const;
+  // The receiver a bound value carries and is rebuilt with: a Method's or bound method's `self`, a super
+  // object's obj, a slot's receiver; nullptr otherwise (a partial's function is not a receiver).
+  ValuePtr receiver() const;
 
   static ValuePtr tensor(graph::Node* n, py::object example, py::object device, SourcePtr src = nullptr);
   static ValuePtr constant(py::object o, SourcePtr src = nullptr);
@@ -117,6 +170,11 @@ struct Value {
   int find_key(py::handle key) const;
   static ValuePtr method(ValuePtr self, std::string name);
   static ValuePtr dict_view_of(ValuePtr dict, ViewPart part);
+  // Object values standing for what the trace models itself (`stand_in`: the Python object in `obj`).
+  static ValuePtr partial_of(py::object stand_in, PartialOf p);
+  static ValuePtr super_value(py::object stand_in, ValuePtr cls, ValuePtr obj);
+  static ValuePtr slot_value(py::object stand_in, Slot s, ValuePtr self);  // Noop: a Const None
+  static ValuePtr traced_exception(py::object exc);
   // DictView: the values it shows now (keys as constants, values, or (key, value) tuples), in dict order.
   std::vector<ValuePtr> view_items() const;
 
