@@ -63,7 +63,7 @@ bool bound_receiver(const ValuePtr& v) {
 
 void collect(const ValuePtr& v, std::vector<graph::Node*>& out, std::unordered_set<graph::Node*>& seen) {
   if (v->is_tensor()) {
-    if (!v->source && seen.insert(v->node).second) out.push_back(v->node);
+    if (!v->source && seen.insert(v->tensor().node).second) out.push_back(v->tensor().node);
   } else if (holds_values(v)) {
     if (from_frame(v)) return;  // rebuilt from its source
     for (const auto& i : held(v)) collect(i, out, seen);
@@ -455,7 +455,7 @@ void Rebuilder::push(const ValuePtr& v, int above) {
         e_.load_source(*v->source);
         return;
       }
-      auto it = index_.find(v->node);
+      auto it = index_.find(v->tensor().node);
       if (it == index_.end()) throw interp::Unsupported("tensor value is not a graph output");
       if (out_slot_ >= 0) e_.emit("LOAD_FAST", out_slot_);
       else e_.emit("COPY", above + 1);
@@ -467,8 +467,8 @@ void Rebuilder::push(const ValuePtr& v, int above) {
       e_.load_const(v->obj);
       return;
     case VKind::Object:
-      if (v->grad_exit >= 0) {  // a grad-mode with block's __exit__: the restorer of the mode it left
-        e_.load_const(interp::grad_exit_callable(v->grad_exit == 1));
+      if (const interp::GradExitOf* g = v->grad_exit()) {  // a grad-mode with block's __exit__: the restorer of the mode it left
+        e_.load_const(interp::grad_exit_callable(g->enabled));
         return;
       }
       if (made_partial(v)) {  // functools.partial(func, *args, keyword=value, ...)

@@ -21,9 +21,9 @@ py::object real_value(Tracer& t, const ValuePtr& v, const std::string& what) {
       t.realize(v);  // which object it is matters to the call: pinned by identity
       return v->obj;
     case VKind::Tensor:
-      if (v->node && v->node->op == graph::OpKind::Placeholder)
+      if (graph::Node* n = v->tensor().node; n && n->op == graph::OpKind::Placeholder)
         for (const auto& in : t.inputs)
-          if (in.node == v->node) return in.value;
+          if (in.node == n) return in.value;
       t.unsupported(what + " with a tensor computed by the graph (only tensors the frame holds are known while "
                     "tracing)");
     case VKind::Tuple:

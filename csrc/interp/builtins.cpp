@@ -336,7 +336,7 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
   }
   if (name == "type" && args.size() == 1 && kwargs.empty()) {
     if (PyObject* type = known_type(args[0])) return Value::object(py::reinterpret_borrow<py::object>(type));
-    if (args[0]->is_tensor() && args[0]->node && args[0]->node->op != graph::OpKind::Placeholder)
+    if (args[0]->is_tensor() && args[0]->tensor().node && args[0]->tensor().node->op != graph::OpKind::Placeholder)
       return Value::object(refs.tensor_type);  // made by a torch op: exactly torch.Tensor
     if (args[0]->kind == VKind::Object && args[0]->source)  // guarded by identity through obj.__class__
       return wrap(reinterpret_cast<PyObject*>(Py_TYPE(args[0]->obj.ptr())),
@@ -344,7 +344,7 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
     if ((args[0]->kind == VKind::Instance || args[0]->kind == VKind::Record) && args[0]->self)
       return args[0]->self;  // made in the trace: its class
     for (const auto& in : inputs)
-      if (args[0]->is_tensor() && in.node == args[0]->node)  // TENSOR_MATCH guards the exact type
+      if (args[0]->is_tensor() && in.node == args[0]->tensor().node)  // TENSOR_MATCH guards the exact type
         return Value::object(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(in.value.ptr()))));
     return nullptr;
   }

@@ -91,7 +91,7 @@ bool has_torch_function(Tracer& t, const std::string& what, const std::vector<Va
     } else if (v->is_tensor()) {
       for (const auto& in : t.inputs) {
         py::handle type = py::type::handle_of(in.value);
-        if (in.node == v->node && !type.is(refs.tensor_type) && !type.is(refs.nn_parameter))
+        if (in.node == v->tensor().node && !type.is(refs.tensor_type) && !type.is(refs.nn_parameter))
           t.unsupported(what + " on a tensor subclass");
       }
     } else if (v->kind == VKind::Object) {
@@ -249,8 +249,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
         break;
     }
   }
-  if (fn->grad_exit >= 0) {  // leaving `with torch.no_grad()/enable_grad()` normally: __exit__(None, None, None)
-    set_grad_mode(fn->grad_exit == 1);
+  if (const GradExitOf* g = fn->grad_exit()) {  // leaving `with torch.no_grad()/enable_grad()` normally
+    set_grad_mode(g->enabled);
     return Value::constant(py::none());
   }
   if (fn->kind != VKind::Object && fn->kind != VKind::Const) unsupported("call to " + fn->describe());
@@ -394,7 +394,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
           if (kwargs.empty()) return apply_operator(PyRefs::get().operator_mod.attr(name.c_str()), std::move(args));
         }
         if (name == "len" && args.size() == 1 && args[0]->is_tensor()) {
-          py::object shape = args[0]->example.attr("shape");
+          py::object shape = args[0]->tensor().example.attr("shape");
           if (py::len(shape) == 0) unsupported("len() of a 0-d tensor");
           return Value::constant(shape[py::int_(0)]);
         }
@@ -413,11 +413,11 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
           };
           collect(args[1]);
           const ValuePtr& v = args[0];
-          PyObject* real_cls = v->node && v->node->op == graph::OpKind::Placeholder ? nullptr
-                                                                                  : PyRefs::get().tensor_type.ptr();
+          graph::Node* vnode = v->tensor().node;
+          PyObject* real_cls = vnode && vnode->op == graph::OpKind::Placeholder ? nullptr : PyRefs::get().tensor_type.ptr();
           if (!real_cls) {
             for (const auto& in : inputs)
-              if (in.node == v->node) real_cls = reinterpret_cast<PyObject*>(Py_TYPE(in.value.ptr()));
+              if (in.node == vnode) real_cls = reinterpret_cast<PyObject*>(Py_TYPE(in.value.ptr()));
           }
           if (known && real_cls) {
             bool r = false;
@@ -427,10 +427,10 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
                   py::str(meta.attr("__name__")).cast<std::string>() == "tensortype") {
                 // torch.FloatTensor and the other legacy types: an instance check on dtype, device type and
                 // layout (all guarded by the tensor's TENSOR_MATCH), answered from the example and its device.
-                r = r || (v->example.attr("dtype").equal(cls.attr("dtype")) &&
-                          v->device.attr("type").cast<std::string>() ==
+                r = r || (v->tensor().example.attr("dtype").equal(cls.attr("dtype")) &&
+                          v->tensor().device.attr("type").cast<std::string>() ==
                               (cls.attr("is_cuda").cast<bool>() ? "cuda" : "cpu") &&
-                          v->example.attr("is_sparse").cast<bool>() == cls.attr("is_sparse").cast<bool>());
+                          v->tensor().example.attr("is_sparse").cast<bool>() == cls.attr("is_sparse").cast<bool>());
                 continue;
               }
               int sub = PyObject_IsSubclass(real_cls, cls.ptr());
@@ -472,7 +472,7 @@ ValuePtr Tracer::call_torch(py::handle fn, std::vector<ValuePtr> args,
   std::vector<std::pair<std::string, graph::Arg>> gkwargs;
   py::dict mkw;
   py::object device;
-  if (const ValuePtr* ft = first_tensor(args)) device = (*ft)->device;
+  if (const ValuePtr* ft = first_tensor(args)) device = (*ft)->tensor().device;
   for (auto& kv : kwargs) {
     gkwargs.emplace_back(kv.first, to_arg(kv.second));
     if (kv.first == "device" && kv.second->is_const() && !kv.second->obj.is_none()) {
@@ -486,7 +486,7 @@ ValuePtr Tracer::call_torch(py::handle fn, std::vector<ValuePtr> args,
     if (!factory) {
       std::vector<ValuePtr> kwvals;  // torch.cat(tensors=[a, b]): a tensor in a keyword argument's list too
       for (auto& kv : kwargs) kwvals.push_back(kv.second);
-      if (const ValuePtr* ft = first_tensor(kwvals)) device = (*ft)->device;
+      if (const ValuePtr* ft = first_tensor(kwvals)) device = (*ft)->tensor().device;
     }
     if (!device) {
       // A tensor created from nothing lands on torch's default device.
@@ -518,7 +518,7 @@ ValuePtr Tracer::call_torch(py::handle fn, std::vector<ValuePtr> args,
 ValuePtr Tracer::call_tensor_method(const ValuePtr& self, const std::string& name, std::vector<ValuePtr> args,
                                     std::vector<std::pair<std::string, ValuePtr>> kwargs) {
   auto& refs = PyRefs::get();
-  py::object device = self->device;
+  py::object device = self->is_tensor() ? self->tensor().device : py::object();
   if (name == "type") return tensor_type(self, args, kwargs);
   if (ValuePtr r = optimizer_op_decomposition(self, name, args, kwargs)) return r;  // optimizer.cpp
   if (!tensor_method_allowed(name) && !tensor_method_metadata(name) && name != "cpu")
@@ -535,7 +535,7 @@ ValuePtr Tracer::call_tensor_method(const ValuePtr& self, const std::string& nam
       device = refs.torch_device(a->obj);  // device moves are recorded, not propagated on meta
       continue;
     }
-    if (name == "to" && a->is_tensor()) device = a->device;
+    if (name == "to" && a->is_tensor()) device = a->tensor().device;
     margs.append(to_example(a));
   }
   std::vector<std::pair<std::string, graph::Arg>> gkwargs;
@@ -563,7 +563,7 @@ ValuePtr Tracer::call_tensor_method(const ValuePtr& self, const std::string& nam
   if (!result) {
     py::object bound;
     try {
-      bound = self->example.attr(name.c_str());
+      bound = self->tensor().example.attr(name.c_str());
     } catch (py::error_already_set& e) {
       unsupported("Tensor." + name + ": " + std::string(e.what()));
     }
@@ -618,7 +618,7 @@ ValuePtr Tracer::apply_operator(py::handle op, std::vector<ValuePtr> args) {
   for (size_t i = 0; i < args.size(); ++i) {
     gargs.push_back(to_arg(args[i]));
     margs[i] = to_example(args[i]);
-    if (!device && args[i]->is_tensor()) device = args[i]->device;
+    if (!device && args[i]->is_tensor()) device = args[i]->tensor().device;
   }
   // In-place operators (iadd, imul, ...) mutate their example and are never memoized.
   std::optional<MetaKey> key;

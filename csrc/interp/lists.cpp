@@ -16,7 +16,7 @@ using Kwargs = std::vector<std::pair<std::string, ValuePtr>>;
 // ==), 0 if not; Unsupported when that needs a tensor's data or a user object's __eq__.
 bool equal_items(Tracer& t, const ValuePtr& a, const ValuePtr& b) {
   if (a == b) return true;
-  if (a->is_tensor() && b->is_tensor() && a->node == b->node) return true;
+  if (a->is_tensor() && b->is_tensor() && a->tensor().node == b->tensor().node) return true;
   if (a->is_constant_like() && b->is_constant_like()) {
     int r = PyObject_RichCompareBool(a->as_python().ptr(), b->as_python().ptr(), Py_EQ);
     if (r < 0) throw py::error_already_set();

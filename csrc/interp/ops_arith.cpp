@@ -169,7 +169,7 @@ bool same_identity(const ValuePtr& a, const ValuePtr& b, bool* known) {
   auto fresh = [](const ValuePtr& v) { return v->kind == VKind::Instance || v->kind == VKind::Record; };
   if ((fresh(a) && (b_obj || fresh(b) || b->is_tensor())) || (fresh(b) && (a_obj || a->is_tensor()))) return false;
   if (a->is_tensor() && b->is_tensor()) {
-    if (a->node == b->node) return true;
+    if (a->tensor().node == b->tensor().node) return true;
   }
   *known = false;
   return false;
@@ -258,7 +258,7 @@ void contains_op(Tracer& t, const Instruction& i) {
     // Identity first, then ==, as Python's sequence `in` does; a tensor's == would need its data.
     bool in = false;
     for (const auto& x : container->items) {
-      if (x == item || (x->is_tensor() && item->is_tensor() && x->node == item->node)) {
+      if (x == item || (x->is_tensor() && item->is_tensor() && x->tensor().node == item->tensor().node)) {
         in = true;
         break;
       }

@@ -100,7 +100,6 @@ void push_closure_cell(Tracer& t, int slot) {
     box = std::make_shared<Value>();
     box->kind = VKind::Cell;
     box->self = current;  // null: an empty cell (assigned later)
-    box->cell_slot = slot;
     if (t.cell_boxes.size() < t.locals.size()) t.cell_boxes.resize(t.locals.size());
     t.cell_boxes[static_cast<size_t>(slot)] = box;
   }

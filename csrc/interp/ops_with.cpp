@@ -25,8 +25,7 @@ void before_with(Tracer& t, const Instruction&) {
   int target = ctx->kind == VKind::Object ? grad_context_target(ctx->obj) : -1;
   if (target < 0) t.unsupported("`with` on " + ctx->describe() + " (only torch.no_grad/enable_grad are traced)");
   t.pop();
-  ValuePtr exit = Value::object(ctx->obj.attr("__exit__"));
-  exit->grad_exit = guards::grad_mode_enabled() ? 1 : 0;
+  ValuePtr exit = Value::grad_exit_value(ctx->obj.attr("__exit__"), guards::grad_mode_enabled());
   t.set_grad_mode(target == 1);
   t.push(exit);
   t.push(Value::constant(py::none()));  // what __enter__ returns

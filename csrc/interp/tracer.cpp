@@ -576,7 +576,7 @@ bool Tracer::breakable(size_t index, std::string* why) const {
   for (const auto& e : bc.exception_table) {
     if (!covers(e, index)) continue;
     bool grad_with = with_cleanup(e) && e.depth >= 1 && static_cast<size_t>(e.depth) <= stack.size() &&
-                     stack[static_cast<size_t>(e.depth - 1)]->grad_exit >= 0 &&
+                     stack[static_cast<size_t>(e.depth - 1)]->grad_exit() &&
                      std::all_of(bc.exception_table.begin(), bc.exception_table.end(), with_handler);
     if (!grad_with) {
       *why = "inside a try/with block";
@@ -845,9 +845,7 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
   // The __exit__ of a grad-mode `with` block continued after a break (a process-lifetime constant).
   if (int mode = grad_exit_mode(value); mode >= 0) {
     guards.add(guards::id_match(src, v));
-    ValuePtr out = Value::object(py::reinterpret_borrow<py::object>(value), src);
-    out->grad_exit = mode;
-    return out;
+    return Value::grad_exit_value(py::reinterpret_borrow<py::object>(value), mode == 1, src);
   }
   // A plain instance of a Python class: its type now, its identity on first use (Tracer::realize), so an
   // object made anew on each call that the trace only moves (a result passed on to a continuation, a value
@@ -1059,7 +1057,7 @@ ValuePtr Tracer::load_attr(const ValuePtr& obj, const std::string& name) {
 
 graph::Arg Tracer::to_arg(const ValuePtr& v) {
   switch (v->kind) {
-    case VKind::Tensor: return graph::Arg::ref(v->node);
+    case VKind::Tensor: return graph::Arg::ref(v->tensor().node);
     case VKind::Const: return graph::Arg::constant(v->obj);
     case VKind::Tuple:
     case VKind::List: {
@@ -1074,7 +1072,7 @@ graph::Arg Tracer::to_arg(const ValuePtr& v) {
 
 py::object Tracer::to_example(const ValuePtr& v) {
   switch (v->kind) {
-    case VKind::Tensor: return v->example;
+    case VKind::Tensor: return v->tensor().example;
     case VKind::Const: return v->obj;
     case VKind::Tuple: {
       py::tuple t(v->items.size());

@@ -6,9 +6,7 @@ namespace cdynamo::interp {
 ValuePtr Value::tensor(graph::Node* n, py::object example, py::object device, SourcePtr src) {
   auto v = std::make_shared<Value>();
   v->kind = VKind::Tensor;
-  v->node = n;
-  v->example = std::move(example);
-  v->device = std::move(device);
+  v->payload = TensorOf{n, std::move(example), std::move(device)};
   v->source = std::move(src);
   return v;
 }
@@ -76,26 +74,37 @@ std::vector<ValuePtr> Value::view_items() const {
 
 ValuePtr Value::partial_of(py::object stand_in, PartialOf p) {
   ValuePtr v = Value::object(std::move(stand_in));
-  v->modelled = std::move(p);
+  v->payload = std::move(p);
   return v;
 }
 
 ValuePtr Value::super_value(py::object stand_in, ValuePtr cls, ValuePtr obj) {
   ValuePtr v = Value::object(std::move(stand_in));
-  v->modelled = SuperOf{std::move(cls), std::move(obj)};
+  v->payload = SuperOf{std::move(cls), std::move(obj)};
   return v;
 }
 
 ValuePtr Value::slot_value(py::object stand_in, Slot s, ValuePtr self) {
   ValuePtr v = s == Slot::Noop ? Value::constant(std::move(stand_in)) : Value::object(std::move(stand_in));
-  v->modelled = SlotOf{s, std::move(self)};
+  v->payload = SlotOf{s, std::move(self)};
   return v;
 }
 
 ValuePtr Value::traced_exception(py::object exc) {
   ValuePtr v = Value::object(std::move(exc));
-  v->modelled = ExceptionOf{};
+  v->payload = ExceptionOf{};
   return v;
+}
+
+ValuePtr Value::grad_exit_value(py::object exit, bool enabled, SourcePtr src) {
+  ValuePtr v = Value::object(std::move(exit), std::move(src));
+  v->payload = GradExitOf{enabled};
+  return v;
+}
+
+const TensorOf& Value::tensor() const {
+  if (const TensorOf* t = kind == VKind::Tensor ? std::get_if<TensorOf>(&payload) : nullptr) return *t;
+  throw std::logic_error("Value::tensor() on " + describe());
 }
 
 const char* slot_method_name(Slot s) {
@@ -111,10 +120,10 @@ const char* slot_method_name(Slot s) {
 }
 
 std::string Value::modelled_name() const {
-  if (std::holds_alternative<PartialOf>(modelled)) return "<partial>";
-  if (std::holds_alternative<SuperOf>(modelled)) return "<super>";
-  if (std::holds_alternative<ExceptionOf>(modelled)) return "<exception>";
-  if (const auto* s = std::get_if<SlotOf>(&modelled)) {
+  if (std::holds_alternative<PartialOf>(payload)) return "<partial>";
+  if (std::holds_alternative<SuperOf>(payload)) return "<super>";
+  if (std::holds_alternative<ExceptionOf>(payload)) return "<exception>";
+  if (const auto* s = std::get_if<SlotOf>(&payload)) {
     switch (s->slot) {
       case Slot::Noop: return "<noop>";
       case Slot::SuperSetattr: return "<super_setattr>";
@@ -266,7 +275,10 @@ std::string short_repr(py::handle o) {
 
 std::string Value::describe() const {
   switch (kind) {
-    case VKind::Tensor: return "Tensor(" + (node ? node->name : std::string("?")) + ")";
+    case VKind::Tensor: {
+      const TensorOf* t = std::get_if<TensorOf>(&payload);
+      return "Tensor(" + (t && t->node ? t->node->name : std::string("?")) + ")";
+    }
     case VKind::Const: return "const " + short_repr(obj);
     case VKind::Object: return short_repr(obj);
     case VKind::Tuple:

@@ -81,6 +81,23 @@ struct IterWatch {
   std::vector<ValuePtr> values;   // and its values
 };
 
+// Payloads: what a value of one kind holds, one struct per kind (the kinds converted so far; the others still
+// use the shared fields of Value below). Value::payload holds at most one of them, read through accessors that
+// check the kind.
+
+// A graph value (VKind::Tensor).
+struct TensorOf {
+  graph::Node* node = nullptr;  // the graph node (a placeholder for a tensor of the frame)
+  py::object example;           // its meta example value (shapes, dtype, strides)
+  py::object device;            // the torch.device it has at run time (meta examples live on "meta")
+};
+
+// The __exit__ of a `with torch.no_grad()/enable_grad()` block (an Object: a bound __exit__, or after a graph
+// break the process-lifetime restorer of grad_exit_callable): leaving the block sets grad mode to `enabled`.
+struct GradExitOf {
+  bool enabled = false;
+};
+
 // What an Object value stands for when the trace models it itself rather than through a plain Python object
 // (its `obj` is then only a stand-in: functools.partial, a super object or None, a slot wrapper, ...).
 
@@ -118,22 +135,17 @@ const char* slot_method_name(Slot s);  // "get", "__getitem__", "__contains__" f
 // the trace, never passed back to Python).
 struct ExceptionOf {};
 
-using Modelled = std::variant<std::monostate, PartialOf, SuperOf, SlotOf, ExceptionOf>;
+using Payload = std::variant<std::monostate, TensorOf, GradExitOf, PartialOf, SuperOf, SlotOf, ExceptionOf>;
 
 struct Value {
   VKind kind = VKind::Const;
   SourcePtr source;                 // how to fetch it again from the frame (may be null)
-  graph::Node* node = nullptr;      // Tensor
-  py::object example;               // Tensor: meta example value
-  py::object device;                // Tensor: torch.device it has at run time
   py::object obj;                   // Const / Object; the real list/dict/set; a namedtuple's class
   std::vector<ValuePtr> items;      // Tuple / List / Dict values
   ValuePtr self;                    // Method
   std::string name;                 // Method name
-  int grad_exit = -1;
   size_t pos = 0;                   // Iter: next item
   std::vector<py::object> keys;     // Dict: hashable constant keys, parallel to `items`
-  int cell_slot = -1;               // LOAD_CLOSURE result: the cell of this local slot of the traced frame
   bool made_in_trace = false;       // Object: a function made by MAKE_FUNCTION during the trace
   bool frozen = false;              // Dict: an Instance's `__dict__` (its dict_view); changing it in place is unsupported
   ValuePtr dict_view;               // Instance: the Dict its `__dict__` read gave, kept equal to its attributes
@@ -144,14 +156,22 @@ struct Value {
   std::vector<ValuePtr> closure;    // made function: the captured cells' values (snapshot, see ops_functions)
   std::shared_ptr<const DictViewOf> view;  // DictView only
   std::shared_ptr<std::vector<IterWatch>> watches;  // Iter only: the dicts it reads (may be null)
-  Modelled modelled;  // Object (Const for Slot::Noop): what the trace models in place of `obj`, if anything
+  Payload payload;  // TensorOf for a Tensor; for an Object (a Const for Slot::Noop) what the trace models, if anything
 
+  // A Tensor's payload; throws std::logic_error for any other kind.
+  const TensorOf& tensor() const;
+  // The __exit__ of a grad-mode with block, or nullptr.
+  const GradExitOf* grad_exit() const { return kind == VKind::Object ? std::get_if<GradExitOf>(&payload) : nullptr; }
   // The modelled payload, or nullptr when the value is not one.
-  const PartialOf* partial() const { return kind == VKind::Object ? std::get_if<PartialOf>(&modelled) : nullptr; }
-  const SuperOf* super_of() const { return kind == VKind::Object ? std::get_if<SuperOf>(&modelled) : nullptr; }
-  const SlotOf* slot() const { return std::get_if<SlotOf>(&modelled); }
-  bool is_traced_exception() const { return kind == VKind::Object && std::holds_alternative<ExceptionOf>(modelled); }
-  bool is_modelled() const { return !std::holds_alternative<std::monostate>(modelled); }
+  const PartialOf* partial() const { return kind == VKind::Object ? std::get_if<PartialOf>(&payload) : nullptr; }
+  const SuperOf* super_of() const { return kind == VKind::Object ? std::get_if<SuperOf>(&payload) : nullptr; }
+  const SlotOf* slot() const { return std::get_if<SlotOf>(&payload); }
+  bool is_traced_exception() const { return kind == VKind::Object && std::holds_alternative<ExceptionOf>(payload); }
+  // A partial, super object, slot or traced exception: a value Python has no plain object for.
+  bool is_modelled() const {
+    return std::holds_alternative<PartialOf>(payload) || std::holds_alternative<SuperOf>(payload) ||
+           std::holds_alternative<SlotOf>(payload) || std::holds_alternative<ExceptionOf>(payload);
+  }
   // Short name of what a modelled value stands for ("partial", "super", ...) for messages; "" for other values.
   std::string modelled_name() const;
   // The receiver a bound value carries and is rebuilt with: a Method's or bound method's `self`, a super
@@ -175,6 +195,7 @@ struct Value {
   static ValuePtr super_value(py::object stand_in, ValuePtr cls, ValuePtr obj);
   static ValuePtr slot_value(py::object stand_in, Slot s, ValuePtr self);  // Noop: a Const None
   static ValuePtr traced_exception(py::object exc);
+  static ValuePtr grad_exit_value(py::object exit, bool enabled, SourcePtr src = nullptr);
   // DictView: the values it shows now (keys as constants, values, or (key, value) tuples), in dict order.
   std::vector<ValuePtr> view_items() const;
 
