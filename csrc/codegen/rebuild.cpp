@@ -284,9 +284,12 @@ bool reads_locals(const ValuePtr& v, std::unordered_set<const interp::Value*>& s
     case VKind::Record:
       if (reads_locals(v->self, seen)) return true;
       break;
+    case VKind::Iter:
+      for (const auto& i : v->iter().items)
+        if (reads_locals(i, seen)) return true;
+      return false;
     case VKind::List:
     case VKind::Dict:
-    case VKind::Iter:
       break;
     case VKind::Const:
     case VKind::Null:
@@ -600,8 +603,8 @@ void Rebuilder::push(const ValuePtr& v, int above) {
     }
     case VKind::Iter: {
       // An iterator over values known at trace time: iter() of a tuple of the items not yet consumed.
-      if (v->pos != 0) throw interp::Unsupported("cannot rebuild an iterator in the middle of a loop");
-      call_on_tuple(interp::PyRefs::get().builtins.attr("iter"), v->items, above);
+      if (v->iter().pos != 0) throw interp::Unsupported("cannot rebuild an iterator in the middle of a loop");
+      call_on_tuple(interp::PyRefs::get().builtins.attr("iter"), v->iter().items, above);
       return;
     }
   }

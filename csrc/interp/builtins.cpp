@@ -11,12 +11,7 @@ namespace {
 
 using Kwargs = std::vector<std::pair<std::string, ValuePtr>>;
 
-ValuePtr iter_of(std::vector<ValuePtr> items) {
-  auto it = std::make_shared<Value>();
-  it->kind = VKind::Iter;
-  it->items = std::move(items);
-  return it;
-}
+ValuePtr iter_of(std::vector<ValuePtr> items) { return Value::iterator(std::move(items)); }
 
 ValuePtr kwarg(const Kwargs& kwargs, const char* name) {
   for (const auto& kv : kwargs)
@@ -169,14 +164,14 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
     if (!acc) acc = Value::constant(py::int_(0));
     py::object add = refs.operator_mod.attr("add");
     for (const auto& item : unpack_iterable(args[0])) acc = apply_operator(add, {acc, item});
-    if (args[0]->kind == VKind::Iter) args[0]->pos = args[0]->items.size();
+    if (args[0]->kind == VKind::Iter) args[0]->iter().pos = args[0]->iter().items.size();
     return acc;
   }
   if ((name == "any" || name == "all") && args.size() == 1 && kwargs.empty() && !foldable(args[0])) {
     // Over values known now: each item's truth value must be a constant (Python stops at the first
     // deciding item; the items were all computed already, by the trace, in order).
     std::vector<ValuePtr> items = unpack_iterable(args[0]);
-    if (args[0]->kind == VKind::Iter) args[0]->pos = args[0]->items.size();
+    if (args[0]->kind == VKind::Iter) args[0]->iter().pos = args[0]->iter().items.size();
     bool want = name == "any";
     for (const auto& item : items) {
       if (!item->is_constant_like()) unsupported(name + "() on the truth value of " + item->describe());
@@ -218,7 +213,7 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
       ((name == "min" || name == "max") && args.size() == 1 && keyed && only_kwargs(kwargs, {"key"}))) {
     // The order is decided by Python on the keys (constants); the items themselves may be anything.
     std::vector<ValuePtr> items = unpack_iterable(args[0]);
-    if (args[0]->kind == VKind::Iter) args[0]->pos = args[0]->items.size();
+    if (args[0]->kind == VKind::Iter) args[0]->iter().pos = args[0]->iter().items.size();
     ValuePtr key = kwarg(kwargs, "key");
     py::list keys;
     for (const auto& item : items) {

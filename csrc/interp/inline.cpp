@@ -212,9 +212,7 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
     run_nested();
     ValuePtr result = return_value;
     if (genexpr) {
-      result = std::make_shared<Value>();
-      result->kind = VKind::Iter;
-      result->items = std::move(yielded);
+      result = Value::iterator(std::move(yielded));
     }
     restore();
     return result;

@@ -262,10 +262,7 @@ ValuePtr Tracer::module_iteration(const ValuePtr& self, py::handle func, const s
       }
     }
   }
-  auto it = std::make_shared<Value>();
-  it->kind = VKind::Iter;
-  it->items = std::move(items);
-  return it;
+  return Value::iterator(std::move(items));
 }
 
 bool Tracer::slice_only_iterated() {

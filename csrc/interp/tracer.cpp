@@ -197,6 +197,8 @@ void Tracer::realize(const ValuePtr& v) {
     guards.add(std::move(*g));
   }
   for (const auto& item : v->items) realize(item);  // containers built in the trace hold no cycles
+  if (v->kind == VKind::Iter)
+    for (const auto& item : v->iter().items) realize(item);
   if (v->self && v->self != v) realize(v->self);
   if (const PartialOf* p = v->partial()) {  // its function and positional arguments (not its keyword values)
     for (const auto& a : p->args) realize(a);

@@ -41,6 +41,13 @@ ValuePtr Value::list(std::vector<ValuePtr> items) {
   return v;
 }
 
+ValuePtr Value::iterator(std::vector<ValuePtr> items) {
+  auto v = std::make_shared<Value>();
+  v->kind = VKind::Iter;
+  v->payload = IterOf{std::move(items), 0, {}};
+  return v;
+}
+
 ValuePtr Value::dict(std::vector<py::object> keys, std::vector<ValuePtr> values) {
   auto v = std::make_shared<Value>();
   v->kind = VKind::Dict;
@@ -106,6 +113,13 @@ const TensorOf& Value::tensor() const {
   if (const TensorOf* t = kind == VKind::Tensor ? std::get_if<TensorOf>(&payload) : nullptr) return *t;
   throw std::logic_error("Value::tensor() on " + describe());
 }
+
+IterOf& Value::iter() {
+  if (IterOf* it = kind == VKind::Iter ? std::get_if<IterOf>(&payload) : nullptr) return *it;
+  throw std::logic_error("Value::iter() on " + describe());
+}
+
+const IterOf& Value::iter() const { return const_cast<Value*>(this)->iter(); }
 
 const char* slot_method_name(Slot s) {
   switch (s) {
@@ -287,7 +301,10 @@ std::string Value::describe() const {
     case VKind::List: return "list of " + std::to_string(items.size());
     case VKind::Null: return "NULL";
     case VKind::Method: return "method " + self->describe() + "." + name;
-    case VKind::Iter: return "iterator over " + std::to_string(items.size()) + " values";
+    case VKind::Iter: {
+      const IterOf* it = std::get_if<IterOf>(&payload);
+      return "iterator over " + std::to_string(it ? it->items.size() : 0) + " values";
+    }
     case VKind::Dict: return "dict of " + std::to_string(items.size());
     case VKind::Set: return "set of " + std::to_string(keys.size());
     case VKind::DictView:

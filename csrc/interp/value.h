@@ -36,14 +36,14 @@ struct TracedRaise : Unsupported {
 };
 
 enum class VKind {
-  Tensor,  // a graph value: node + meta example value + real device
+  Tensor,  // a graph value (TensorOf: node + meta example value + real device)
   Const,   // an immutable Python constant (int, float, bool, None, str, slice, dtype, device, Size, ...)
   Object,  // a known Python object with identity (module, function, class, user object)
   Tuple,   // tuple of values
   List,    // list of values (created in the trace)
   Null,    // the NULL pushed by PUSH_NULL / LOAD_GLOBAL / LOAD_METHOD
   Method,  // bound method `self.name` where self is a Tensor value
-  Iter,    // an iterator over values known at trace time (items, position `pos`); loops unroll over it
+  Iter,    // an iterator over values known at trace time (IterOf); loops unroll over it
   Dict,    // a dict: constant keys (`keys`) and values (`items`), insertion ordered; from the frame when
            // it has a Source (and `obj`, the real dict)
   Instance,  // an object of a plain Python class made in the trace: its class value in `self`, its
@@ -92,6 +92,13 @@ struct TensorOf {
   py::object device;            // the torch.device it has at run time (meta examples live on "meta")
 };
 
+// An iterator over values known at trace time (VKind::Iter); loops unroll over it.
+struct IterOf {
+  std::vector<ValuePtr> items;     // everything it yields, in order
+  size_t pos = 0;                  // the next item
+  std::vector<IterWatch> watches;  // the dicts it reads lazily in Python (ops_iter.cpp), if any
+};
+
 // The __exit__ of a `with torch.no_grad()/enable_grad()` block (an Object: a bound __exit__, or after a graph
 // break the process-lifetime restorer of grad_exit_callable): leaving the block sets grad mode to `enabled`.
 struct GradExitOf {
@@ -135,7 +142,7 @@ const char* slot_method_name(Slot s);  // "get", "__getitem__", "__contains__" f
 // the trace, never passed back to Python).
 struct ExceptionOf {};
 
-using Payload = std::variant<std::monostate, TensorOf, GradExitOf, PartialOf, SuperOf, SlotOf, ExceptionOf>;
+using Payload = std::variant<std::monostate, TensorOf, IterOf, GradExitOf, PartialOf, SuperOf, SlotOf, ExceptionOf>;
 
 struct Value {
   VKind kind = VKind::Const;
@@ -144,7 +151,6 @@ struct Value {
   std::vector<ValuePtr> items;      // Tuple / List / Dict values
   ValuePtr self;                    // Method
   std::string name;                 // Method name
-  size_t pos = 0;                   // Iter: next item
   std::vector<py::object> keys;     // Dict: hashable constant keys, parallel to `items`
   bool made_in_trace = false;       // Object: a function made by MAKE_FUNCTION during the trace
   bool frozen = false;              // Dict: an Instance's `__dict__` (its dict_view); changing it in place is unsupported
@@ -155,11 +161,13 @@ struct Value {
   std::shared_ptr<guards::Guard> pending_id;
   std::vector<ValuePtr> closure;    // made function: the captured cells' values (snapshot, see ops_functions)
   std::shared_ptr<const DictViewOf> view;  // DictView only
-  std::shared_ptr<std::vector<IterWatch>> watches;  // Iter only: the dicts it reads (may be null)
   Payload payload;  // TensorOf for a Tensor; for an Object (a Const for Slot::Noop) what the trace models, if anything
 
   // A Tensor's payload; throws std::logic_error for any other kind.
   const TensorOf& tensor() const;
+  // An Iter's payload; throws std::logic_error for any other kind.
+  IterOf& iter();
+  const IterOf& iter() const;
   // The __exit__ of a grad-mode with block, or nullptr.
   const GradExitOf* grad_exit() const { return kind == VKind::Object ? std::get_if<GradExitOf>(&payload) : nullptr; }
   // The modelled payload, or nullptr when the value is not one.
@@ -183,6 +191,7 @@ struct Value {
   static ValuePtr object(py::object o, SourcePtr src = nullptr);
   static ValuePtr tuple(std::vector<ValuePtr> items);
   static ValuePtr list(std::vector<ValuePtr> items);
+  static ValuePtr iterator(std::vector<ValuePtr> items);  // at its first item, watching no dict
   static ValuePtr null();
   static ValuePtr dict(std::vector<py::object> keys, std::vector<ValuePtr> values);
   static ValuePtr set(std::vector<py::object> elements);  // elements: distinct hashable constants
