@@ -39,7 +39,7 @@ std::vector<ValuePtr> held(const ValuePtr& v) {
     out.insert(out.end(), p.kw_values.begin(), p.kw_values.end());
     return out;
   }
-  if (v->kind == VKind::Cell && v->self) return {v->self};
+  if (v->kind == VKind::Cell && v->cell().content) return {v->cell().content};
   if (v->kind == VKind::DictView) return {v->view->dict};
   return {};
 }
@@ -296,7 +296,7 @@ bool reads_locals(const ValuePtr& v, std::unordered_set<const interp::Value*>& s
     case VKind::Set:
       return false;
     case VKind::Cell:
-      return v->self && reads_locals(v->self, seen);
+      return v->cell().content && reads_locals(v->cell().content, seen);
     case VKind::DictView:
       return reads_locals(v->view->dict, seen);
   }
@@ -524,8 +524,8 @@ void Rebuilder::push(const ValuePtr& v, int above) {
     }
     case VKind::Cell:  // _make_cell(content) / _make_cell()
       e_.load_callable(builtin_fn(&make_cell_def, &make_cell_obj));
-      if (v->self) push(v->self, above + 2);
-      e_.call(v->self ? 1 : 0);
+      if (v->cell().content) push(v->cell().content, above + 2);
+      e_.call(v->cell().content ? 1 : 0);
       return;
     case VKind::Instance: {  // _new_object(cls, {attrs})
       e_.load_callable(new_object_fn());

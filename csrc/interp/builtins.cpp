@@ -354,11 +354,11 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
       for (int s = 0; s < nslots; ++s) {
         if (py::str(compat::code_localsplus_name(code, s)).cast<std::string>() != "__class__") continue;
         ValuePtr box = cell_of(s);
-        cls = box ? box->self : load_local(s);
+        cls = box ? box->cell().content : load_local(s);
       }
       if (code->co_argcount > 0) {
         ValuePtr box = cell_of(0);
-        self = box ? box->self : load_local(0);
+        self = box ? box->cell().content : load_local(0);
       }
     }
     bool fresh = self && self->kind == VKind::Instance;

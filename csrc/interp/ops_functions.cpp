@@ -66,7 +66,7 @@ void store_deref(Tracer& t, const Instruction& i) {
   ValuePtr v = t.pop();
   if (ValuePtr box = t.cell_of(i.arg)) {  // a captured cell (or a `nonlocal` of a function made here)
     t.will_mutate(box);
-    box->self = std::move(v);
+    box->cell().content = std::move(v);
     return;
   }
   int kind = compat::code_localsplus_kind(t.code, i.arg);
@@ -97,9 +97,7 @@ void push_closure_cell(Tracer& t, int slot) {
   ValuePtr box = t.cell_of(slot);
   if (!box) {
     ValuePtr current = t.load_local(slot);
-    box = std::make_shared<Value>();
-    box->kind = VKind::Cell;
-    box->self = current;  // null: an empty cell (assigned later)
+    box = Value::new_cell(current);  // null: an empty cell (assigned later)
     if (t.cell_boxes.size() < t.locals.size()) t.cell_boxes.resize(t.locals.size());
     t.cell_boxes[static_cast<size_t>(slot)] = box;
   }

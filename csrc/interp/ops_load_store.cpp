@@ -116,7 +116,7 @@ void load_global(Tracer& t, const Instruction& i) {
 void load_deref(Tracer& t, const Instruction& i) {
   // Cells and free variables hold their content in the slot, or in the slot's Cell once captured.
   ValuePtr box = t.cell_of(i.arg);
-  ValuePtr v = box ? box->self : t.load_local(i.arg);
+  ValuePtr v = box ? box->cell().content : t.load_local(i.arg);
   if (!v) t.unsupported("free variable '" + t.local_name(i.arg) + "' referenced before assignment");
   t.push(v);
 }

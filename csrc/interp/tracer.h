@@ -459,6 +459,7 @@ class Tracer {
     std::vector<ValuePtr> items;
     std::vector<py::object> keys;
     ValuePtr self;
+    Payload payload;  // a cell's content (CellOf)
   };
   std::vector<Undo> undo_;  // inlined torch library frame: its globals are program constants
  public:

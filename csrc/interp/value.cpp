@@ -48,6 +48,13 @@ ValuePtr Value::iterator(std::vector<ValuePtr> items) {
   return v;
 }
 
+ValuePtr Value::new_cell(ValuePtr content) {
+  auto v = std::make_shared<Value>();
+  v->kind = VKind::Cell;
+  v->payload = CellOf{std::move(content)};
+  return v;
+}
+
 ValuePtr Value::dict(std::vector<py::object> keys, std::vector<ValuePtr> values) {
   auto v = std::make_shared<Value>();
   v->kind = VKind::Dict;
@@ -120,6 +127,13 @@ IterOf& Value::iter() {
 }
 
 const IterOf& Value::iter() const { return const_cast<Value*>(this)->iter(); }
+
+CellOf& Value::cell() {
+  if (CellOf* c = kind == VKind::Cell ? std::get_if<CellOf>(&payload) : nullptr) return *c;
+  throw std::logic_error("Value::cell() on " + describe());
+}
+
+const CellOf& Value::cell() const { return const_cast<Value*>(this)->cell(); }
 
 const char* slot_method_name(Slot s) {
   switch (s) {

@@ -51,7 +51,7 @@ enum class VKind {
   Record,  // a transformers ModelOutput (dataclass and dict) made in the trace, read-only: its class value in
            // `self`, its dataclass fields in `keys` (names, field order) / `items` (values, None included);
            // as a dict it holds the fields that are not None (records.cpp)
-  Cell,    // a closure cell shared by a frame of the trace and the functions made in it; content in `self`
+  Cell,    // a closure cell shared by a frame of the trace and the functions made in it (CellOf)
   Set,     // a set of constants (`keys`, insertion ordered); from the frame when it has a Source (and `obj`)
   DictView,  // d.keys() / d.values() / d.items() of a Dict value: live (reads see later changes of the dict);
              // its own fields in `view`
@@ -99,6 +99,11 @@ struct IterOf {
   std::vector<IterWatch> watches;  // the dicts it reads lazily in Python (ops_iter.cpp), if any
 };
 
+// A closure cell shared by a frame of the trace and the functions made in it (VKind::Cell).
+struct CellOf {
+  ValuePtr content;  // null: an empty cell (assigned later)
+};
+
 // The __exit__ of a `with torch.no_grad()/enable_grad()` block (an Object: a bound __exit__, or after a graph
 // break the process-lifetime restorer of grad_exit_callable): leaving the block sets grad mode to `enabled`.
 struct GradExitOf {
@@ -142,7 +147,7 @@ const char* slot_method_name(Slot s);  // "get", "__getitem__", "__contains__" f
 // the trace, never passed back to Python).
 struct ExceptionOf {};
 
-using Payload = std::variant<std::monostate, TensorOf, IterOf, GradExitOf, PartialOf, SuperOf, SlotOf, ExceptionOf>;
+using Payload = std::variant<std::monostate, TensorOf, IterOf, CellOf, GradExitOf, PartialOf, SuperOf, SlotOf, ExceptionOf>;
 
 struct Value {
   VKind kind = VKind::Const;
@@ -168,6 +173,9 @@ struct Value {
   // An Iter's payload; throws std::logic_error for any other kind.
   IterOf& iter();
   const IterOf& iter() const;
+  // A Cell's payload; throws std::logic_error for any other kind.
+  CellOf& cell();
+  const CellOf& cell() const;
   // The __exit__ of a grad-mode with block, or nullptr.
   const GradExitOf* grad_exit() const { return kind == VKind::Object ? std::get_if<GradExitOf>(&payload) : nullptr; }
   // The modelled payload, or nullptr when the value is not one.
@@ -192,6 +200,7 @@ struct Value {
   static ValuePtr tuple(std::vector<ValuePtr> items);
   static ValuePtr list(std::vector<ValuePtr> items);
   static ValuePtr iterator(std::vector<ValuePtr> items);  // at its first item, watching no dict
+  static ValuePtr new_cell(ValuePtr content);             // content null: an empty cell
   static ValuePtr null();
   static ValuePtr dict(std::vector<py::object> keys, std::vector<ValuePtr> values);
   static ValuePtr set(std::vector<py::object> elements);  // elements: distinct hashable constants
