@@ -282,7 +282,7 @@ bool reads_locals(const ValuePtr& v, std::unordered_set<const interp::Value*>& s
       return reads_locals(v->self, seen);
     case VKind::Instance:
     case VKind::Record:
-      if (reads_locals(v->self, seen)) return true;
+      if (reads_locals(v->instance().cls, seen)) return true;
       break;
     case VKind::Iter:
       for (const auto& i : v->iter().items)
@@ -529,7 +529,7 @@ void Rebuilder::push(const ValuePtr& v, int above) {
       return;
     case VKind::Instance: {  // _new_object(cls, {attrs})
       e_.load_callable(new_object_fn());
-      push(v->self, above + 2);
+      push(v->instance().cls, above + 2);
       int k = 0;
       for (size_t i = 0; i < v->items.size(); ++i) {
         e_.load_const(v->keys[i]);
@@ -541,9 +541,9 @@ void Rebuilder::push(const ValuePtr& v, int above) {
       return;
     }
     case VKind::Record: {
-      if (fast_record_class(v->self->obj)) {  // _new_record(cls, names, *values)
+      if (fast_record_class(v->instance().cls->obj)) {  // _new_record(cls, names, *values)
         e_.load_callable(new_record_fn());
-        push(v->self, above + 2);
+        push(v->instance().cls, above + 2);
         py::tuple names(v->keys.size());
         for (size_t i = 0; i < v->keys.size(); ++i) names[i] = v->keys[i];
         e_.load_const(names);
@@ -554,7 +554,7 @@ void Rebuilder::push(const ValuePtr& v, int above) {
       // untraced_call(cls, field=value, ...): ModelOutput's own __init__ runs, uncaptured
       if (!g_untraced_call) throw interp::Unsupported("cannot make a ModelOutput object here");
       e_.load_callable(py::handle(g_untraced_call));
-      push(v->self, above + 2);
+      push(v->instance().cls, above + 2);
       py::tuple names(v->keys.size());
       for (size_t i = 0; i < v->keys.size(); ++i) {
         names[i] = v->keys[i];

@@ -141,9 +141,7 @@ ValuePtr Tracer::autograd_function_apply(const ValuePtr& fn, const std::vector<V
 
   // --- speculation: trace forward (and setup_context) and backward, then undo every node they made ---
   size_t mark = graph.mark(), stores = attr_stores.size(), muts = mutation_count_, frame_muts = mutated.size();
-  auto ctx = std::make_shared<Value>();
-  ctx->kind = VKind::Instance;
-  ctx->self = Value::object(refs.ctx_cls);
+  ValuePtr ctx = Value::new_instance(VKind::Instance, Value::object(refs.ctx_cls));
   ctx->keys.push_back(py::str("needs_input_grad"));
   std::vector<ValuePtr> need_items;
   for (auto n : needs) need_items.push_back(Value::constant(py::reinterpret_borrow<py::object>(n)));

@@ -60,7 +60,7 @@ PyObject* known_type(const ValuePtr& v) {
       return nullptr;
     case VKind::Const: return reinterpret_cast<PyObject*>(Py_TYPE(v->obj.ptr()));
     case VKind::Instance:
-    case VKind::Record: return v->self->obj.ptr();
+    case VKind::Record: return v->instance().cls->obj.ptr();
     default: return nullptr;
   }
 }
@@ -293,8 +293,8 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
       // Its own attributes are known; a class attribute's presence is guarded on the class.
       bool has = obj->find_key(py::str(attr)) >= 0;
       if (!has) {
-        has = PyObject_HasAttrString(obj->self->obj.ptr(), attr.c_str()) == 1;
-        guards.add(guards::has_attr(obj->self->source, attr, has));
+        has = PyObject_HasAttrString(obj->instance().cls->obj.ptr(), attr.c_str()) == 1;
+        guards.add(guards::has_attr(obj->instance().cls->source, attr, has));
       }
       if (name == "hasattr") return Value::constant(py::bool_(has));
       if (has) return load_attr(obj, attr);
@@ -336,8 +336,8 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
     if (args[0]->kind == VKind::Object && args[0]->source)  // guarded by identity through obj.__class__
       return wrap(reinterpret_cast<PyObject*>(Py_TYPE(args[0]->obj.ptr())),
                   guards::Source::attr(args[0]->source, "__class__"));
-    if ((args[0]->kind == VKind::Instance || args[0]->kind == VKind::Record) && args[0]->self)
-      return args[0]->self;  // made in the trace: its class
+    if ((args[0]->kind == VKind::Instance || args[0]->kind == VKind::Record) && args[0]->instance().cls)
+      return args[0]->instance().cls;  // made in the trace: its class
     for (const auto& in : inputs)
       if (args[0]->is_tensor() && in.node == args[0]->tensor().node)  // TENSOR_MATCH guards the exact type
         return Value::object(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(in.value.ptr()))));
@@ -387,12 +387,12 @@ ValuePtr Tracer::super_attr(const ValuePtr& sup, const std::string& name) {
   const ValuePtr& self = sup->super_of()->obj;
   py::object cls = sup->super_of()->cls->obj;
   bool fresh = self->kind == VKind::Instance;  // an object made in the trace: its class value has the source
-  py::object self_type = fresh ? self->self->obj
+  py::object self_type = fresh ? self->instance().cls->obj
                                : py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(self->obj.ptr())));
   py::tuple mro = self_type.attr("__mro__");
   size_t start = 0;
   while (start < mro.size() && mro[start].ptr() != cls.ptr()) ++start;
-  SourcePtr mro_src = fresh ? guards::Source::attr(self->self->source, "__mro__")
+  SourcePtr mro_src = fresh ? guards::Source::attr(self->instance().cls->source, "__mro__")
                             : guards::Source::attr(guards::Source::attr(self->source, "__class__"), "__mro__");
   for (size_t k = start + 1; k < mro.size(); ++k) {
     PyObject* d = compat::type_dict_item(reinterpret_cast<PyTypeObject*>(mro[k].ptr()), name.c_str());

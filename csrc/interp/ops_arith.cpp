@@ -33,8 +33,8 @@ ValuePtr user_binary(Tracer& t, const std::string& name, const ValuePtr& a, cons
   if (!left && !right) return nullptr;
   if (left && right) {
     // Python asks the right operand first when its class is a proper subclass of the left's: not modelled.
-    PyObject* ta = a->kind == VKind::Instance ? a->self->obj.ptr() : reinterpret_cast<PyObject*>(Py_TYPE(a->obj.ptr()));
-    PyObject* tb = b->kind == VKind::Instance ? b->self->obj.ptr() : reinterpret_cast<PyObject*>(Py_TYPE(b->obj.ptr()));
+    PyObject* ta = a->kind == VKind::Instance ? a->instance().cls->obj.ptr() : reinterpret_cast<PyObject*>(Py_TYPE(a->obj.ptr()));
+    PyObject* tb = b->kind == VKind::Instance ? b->instance().cls->obj.ptr() : reinterpret_cast<PyObject*>(Py_TYPE(b->obj.ptr()));
     int sub = ta != tb ? PyObject_IsSubclass(tb, ta) : 0;
     if (sub < 0) throw py::error_already_set();
     if (sub) t.unsupported("operator " + base + " with a right operand of a subclass of the left's class");

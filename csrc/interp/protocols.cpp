@@ -32,7 +32,7 @@ bool builtin_exception_class(py::handle cls) {
 
 PyObject* user_class_attr(const ValuePtr& v, const char* name) {
   PyTypeObject* type = nullptr;
-  if (v->kind == VKind::Instance) type = reinterpret_cast<PyTypeObject*>(v->self->obj.ptr());
+  if (v->kind == VKind::Instance) type = reinterpret_cast<PyTypeObject*>(v->instance().cls->obj.ptr());
   else if (v->kind == VKind::Object && v->source && !PyType_Check(v->obj.ptr()) && !PyModule_Check(v->obj.ptr()) &&
            !py::isinstance(v->obj, PyRefs::get().nn_module))
     type = Py_TYPE(v->obj.ptr());

@@ -115,8 +115,7 @@ Tracer::Status Tracer::run() {
       for (auto u = undo_.rbegin(); u != undo_.rend(); ++u) {
         u->value->items = std::move(u->items);
         u->value->keys = std::move(u->keys);
-        u->value->self = std::move(u->self);
-        u->value->payload = std::move(u->payload);
+        if (u->value->kind == VKind::Cell) u->value->payload = std::move(u->payload);
       }
       undo_.clear();
       mutated.resize(saved_mutated);
@@ -180,7 +179,7 @@ bool Tracer::may_hold_attributes(const ValuePtr& c) const {
 void Tracer::save_undo(const ValuePtr& c) {
   for (const auto& u : undo_)
     if (u.value == c) return;
-  undo_.push_back(Undo{c, c->items, c->keys, c->self, c->payload});
+  undo_.push_back(Undo{c, c->items, c->keys, c->payload});
 }
 
 void Tracer::will_mutate(const ValuePtr& c) {
@@ -201,6 +200,7 @@ void Tracer::realize(const ValuePtr& v) {
   if (v->kind == VKind::Iter)
     for (const auto& item : v->iter().items) realize(item);
   if (v->kind == VKind::Cell && v->cell().content && v->cell().content != v) realize(v->cell().content);
+  if ((v->kind == VKind::Instance || v->kind == VKind::Record) && v->instance().cls) realize(v->instance().cls);
   if (v->self && v->self != v) realize(v->self);
   if (const PartialOf* p = v->partial()) {  // its function and positional arguments (not its keyword values)
     for (const auto& a : p->args) realize(a);

@@ -55,6 +55,13 @@ ValuePtr Value::new_cell(ValuePtr content) {
   return v;
 }
 
+ValuePtr Value::new_instance(VKind kind, ValuePtr cls) {
+  auto v = std::make_shared<Value>();
+  v->kind = kind;
+  v->payload = InstanceOf{std::move(cls), nullptr};
+  return v;
+}
+
 ValuePtr Value::dict(std::vector<py::object> keys, std::vector<ValuePtr> values) {
   auto v = std::make_shared<Value>();
   v->kind = VKind::Dict;
@@ -127,6 +134,14 @@ IterOf& Value::iter() {
 }
 
 const IterOf& Value::iter() const { return const_cast<Value*>(this)->iter(); }
+
+InstanceOf& Value::instance() {
+  InstanceOf* i = kind == VKind::Instance || kind == VKind::Record ? std::get_if<InstanceOf>(&payload) : nullptr;
+  if (i) return *i;
+  throw std::logic_error("Value::instance() on " + describe());
+}
+
+const InstanceOf& Value::instance() const { return const_cast<Value*>(this)->instance(); }
 
 CellOf& Value::cell() {
   if (CellOf* c = kind == VKind::Cell ? std::get_if<CellOf>(&payload) : nullptr) return *c;
@@ -326,8 +341,8 @@ std::string Value::describe() const {
                                                                                                     : "dict_items") +
              " of " + view->dict->describe();
     case VKind::Cell: return "cell";
-    case VKind::Instance: return "new " + py::str(self->obj.attr("__qualname__")).cast<std::string>() + " object";
-    case VKind::Record: return "new " + py::str(self->obj.attr("__qualname__")).cast<std::string>() + " output";
+    case VKind::Instance: return "new " + py::str(instance().cls->obj.attr("__qualname__")).cast<std::string>() + " object";
+    case VKind::Record: return "new " + py::str(instance().cls->obj.attr("__qualname__")).cast<std::string>() + " output";
   }
   return "?";
 }

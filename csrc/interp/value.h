@@ -46,10 +46,10 @@ enum class VKind {
   Iter,    // an iterator over values known at trace time (IterOf); loops unroll over it
   Dict,    // a dict: constant keys (`keys`) and values (`items`), insertion ordered; from the frame when
            // it has a Source (and `obj`, the real dict)
-  Instance,  // an object of a plain Python class made in the trace: its class value in `self`, its
-             // attributes in `keys` (names) / `items` (values), insertion ordered
-  Record,  // a transformers ModelOutput (dataclass and dict) made in the trace, read-only: its class value in
-           // `self`, its dataclass fields in `keys` (names, field order) / `items` (values, None included);
+  Instance,  // an object of a plain Python class made in the trace (InstanceOf: its class), its attributes in
+             // `keys` (names) / `items` (values), insertion ordered
+  Record,  // a transformers ModelOutput (dataclass and dict) made in the trace, read-only (InstanceOf: its class),
+           // its dataclass fields in `keys` (names, field order) / `items` (values, None included);
            // as a dict it holds the fields that are not None (records.cpp)
   Cell,    // a closure cell shared by a frame of the trace and the functions made in it (CellOf)
   Set,     // a set of constants (`keys`, insertion ordered); from the frame when it has a Source (and `obj`)
@@ -97,6 +97,13 @@ struct IterOf {
   std::vector<ValuePtr> items;     // everything it yields, in order
   size_t pos = 0;                  // the next item
   std::vector<IterWatch> watches;  // the dicts it reads lazily in Python (ops_iter.cpp), if any
+};
+
+// An object of a Python class made in the trace (VKind::Instance, VKind::Record); its attributes (Instance) or
+// fields (Record) are the value's `keys` (names) / `items` (values), insertion or field ordered.
+struct InstanceOf {
+  ValuePtr cls;        // an Object value holding its class
+  ValuePtr dict_view;  // Instance: the Dict its `__dict__` read gave, kept equal to its attributes (null until read)
 };
 
 // A closure cell shared by a frame of the trace and the functions made in it (VKind::Cell).
@@ -147,32 +154,38 @@ const char* slot_method_name(Slot s);  // "get", "__getitem__", "__contains__" f
 // the trace, never passed back to Python).
 struct ExceptionOf {};
 
-using Payload = std::variant<std::monostate, TensorOf, IterOf, CellOf, GradExitOf, PartialOf, SuperOf, SlotOf, ExceptionOf>;
+using Payload =
+    std::variant<std::monostate, TensorOf, IterOf, CellOf, InstanceOf, GradExitOf, PartialOf, SuperOf, SlotOf, ExceptionOf>;
 
 struct Value {
   VKind kind = VKind::Const;
   SourcePtr source;                 // how to fetch it again from the frame (may be null)
   py::object obj;                   // Const / Object; the real list/dict/set; a namedtuple's class
-  std::vector<ValuePtr> items;      // Tuple / List / Dict values
-  ValuePtr self;                    // Method
-  std::string name;                 // Method name
-  std::vector<py::object> keys;     // Dict: hashable constant keys, parallel to `items`
+  std::vector<ValuePtr> items;      // Tuple / List / Dict values; Instance attributes / Record fields
+  ValuePtr self;                    // Method, or an Object that is a bound method: the receiver
+  std::string name;                 // Method / bound method: the attribute name
+  std::vector<py::object> keys;     // Dict: hashable constant keys, parallel to `items`; Set elements;
+                                    // Instance attribute / Record field names
   bool made_in_trace = false;       // Object: a function made by MAKE_FUNCTION during the trace
   bool frozen = false;              // Dict: an Instance's `__dict__` (its dict_view); changing it in place is unsupported
-  ValuePtr dict_view;               // Instance: the Dict its `__dict__` read gave, kept equal to its attributes
   // Object read from the frame (a plain instance): its identity guard, not yet installed. Moving the value
   // (locals, stack, tuples, a continuation, the return) needs only its type (TYPE_MATCH, installed at
   // once); the first use that may depend on which object it is installs this (Tracer::realize).
   std::shared_ptr<guards::Guard> pending_id;
   std::vector<ValuePtr> closure;    // made function: the captured cells' values (snapshot, see ops_functions)
   std::shared_ptr<const DictViewOf> view;  // DictView only
-  Payload payload;  // TensorOf for a Tensor; for an Object (a Const for Slot::Noop) what the trace models, if anything
+  // Tensor: TensorOf; Iter: IterOf; Cell: CellOf; Instance / Record: InstanceOf; Object (a Const for Slot::Noop):
+  // what the trace models in place of `obj`, if anything (GradExitOf, PartialOf, SuperOf, SlotOf, ExceptionOf).
+  Payload payload;
 
   // A Tensor's payload; throws std::logic_error for any other kind.
   const TensorOf& tensor() const;
   // An Iter's payload; throws std::logic_error for any other kind.
   IterOf& iter();
   const IterOf& iter() const;
+  // An Instance's or Record's payload; throws std::logic_error for any other kind.
+  InstanceOf& instance();
+  const InstanceOf& instance() const;
   // A Cell's payload; throws std::logic_error for any other kind.
   CellOf& cell();
   const CellOf& cell() const;
@@ -201,6 +214,7 @@ struct Value {
   static ValuePtr list(std::vector<ValuePtr> items);
   static ValuePtr iterator(std::vector<ValuePtr> items);  // at its first item, watching no dict
   static ValuePtr new_cell(ValuePtr content);             // content null: an empty cell
+  static ValuePtr new_instance(VKind kind, ValuePtr cls);  // an Instance or Record without attributes yet
   static ValuePtr null();
   static ValuePtr dict(std::vector<py::object> keys, std::vector<ValuePtr> values);
   static ValuePtr set(std::vector<py::object> elements);  // elements: distinct hashable constants
