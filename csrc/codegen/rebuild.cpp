@@ -31,7 +31,7 @@ bool made_partial(const ValuePtr& v) { return v->made_in_trace && v->partial(); 
 // The values `v` holds that are rebuilt with it: items, a closure's cells, a cell's content, a partial's parts.
 std::vector<ValuePtr> held(const ValuePtr& v) {
   if (has_items(v)) return v->items;
-  if (made_function(v)) return v->closure;
+  if (made_function(v)) return v->function().closure;
   if (made_partial(v)) {
     const interp::PartialOf& p = *v->partial();
     std::vector<ValuePtr> out{p.fn};
@@ -492,8 +492,8 @@ void Rebuilder::push(const ValuePtr& v, int above) {
         e_.load_callable(builtin_fn(&make_function_def, &make_function_obj));
         e_.load_const(v->obj);
         int k = 0;
-        for (const auto& c : v->closure) push(c, above + 3 + k++);
-        e_.emit("BUILD_TUPLE", static_cast<int>(v->closure.size()));
+        for (const auto& c : v->function().closure) push(c, above + 3 + k++);
+        e_.emit("BUILD_TUPLE", static_cast<int>(v->function().closure.size()));
         e_.call(2);
         return;
       }

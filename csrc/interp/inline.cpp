@@ -130,8 +130,9 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
   for (int k = 0; k < nfree; ++k) {
     int slot = nslots - nfree + k;
     if (fn->made_in_trace) {  // a function made in this trace: the cells it captured
-      if (static_cast<size_t>(k) >= fn->closure.size()) unsupported("closure of " + name + " is incomplete");
-      boxes[static_cast<size_t>(slot)] = fn->closure[static_cast<size_t>(k)];
+      const std::vector<ValuePtr>& cells = fn->function().closure;
+      if (static_cast<size_t>(k) >= cells.size()) unsupported("closure of " + name + " is incomplete");
+      boxes[static_cast<size_t>(slot)] = cells[static_cast<size_t>(k)];
       continue;
     }
     SourcePtr src = fn_part(fn, "__closure__", k);

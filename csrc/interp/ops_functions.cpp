@@ -28,8 +28,9 @@ void set_function_attribute(Tracer& t, const ValuePtr& f, int flag, const ValueP
     if (value->kind != VKind::Tuple) t.unsupported("closure of " + value->describe());
     for (const auto& c : value->items)
       if (c->kind != VKind::Cell) t.unsupported("closure item " + c->describe() + " is not a cell");
-    f->closure.clear();
-    for (const auto& c : value->items) f->closure.push_back(c);
+    std::vector<ValuePtr>& cells = f->function().closure;
+    cells.clear();
+    for (const auto& c : value->items) cells.push_back(c);
   } else if (flag != 0x04) {
     t.unsupported("function attribute " + std::to_string(flag));
   }
@@ -46,6 +47,7 @@ void make_function(Tracer& t, const Instruction& i) {
   if (!fn) throw py::error_already_set();
   ValuePtr f = Value::object(fn);
   f->made_in_trace = true;
+  f->payload = FunctionOf{};
   if (defaults) set_function_attribute(t, f, 0x01, defaults);
   if (kwdefaults) set_function_attribute(t, f, 0x02, kwdefaults);
   if (closure) set_function_attribute(t, f, 0x08, closure);

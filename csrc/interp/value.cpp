@@ -143,6 +143,13 @@ InstanceOf& Value::instance() {
 
 const InstanceOf& Value::instance() const { return const_cast<Value*>(this)->instance(); }
 
+FunctionOf& Value::function() {
+  if (FunctionOf* f = kind == VKind::Object ? std::get_if<FunctionOf>(&payload) : nullptr) return *f;
+  throw std::logic_error("Value::function() on " + describe());
+}
+
+const FunctionOf& Value::function() const { return const_cast<Value*>(this)->function(); }
+
 CellOf& Value::cell() {
   if (CellOf* c = kind == VKind::Cell ? std::get_if<CellOf>(&payload) : nullptr) return *c;
   throw std::logic_error("Value::cell() on " + describe());

@@ -111,6 +111,12 @@ struct CellOf {
   ValuePtr content;  // null: an empty cell (assigned later)
 };
 
+// A function made by MAKE_FUNCTION during the trace (an Object, with made_in_trace): rebuilt after the graph
+// from its code and new cells (codegen/rebuild.cpp), inlined with these cells.
+struct FunctionOf {
+  std::vector<ValuePtr> closure;  // the Cell values it captured, in co_freevars order
+};
+
 // The __exit__ of a `with torch.no_grad()/enable_grad()` block (an Object: a bound __exit__, or after a graph
 // break the process-lifetime restorer of grad_exit_callable): leaving the block sets grad mode to `enabled`.
 struct GradExitOf {
@@ -155,7 +161,7 @@ const char* slot_method_name(Slot s);  // "get", "__getitem__", "__contains__" f
 struct ExceptionOf {};
 
 using Payload =
-    std::variant<std::monostate, TensorOf, IterOf, CellOf, InstanceOf, GradExitOf, PartialOf, SuperOf, SlotOf, ExceptionOf>;
+    std::variant<std::monostate, TensorOf, IterOf, CellOf, InstanceOf, FunctionOf, GradExitOf, PartialOf, SuperOf, SlotOf, ExceptionOf>;
 
 struct Value {
   VKind kind = VKind::Const;
@@ -166,16 +172,17 @@ struct Value {
   std::string name;                 // Method / bound method: the attribute name
   std::vector<py::object> keys;     // Dict: hashable constant keys, parallel to `items`; Set elements;
                                     // Instance attribute / Record field names
-  bool made_in_trace = false;       // Object: a function made by MAKE_FUNCTION during the trace
+  bool made_in_trace = false;       // Object made in the trace, never passed back to Python as it is: a function
+                                    // (FunctionOf), a functools.partial (PartialOf), a super() slot (SlotOf)
   bool frozen = false;              // Dict: an Instance's `__dict__` (its dict_view); changing it in place is unsupported
   // Object read from the frame (a plain instance): its identity guard, not yet installed. Moving the value
   // (locals, stack, tuples, a continuation, the return) needs only its type (TYPE_MATCH, installed at
   // once); the first use that may depend on which object it is installs this (Tracer::realize).
   std::shared_ptr<guards::Guard> pending_id;
-  std::vector<ValuePtr> closure;    // made function: the captured cells' values (snapshot, see ops_functions)
   std::shared_ptr<const DictViewOf> view;  // DictView only
-  // Tensor: TensorOf; Iter: IterOf; Cell: CellOf; Instance / Record: InstanceOf; Object (a Const for Slot::Noop):
-  // what the trace models in place of `obj`, if anything (GradExitOf, PartialOf, SuperOf, SlotOf, ExceptionOf).
+  // Tensor: TensorOf; Iter: IterOf; Cell: CellOf; Instance / Record: InstanceOf; Object: FunctionOf for a function
+  // made in the trace, else (a Const for Slot::Noop) what the trace models in place of `obj`, if anything
+  // (GradExitOf, PartialOf, SuperOf, SlotOf, ExceptionOf).
   Payload payload;
 
   // A Tensor's payload; throws std::logic_error for any other kind.
@@ -186,6 +193,9 @@ struct Value {
   // An Instance's or Record's payload; throws std::logic_error for any other kind.
   InstanceOf& instance();
   const InstanceOf& instance() const;
+  // A function made in the trace: its payload; throws std::logic_error for any other value.
+  FunctionOf& function();
+  const FunctionOf& function() const;
   // A Cell's payload; throws std::logic_error for any other kind.
   CellOf& cell();
   const CellOf& cell() const;
