@@ -21,12 +21,12 @@ bool has_items(const ValuePtr& v) {
 // A function made in the trace (MAKE_FUNCTION): rebuilt from its code with new cells holding the cells' values.
 // (Other values made in the trace share the flag: partials, super() slots; they are not functions.)
 bool made_function(const ValuePtr& v) {
-  return v->kind == VKind::Object && v->made_in_trace && PyFunction_Check(v->obj.ptr());
+  return v->kind == VKind::Object && v->made_in_trace() && PyFunction_Check(v->obj.ptr());
 }
 
 // functools.partial(func, *args, **keywords) called in the trace: rebuilt by calling functools.partial again
 // (interp::PartialOf: func, args, keyword names / values).
-bool made_partial(const ValuePtr& v) { return v->made_in_trace && v->partial(); }
+bool made_partial(const ValuePtr& v) { return v->made_in_trace() && v->partial(); }
 
 // The values `v` holds that are rebuilt with it: items, a closure's cells, a cell's content, a partial's parts.
 std::vector<ValuePtr> held(const ValuePtr& v) {
@@ -40,7 +40,7 @@ std::vector<ValuePtr> held(const ValuePtr& v) {
     return out;
   }
   if (v->kind == VKind::Cell && v->cell().content) return {v->cell().content};
-  if (v->kind == VKind::DictView) return {v->view->dict};
+  if (v->kind == VKind::DictView) return {v->view_of().dict};
   return {};
 }
 
@@ -298,7 +298,7 @@ bool reads_locals(const ValuePtr& v, std::unordered_set<const interp::Value*>& s
     case VKind::Cell:
       return v->cell().content && reads_locals(v->cell().content, seen);
     case VKind::DictView:
-      return reads_locals(v->view->dict, seen);
+      return reads_locals(v->view_of().dict, seen);
   }
   for (const auto& i : v->items)
     if (reads_locals(i, seen)) return true;
@@ -593,11 +593,11 @@ void Rebuilder::push(const ValuePtr& v, int above) {
       return;
     }
     case VKind::DictView: {  // dict.keys(d) / dict.values(d) / dict.items(d) on the rebuilt (or the frame's) dict
-      const char* part = v->view->part == interp::ViewPart::Keys     ? "keys"
-                         : v->view->part == interp::ViewPart::Values ? "values"
+      const char* part = v->view_of().part == interp::ViewPart::Keys     ? "keys"
+                         : v->view_of().part == interp::ViewPart::Values ? "values"
                                                                      : "items";
       e_.load_callable(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyDict_Type)).attr(part));
-      push(v->view->dict, above + 2);
+      push(v->view_of().dict, above + 2);
       e_.call(1);
       return;
     }

@@ -17,7 +17,7 @@ py::object real_value(Tracer& t, const ValuePtr& v, const std::string& what) {
   switch (v->kind) {
     case VKind::Const: return v->obj;
     case VKind::Object:
-      if (v->made_in_trace || !v->obj) break;
+      if (v->made_in_trace() || !v->obj) break;
       t.realize(v);  // which object it is matters to the call: pinned by identity
       return v->obj;
     case VKind::Tensor:

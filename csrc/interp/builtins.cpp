@@ -52,7 +52,7 @@ PyObject* known_type(const ValuePtr& v) {
     case VKind::Dict: return reinterpret_cast<PyObject*>(&PyDict_Type);
     case VKind::Set: return reinterpret_cast<PyObject*>(v->obj ? &PyFrozenSet_Type : &PySet_Type);
     case VKind::DictView:
-      switch (v->view->part) {
+      switch (v->view_of().part) {
         case ViewPart::Keys: return reinterpret_cast<PyObject*>(&PyDictKeys_Type);
         case ViewPart::Values: return reinterpret_cast<PyObject*>(&PyDictValues_Type);
         case ViewPart::Items: return reinterpret_cast<PyObject*>(&PyDictItems_Type);
@@ -375,9 +375,8 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
       parts.kw_names.push_back(py::str(kv.first));
       parts.kw_values.push_back(kv.second);
     }
-    ValuePtr p = Value::partial_of(py::reinterpret_borrow<py::object>(f), std::move(parts));
-    p->made_in_trace = true;  // rebuilt at a graph break by calling functools.partial again (codegen/rebuild.cpp)
-    return p;
+    parts.made_in_trace = true;  // rebuilt at a graph break by calling functools.partial again (codegen/rebuild.cpp)
+    return Value::partial_of(py::reinterpret_borrow<py::object>(f), std::move(parts));
   }
   return nullptr;
 }
@@ -404,22 +403,19 @@ ValuePtr Tracer::super_attr(const ValuePtr& sup, const std::string& name) {
       // object.__getattribute__ past a class's own override (PretrainedConfig remaps names in its override).
       // object.__setattr__ past a class's own override, on an object made in the trace.
       if (name == "__setattr__" && fresh && mro[k].ptr() == reinterpret_cast<PyObject*>(&PyBaseObject_Type)) {
-        ValuePtr m = Value::slot_value(py::reinterpret_borrow<py::object>(d), Slot::SuperSetattr, self);
-        m->made_in_trace = true;  // never passed back to Python (it would lose its receiver)
-        return m;
+        // made_in_trace(): never passed back to Python (it would lose its receiver)
+        return Value::slot_value(py::reinterpret_borrow<py::object>(d), Slot::SuperSetattr, self);
       }
       if (name == "__getattribute__" && mro[k].ptr() == reinterpret_cast<PyObject*>(&PyBaseObject_Type)) {
-        ValuePtr m = Value::slot_value(py::reinterpret_borrow<py::object>(d), Slot::SuperGetattribute, self);
-        m->made_in_trace = true;  // never passed back to Python (it would lose its receiver)
-        return m;
+        // made_in_trace(): never passed back to Python (it would lose its receiver)
+        return Value::slot_value(py::reinterpret_borrow<py::object>(d), Slot::SuperGetattribute, self);
       }
       // dict's own lookups on a dict subclass that overrides them (transformers' registries).
       if (mro[k].ptr() == reinterpret_cast<PyObject*>(&PyDict_Type) &&
           (name == "get" || name == "__getitem__" || name == "__contains__")) {
         Slot s = name == "get" ? Slot::SuperDictGet : name == "__getitem__" ? Slot::SuperDictGetitem : Slot::SuperDictContains;
-        ValuePtr m = Value::slot_value(py::reinterpret_borrow<py::object>(d), s, self);
-        m->made_in_trace = true;  // never passed back to Python (it would lose its receiver)
-        return m;
+        // made_in_trace(): never passed back to Python (it would lose its receiver)
+        return Value::slot_value(py::reinterpret_borrow<py::object>(d), s, self);
       }
       unsupported("super()." + name + " is not a plain method");
     }

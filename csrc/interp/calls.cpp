@@ -181,7 +181,7 @@ ValuePtr Tracer::signature_of(const ValuePtr& fn, const std::vector<ValuePtr>& a
   static PyObject* signature = py::object(py::module_::import("inspect").attr("signature")).release().ptr();
   if (fn->kind != VKind::Object || fn->obj.ptr() != signature || args.size() != 1 || !kwargs.empty()) return nullptr;
   const ValuePtr& f = args[0];
-  if (f->kind != VKind::Object || !f->obj || !PyFunction_Check(f->obj.ptr()) || f->made_in_trace) return nullptr;
+  if (f->kind != VKind::Object || !f->obj || !PyFunction_Check(f->obj.ptr()) || f->made_in_trace()) return nullptr;
   py::object target = f->obj;
   if (f->self) {
     if (f->self->kind != VKind::Object || !f->self->obj || f->is_modelled()) return nullptr;
@@ -285,7 +285,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
     if (bname == "len" && args.size() == 1 && args[0]->kind == VKind::Set)
       return Value::constant(py::int_(args[0]->keys.size()));
     if (bname == "len" && args.size() == 1 && args[0]->kind == VKind::DictView)
-      return Value::constant(py::int_(args[0]->view->dict->keys.size()));
+      return Value::constant(py::int_(args[0]->view_of().dict->keys.size()));
     if (bname == "len" && args.size() == 1 && args[0]->kind == VKind::Record)
       return Value::constant(py::int_(record_present(args[0]).size()));
     if (bname == "len" && args.size() == 1)

@@ -622,7 +622,7 @@ void Tracer::store_attr(const ValuePtr& obj, const std::string& name, const Valu
   }
   if (obj->kind != VKind::Object || !obj->source || PyModule_Check(obj->obj.ptr()) || PyType_Check(obj->obj.ptr()))
     unsupported("attribute assignment on " + obj->describe());
-  if (value->kind == VKind::Iter || value->kind == VKind::Null || value->kind == VKind::Cell || value->made_in_trace)
+  if (value->kind == VKind::Iter || value->kind == VKind::Null || value->kind == VKind::Cell || value->made_in_trace())
     unsupported("attribute assignment of " + value->describe());
   attr_stores.push_back({obj, name, value});
 }
@@ -631,7 +631,7 @@ void Tracer::instance_setattr(const ValuePtr& obj, const std::string& name, cons
   auto* type = reinterpret_cast<PyTypeObject*>(obj->instance().cls->obj.ptr());
   PyObject* descr = _PyType_Lookup(type, py::str(name).ptr());  // borrowed
   if (descr && Py_TYPE(descr)->tp_descr_set) unsupported("assignment to the data descriptor '" + name + "'");
-  if (value->kind == VKind::Iter || value->kind == VKind::Null || value->kind == VKind::Cell || value->made_in_trace)
+  if (value->kind == VKind::Iter || value->kind == VKind::Null || value->kind == VKind::Cell || value->made_in_trace())
     unsupported("attribute assignment of " + value->describe());
   will_mutate(obj);
   py::str key(name);

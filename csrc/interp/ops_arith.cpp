@@ -217,12 +217,12 @@ void contains_op(Tracer& t, const Instruction& i) {
   }
   if (container->kind == VKind::DictView) {
     bool in = false;
-    if (container->view->part == ViewPart::Keys) {
-      in = t.dict_contains(container->view->dict, item)->obj.cast<bool>();
+    if (container->view_of().part == ViewPart::Keys) {
+      in = t.dict_contains(container->view_of().dict, item)->obj.cast<bool>();
     } else {
       // values: each value compared with `item` (identity, then ==); items: the key looked up, then its value
       // compared. Only constants are compared with == at trace time (a tensor's == needs its data).
-      const Value& d = *container->view->dict;
+      const Value& d = *container->view_of().dict;
       auto equal = [&](const ValuePtr& stored, const ValuePtr& probe) {
         if (stored == probe) return true;
         if (!stored->is_constant_like() || !probe->is_constant_like())
@@ -231,14 +231,14 @@ void contains_op(Tracer& t, const Instruction& i) {
         if (r < 0) throw py::error_already_set();
         return r == 1;
       };
-      if (container->view->part == ViewPart::Values) {
+      if (container->view_of().part == ViewPart::Values) {
         for (const auto& v : d.items)
           if ((in = equal(v, item))) break;
       } else {
         std::vector<ValuePtr> pair;
         if (item->kind == VKind::Tuple || (item->is_const() && PyTuple_Check(item->obj.ptr()))) pair = t.unpack_iterable(item);
         if (pair.size() == 2) {
-          ValuePtr found = t.dict_contains(container->view->dict, pair[0]);
+          ValuePtr found = t.dict_contains(container->view_of().dict, pair[0]);
           if (found->obj.cast<bool>()) in = equal(d.items[static_cast<size_t>(d.find_key(pair[0]->as_python()))], pair[1]);
         } else if (!item->is_constant_like()) {
           t.unsupported("`in` on dict items with " + item->describe());

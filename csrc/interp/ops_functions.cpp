@@ -46,8 +46,7 @@ void make_function(Tracer& t, const Instruction& i) {
   py::object fn = py::reinterpret_steal<py::object>(PyFunction_New(code_v->obj.ptr(), t.fv.globals));  // new
   if (!fn) throw py::error_already_set();
   ValuePtr f = Value::object(fn);
-  f->made_in_trace = true;
-  f->payload = FunctionOf{};
+  f->payload = FunctionOf{};  // made_in_trace()
   if (defaults) set_function_attribute(t, f, 0x01, defaults);
   if (kwdefaults) set_function_attribute(t, f, 0x02, kwdefaults);
   if (closure) set_function_attribute(t, f, 0x08, closure);
@@ -58,7 +57,7 @@ void make_function(Tracer& t, const Instruction& i) {
 void set_function_attribute_op(Tracer& t, const Instruction& i) {
   ValuePtr f = t.pop();
   ValuePtr value = t.pop();
-  if (f->kind != VKind::Object || !f->made_in_trace || !PyFunction_Check(f->obj.ptr()))
+  if (f->kind != VKind::Object || !f->made_in_trace() || !PyFunction_Check(f->obj.ptr()))
     t.unsupported("SET_FUNCTION_ATTRIBUTE on " + f->describe());
   set_function_attribute(t, f, i.arg, value);
   t.push(f);

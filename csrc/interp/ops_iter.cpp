@@ -19,8 +19,8 @@ bool is_module_container(py::handle o) {
 void watch_dict(const ValuePtr& it, const ValuePtr& src, bool reversed) {
   if (src->kind != VKind::Dict && src->kind != VKind::DictView) return;
   IterWatch w;
-  w.dict = src->kind == VKind::Dict ? src : src->view->dict;
-  w.part = src->kind == VKind::Dict ? ViewPart::Keys : src->view->part;
+  w.dict = src->kind == VKind::Dict ? src : src->view_of().dict;
+  w.part = src->kind == VKind::Dict ? ViewPart::Keys : src->view_of().part;
   w.reversed = reversed;
   w.keys = w.dict->keys;
   w.values = w.dict->items;

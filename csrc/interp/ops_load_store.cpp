@@ -247,7 +247,7 @@ void store_global(Tracer& t, const Instruction& i) {
   if (!t.in_frame_module())
     t.unsupported("assignment to a global of another module (an inlined function's)");
   ValuePtr value = t.peek(1);
-  if (value->kind == VKind::Iter || value->kind == VKind::Null || value->made_in_trace)
+  if (value->kind == VKind::Iter || value->kind == VKind::Null || value->made_in_trace())
     t.unsupported("global assignment of " + value->describe());
   t.pop();
   t.attr_stores.push_back({nullptr, py::str(t.name_at(i.arg)).cast<std::string>(), value});

@@ -41,7 +41,7 @@ ValuePtr Tracer::optimizer_init_group(const ValuePtr& fn, const std::vector<Valu
   const ValuePtr& self = args[0];
   const ValuePtr& group = args[1];
   py::handle opt_cls = optimizer_class();
-  if (self->kind != VKind::Object || !self->source || !self->obj || self->made_in_trace || opt_cls.is_none()) return nullptr;
+  if (self->kind != VKind::Object || !self->source || !self->obj || self->made_in_trace() || opt_cls.is_none()) return nullptr;
   int is_opt = PyObject_IsInstance(self->obj.ptr(), opt_cls.ptr());
   if (is_opt < 0) throw py::error_already_set();
   if (!is_opt) return nullptr;

@@ -112,7 +112,7 @@ ValuePtr Tracer::make_record(const ValuePtr& cls, std::vector<ValuePtr> args,
     rec->items[i] = Value::constant(d);
   }
   for (const auto& v : rec->items)
-    if (v->kind == VKind::Iter || v->kind == VKind::Null || v->kind == VKind::Cell || v->made_in_trace)
+    if (v->kind == VKind::Iter || v->kind == VKind::Null || v->kind == VKind::Cell || v->made_in_trace())
       unsupported(what + "() with a field holding " + v->describe());
   // __post_init__ treats a lone non-tensor first field as an iterator of (key, value) pairs: not modelled.
   bool others_none = true;

@@ -73,18 +73,15 @@ ValuePtr Value::dict(std::vector<py::object> keys, std::vector<ValuePtr> values)
 ValuePtr Value::dict_view_of(ValuePtr dict, ViewPart part) {
   auto v = std::make_shared<Value>();
   v->kind = VKind::DictView;
-  auto payload = std::make_shared<DictViewOf>();
-  payload->dict = std::move(dict);
-  payload->part = part;
-  v->view = std::move(payload);
+  v->payload = DictViewOf{std::move(dict), part};
   return v;
 }
 
 std::vector<ValuePtr> Value::view_items() const {
-  const Value& d = *view->dict;
+  const Value& d = *view_of().dict;
   std::vector<ValuePtr> out;
   for (size_t i = 0; i < d.keys.size(); ++i) {
-    switch (view->part) {
+    switch (view_of().part) {
       case ViewPart::Keys: out.push_back(Value::constant(d.keys[i])); break;
       case ViewPart::Values: out.push_back(d.items[i]); break;
       case ViewPart::Items: out.push_back(Value::tuple({Value::constant(d.keys[i]), d.items[i]})); break;
@@ -128,6 +125,11 @@ const TensorOf& Value::tensor() const {
   throw std::logic_error("Value::tensor() on " + describe());
 }
 
+const DictViewOf& Value::view_of() const {
+  if (const DictViewOf* d = kind == VKind::DictView ? std::get_if<DictViewOf>(&payload) : nullptr) return *d;
+  throw std::logic_error("Value::view_of() on " + describe());
+}
+
 IterOf& Value::iter() {
   if (IterOf* it = kind == VKind::Iter ? std::get_if<IterOf>(&payload) : nullptr) return *it;
   throw std::logic_error("Value::iter() on " + describe());
@@ -142,6 +144,14 @@ InstanceOf& Value::instance() {
 }
 
 const InstanceOf& Value::instance() const { return const_cast<Value*>(this)->instance(); }
+
+bool Value::made_in_trace() const {
+  if (kind != VKind::Object) return false;
+  if (std::holds_alternative<FunctionOf>(payload)) return true;
+  if (const PartialOf* p = partial()) return p->made_in_trace;
+  if (const SlotOf* s = slot()) return s->slot != Slot::Noop;
+  return false;
+}
 
 FunctionOf& Value::function() {
   if (FunctionOf* f = kind == VKind::Object ? std::get_if<FunctionOf>(&payload) : nullptr) return *f;
@@ -264,10 +274,10 @@ py::object Value::as_python() const {
       // A view of a fresh dict with the same contents: type, order, set operations and comparisons as Python's.
       // A keys view needs only the keys (the values may be tensors).
       py::dict d;
-      const Value& src = *view->dict;
+      const Value& src = *view_of().dict;
       for (size_t i = 0; i < src.keys.size(); ++i)
-        d[src.keys[i]] = view->part == ViewPart::Keys ? py::none() : src.items[i]->as_python();
-      const char* part = view->part == ViewPart::Keys ? "keys" : view->part == ViewPart::Values ? "values" : "items";
+        d[src.keys[i]] = view_of().part == ViewPart::Keys ? py::none() : src.items[i]->as_python();
+      const char* part = view_of().part == ViewPart::Keys ? "keys" : view_of().part == ViewPart::Values ? "values" : "items";
       return d.attr(part)();
     }
     default:
@@ -344,9 +354,9 @@ std::string Value::describe() const {
     case VKind::Dict: return "dict of " + std::to_string(items.size());
     case VKind::Set: return "set of " + std::to_string(keys.size());
     case VKind::DictView:
-      return std::string(view->part == ViewPart::Keys ? "dict_keys" : view->part == ViewPart::Values ? "dict_values"
+      return std::string(view_of().part == ViewPart::Keys ? "dict_keys" : view_of().part == ViewPart::Values ? "dict_values"
                                                                                                     : "dict_items") +
-             " of " + view->dict->describe();
+             " of " + view_of().dict->describe();
     case VKind::Cell: return "cell";
     case VKind::Instance: return "new " + py::str(instance().cls->obj.attr("__qualname__")).cast<std::string>() + " object";
     case VKind::Record: return "new " + py::str(instance().cls->obj.attr("__qualname__")).cast<std::string>() + " output";

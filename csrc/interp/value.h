@@ -54,7 +54,7 @@ enum class VKind {
   Cell,    // a closure cell shared by a frame of the trace and the functions made in it (CellOf)
   Set,     // a set of constants (`keys`, insertion ordered); from the frame when it has a Source (and `obj`)
   DictView,  // d.keys() / d.values() / d.items() of a Dict value: live (reads see later changes of the dict);
-             // its own fields in `view`
+             // DictViewOf
 };
 
 struct Value;
@@ -111,7 +111,7 @@ struct CellOf {
   ValuePtr content;  // null: an empty cell (assigned later)
 };
 
-// A function made by MAKE_FUNCTION during the trace (an Object, with made_in_trace): rebuilt after the graph
+// A function made by MAKE_FUNCTION during the trace (an Object; made_in_trace()): rebuilt after the graph
 // from its code and new cells (codegen/rebuild.cpp), inlined with these cells.
 struct FunctionOf {
   std::vector<ValuePtr> closure;  // the Cell values it captured, in co_freevars order
@@ -133,6 +133,7 @@ struct PartialOf {
   std::vector<ValuePtr> args;
   std::vector<py::object> kw_names;  // str, parallel to kw_values
   std::vector<ValuePtr> kw_values;
+  bool made_in_trace = false;  // functools.partial(...) called in the trace (not a partial of the frame)
 };
 
 // super(cls, obj) in a method: attribute reads look past `cls` in type(obj).__mro__ (Tracer::super_attr).
@@ -160,39 +161,43 @@ const char* slot_method_name(Slot s);  // "get", "__getitem__", "__contains__" f
 // the trace, never passed back to Python).
 struct ExceptionOf {};
 
-using Payload =
-    std::variant<std::monostate, TensorOf, IterOf, CellOf, InstanceOf, FunctionOf, GradExitOf, PartialOf, SuperOf, SlotOf, ExceptionOf>;
+using Payload = std::variant<std::monostate, TensorOf, IterOf, CellOf, InstanceOf, DictViewOf, FunctionOf, GradExitOf,
+                             PartialOf, SuperOf, SlotOf, ExceptionOf>;
 
 struct Value {
   VKind kind = VKind::Const;
   SourcePtr source;                 // how to fetch it again from the frame (may be null)
-  py::object obj;                   // Const / Object; the real list/dict/set; a namedtuple's class
+  py::object obj;                   // Const / Object: the object; List / Dict / Set from the frame: the real
+                                    // container (a Set without source: a frozenset result); Tuple: a namedtuple's
+                                    // or struct sequence's class
   std::vector<ValuePtr> items;      // Tuple / List / Dict values; Instance attributes / Record fields
   ValuePtr self;                    // Method, or an Object that is a bound method: the receiver
   std::string name;                 // Method / bound method: the attribute name
   std::vector<py::object> keys;     // Dict: hashable constant keys, parallel to `items`; Set elements;
                                     // Instance attribute / Record field names
-  bool made_in_trace = false;       // Object made in the trace, never passed back to Python as it is: a function
-                                    // (FunctionOf), a functools.partial (PartialOf), a super() slot (SlotOf)
   bool frozen = false;              // Dict: an Instance's `__dict__` (its dict_view); changing it in place is unsupported
   // Object read from the frame (a plain instance): its identity guard, not yet installed. Moving the value
   // (locals, stack, tuples, a continuation, the return) needs only its type (TYPE_MATCH, installed at
   // once); the first use that may depend on which object it is installs this (Tracer::realize).
   std::shared_ptr<guards::Guard> pending_id;
-  std::shared_ptr<const DictViewOf> view;  // DictView only
-  // Tensor: TensorOf; Iter: IterOf; Cell: CellOf; Instance / Record: InstanceOf; Object: FunctionOf for a function
-  // made in the trace, else (a Const for Slot::Noop) what the trace models in place of `obj`, if anything
-  // (GradExitOf, PartialOf, SuperOf, SlotOf, ExceptionOf).
+  // Tensor: TensorOf; Iter: IterOf; Cell: CellOf; Instance / Record: InstanceOf; DictView: DictViewOf;
+  // Object: FunctionOf for a function made in the trace, else (a Const for Slot::Noop) what the trace models in
+  // place of `obj`, if anything (GradExitOf, PartialOf, SuperOf, SlotOf, ExceptionOf); monostate otherwise.
   Payload payload;
 
   // A Tensor's payload; throws std::logic_error for any other kind.
   const TensorOf& tensor() const;
+  // A DictView's payload; throws std::logic_error for any other kind.
+  const DictViewOf& view_of() const;
   // An Iter's payload; throws std::logic_error for any other kind.
   IterOf& iter();
   const IterOf& iter() const;
   // An Instance's or Record's payload; throws std::logic_error for any other kind.
   InstanceOf& instance();
   const InstanceOf& instance() const;
+  // An Object made in the trace that is never passed back to Python as it is: a function made by MAKE_FUNCTION
+  // (FunctionOf), a functools.partial called in the trace, a slot found through super() (not Slot::Noop).
+  bool made_in_trace() const;
   // A function made in the trace: its payload; throws std::logic_error for any other value.
   FunctionOf& function();
   const FunctionOf& function() const;
