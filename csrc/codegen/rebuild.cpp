@@ -279,7 +279,7 @@ bool reads_locals(const ValuePtr& v, std::unordered_set<const interp::Value*>& s
       if (v->source) return rooted_in_locals(v->source);
       break;
     case VKind::Method:
-      return reads_locals(v->self, seen);
+      return reads_locals(v->bound_self(), seen);
     case VKind::Instance:
     case VKind::Record:
       if (reads_locals(v->instance().cls, seen)) return true;
@@ -499,9 +499,9 @@ void Rebuilder::push(const ValuePtr& v, int above) {
       }
       if (v->is_modelled())  // super(), functools.partial, ... modelled by the trace
         throw interp::Unsupported("a " + v->modelled_name() + " value cannot be rebuilt at a graph break yet");
-      if (v->self) {  // a bound method: its receiver, then the attribute again
-        push(v->self, above);
-        e_.load_attr(v->name);
+      if (v->bound_self()) {  // a bound method: its receiver, then the attribute again
+        push(v->bound_self(), above);
+        e_.load_attr(v->bound_name());
         return;
       }
       if (v->source) e_.load_source(*v->source);
@@ -568,8 +568,8 @@ void Rebuilder::push(const ValuePtr& v, int above) {
       e_.push_null();
       return;
     case VKind::Method:  // a method of a tensor or dict of the trace: its receiver, then the attribute
-      push(v->self, above);
-      e_.load_attr(v->name);
+      push(v->bound_self(), above);
+      e_.load_attr(v->bound_name());
       return;
     case VKind::Dict: {
       // An object's __dict__ read in the trace is that object's live dict, not a new one.

@@ -319,7 +319,7 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
     // An object from the frame (its type guarded: TYPE_MATCH, or ID_MATCH), when isinstance depends on its
     // type alone: the default __class__, and classes whose metaclass is type or ABCMeta (no Protocol
     // checks reading attributes).
-    if (!type && args[0]->kind == VKind::Object && args[0]->source && !args[0]->self && foldable(args[1]) &&
+    if (!type && args[0]->kind == VKind::Object && args[0]->source && !args[0]->bound_self() && foldable(args[1]) &&
         type_only_instance_check(args[0]->obj, args[1]->as_python()))
       type = reinterpret_cast<PyObject*>(Py_TYPE(args[0]->obj.ptr()));
     if (type && foldable(args[1])) {
@@ -422,10 +422,7 @@ ValuePtr Tracer::super_attr(const ValuePtr& sup, const std::string& name) {
     // Guarded as type(self).__mro__[k].<name>: the same function object while the classes stay as they are.
     SourcePtr fsrc = guards::Source::attr(guards::Source::item(mro_src, static_cast<int>(k)), name);
     ValuePtr f = wrap(d, fsrc);
-    ValuePtr m = Value::object(f->obj, fsrc);
-    m->self = self;
-    m->name = name;
-    return m;
+    return Value::bound_method(f->obj, fsrc, self, name);
   }
   unsupported("super() has no attribute '" + name + "'");
 }

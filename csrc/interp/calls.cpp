@@ -183,9 +183,9 @@ ValuePtr Tracer::signature_of(const ValuePtr& fn, const std::vector<ValuePtr>& a
   const ValuePtr& f = args[0];
   if (f->kind != VKind::Object || !f->obj || !PyFunction_Check(f->obj.ptr()) || f->made_in_trace()) return nullptr;
   py::object target = f->obj;
-  if (f->self) {
-    if (f->self->kind != VKind::Object || !f->self->obj || f->is_modelled()) return nullptr;
-    target = py::reinterpret_steal<py::object>(PyMethod_New(f->obj.ptr(), f->self->obj.ptr()));  // new
+  if (f->bound_self()) {
+    if (f->bound_self()->kind != VKind::Object || !f->bound_self()->obj || f->is_modelled()) return nullptr;
+    target = py::reinterpret_steal<py::object>(PyMethod_New(f->obj.ptr(), f->bound_self()->obj.ptr()));  // new
     if (!target) throw py::error_already_set();
   }
   return Value::constant(py::handle(signature)(target));
@@ -193,17 +193,17 @@ ValuePtr Tracer::signature_of(const ValuePtr& fn, const std::vector<ValuePtr>& a
 
 ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
                       std::vector<std::pair<std::string, ValuePtr>> kwargs) {
-  if (fn->kind == VKind::Method && fn->self->kind == VKind::Tuple && fn->self->obj &&
-      (fn->name == "_replace" || fn->name == "_asdict")) {
-    const ValuePtr& nt = fn->self;
-    if (is_structseq_class(nt->obj)) unsupported("struct sequence ." + fn->name + "()");
+  if (fn->kind == VKind::Method && fn->bound_self()->kind == VKind::Tuple && fn->bound_self()->obj &&
+      (fn->bound_name() == "_replace" || fn->bound_name() == "_asdict")) {
+    const ValuePtr& nt = fn->bound_self();
+    if (is_structseq_class(nt->obj)) unsupported("struct sequence ." + fn->bound_name() + "()");
     py::tuple fields = nt->obj.attr("_fields");
-    if (fn->name == "_asdict" && args.empty() && kwargs.empty()) {
+    if (fn->bound_name() == "_asdict" && args.empty() && kwargs.empty()) {
       std::vector<py::object> keys;
       for (auto k : fields) keys.push_back(py::reinterpret_borrow<py::object>(k));
       return Value::dict(std::move(keys), nt->items);
     }
-    if (fn->name == "_replace" && args.empty()) {
+    if (fn->bound_name() == "_replace" && args.empty()) {
       std::vector<std::pair<std::string, ValuePtr>> all;
       for (size_t i = 0; i < fields.size(); ++i) all.emplace_back(py::str(fields[i]).cast<std::string>(), nt->items[i]);
       for (auto& kv : kwargs)
@@ -212,20 +212,22 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
       return make_namedtuple(nt->obj, {}, all);
     }
   }
-  if (fn->kind == VKind::Method && autograd_.ctx && fn->self == autograd_.ctx)
-    return autograd_ctx_call(fn->name, args, kwargs);
-  if (fn->kind == VKind::Method && is_environ(fn->self)) return environ_call(fn->self, fn->name, args, kwargs);
+  if (fn->kind == VKind::Method && autograd_.ctx && fn->bound_self() == autograd_.ctx)
+    return autograd_ctx_call(fn->bound_name(), args, kwargs);
+  if (fn->kind == VKind::Method && is_environ(fn->bound_self()))
+    return environ_call(fn->bound_self(), fn->bound_name(), args, kwargs);
   if (fn->kind == VKind::Method) {
-    switch (fn->self->kind) {
-      case VKind::Dict: return call_dict_method(fn->self, fn->name, std::move(args), std::move(kwargs));
+    switch (fn->bound_self()->kind) {
+      case VKind::Dict: return call_dict_method(fn->bound_self(), fn->bound_name(), std::move(args), std::move(kwargs));
       case VKind::List:
-      case VKind::Tuple: return call_list_method(fn->self, fn->name, std::move(args), std::move(kwargs));
-      case VKind::Set: return call_set_method(fn->self, fn->name, std::move(args), std::move(kwargs));
-      case VKind::Record: return call_record_method(fn->self, fn->name, std::move(args), std::move(kwargs));
+      case VKind::Tuple: return call_list_method(fn->bound_self(), fn->bound_name(), std::move(args), std::move(kwargs));
+      case VKind::Set: return call_set_method(fn->bound_self(), fn->bound_name(), std::move(args), std::move(kwargs));
+      case VKind::Record: return call_record_method(fn->bound_self(), fn->bound_name(), std::move(args), std::move(kwargs));
       default: break;
     }
   }
-  if (fn->kind == VKind::Method) return call_tensor_method(fn->self, fn->name, std::move(args), std::move(kwargs));
+  if (fn->kind == VKind::Method)
+    return call_tensor_method(fn->bound_self(), fn->bound_name(), std::move(args), std::move(kwargs));
   if (fn->partial()) return call_partial(fn, std::move(args), std::move(kwargs));
   if (ValuePtr sig = signature_of(fn, args, kwargs)) return sig;
   if (const SlotOf* slot = fn->slot()) {
@@ -256,7 +258,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
   if (fn->kind != VKind::Object && fn->kind != VKind::Const) unsupported("call to " + fn->describe());
   py::handle f = fn->obj;
   // A bound method calls its function with the receiver first, whatever the function is.
-  if (fn->self && fn->kind == VKind::Object) return call_object(fn, std::move(args), std::move(kwargs));
+  if (fn->bound_self() && fn->kind == VKind::Object) return call_object(fn, std::move(args), std::move(kwargs));
   if (fn->kind == VKind::Object)
     if (ValuePtr r = autograd_function_apply(fn, args, kwargs)) return r;
   if (is_grad_context_class(f) && args.empty() && kwargs.empty()) return Value::object(f());
@@ -266,13 +268,13 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
   std::string bname = builtin_name(f);
   if (bname == "dict") return make_dict(args, kwargs);
   if (is_namedtuple_class(f)) return make_namedtuple(f, args, kwargs);
-  if (fn->kind == VKind::Object && fn->source && !fn->self && is_plain_class(f))
+  if (fn->kind == VKind::Object && fn->source && !fn->bound_self() && is_plain_class(f))
     return make_instance(fn, std::move(args), std::move(kwargs));
-  if (fn->kind == VKind::Object && fn->source && !fn->self && is_record_class(f))
+  if (fn->kind == VKind::Object && fn->source && !fn->bound_self() && is_record_class(f))
     return make_record(fn, std::move(args), std::move(kwargs));
   if (ValuePtr r = call_builtin(bname, f, args, kwargs)) return r;
   if (bname == "id" && args.size() == 1 && kwargs.empty() && args[0]->kind == VKind::Object && args[0]->source &&
-      !args[0]->self && !guards::is_tensor(args[0]->obj.ptr())) {
+      !args[0]->bound_self() && !guards::is_tensor(args[0]->obj.ptr())) {
     // id() of an object read from the frame (parametrize's cache key): a constant, the object pinned by identity.
     guards.add(guards::id_match(args[0]->source, args[0]->obj.ptr()));
     return Value::constant(py::int_(reinterpret_cast<uintptr_t>(args[0]->obj.ptr())));

@@ -88,8 +88,10 @@ ValuePtr Tracer::deep_copy(const ValuePtr& v, CopyMemo& memo) {
     case VKind::Object: {
       PyObject* o = v->obj.ptr();
       // Functions, classes and builtin functions are copied as themselves (copy's atomic types).
-      if (!v->self && !v->partial() && !v->super_of() && !v->slot() && (PyFunction_Check(o) || PyType_Check(o) || PyCFunction_Check(o))) return v;
-      if (v->source && !v->made_in_trace() && !v->is_modelled() && v->name.empty() && deepcopied_by_dict(Py_TYPE(o)))
+      if (!v->bound_self() && !v->partial() && !v->super_of() && !v->slot() &&
+          (PyFunction_Check(o) || PyType_Check(o) || PyCFunction_Check(o)))
+        return v;
+      if (v->source && !v->made_in_trace() && !v->is_modelled() && v->bound_name().empty() && deepcopied_by_dict(Py_TYPE(o)))
         return copy_frame_object(v, memo);
       if (v->source && PyDict_CheckExact(o)) return copy_constant_dict(v, memo);
       break;

@@ -42,10 +42,7 @@ std::string pending_module_filing(const std::vector<AttrStore>& stores, py::hand
 ValuePtr bound_method(Tracer& t, const ValuePtr& self, py::handle func, const std::string& name) {
   SourcePtr fsrc = guards::Source::attr(guards::Source::attr(self->source, "__class__"), name);
   ValuePtr f = t.wrap(func, fsrc);
-  ValuePtr m = Value::object(f->obj, fsrc);
-  m->self = self;
-  m->name = name;
-  return m;
+  return Value::bound_method(f->obj, fsrc, self, name);
 }
 
 }  // namespace
@@ -121,8 +118,7 @@ ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
       wrap(func, Py_IS_TYPE(descr, &PyClassMethod_Type) ? guards::Source::attr(fsrc, "__func__") : fsrc);
       ValuePtr f = Value::object(func);
       if (Py_IS_TYPE(descr, &PyClassMethod_Type)) {
-        f->self = wrap(reinterpret_cast<PyObject*>(type), csrc);
-        f->name = name;
+        f->payload = BoundOf{wrap(reinterpret_cast<PyObject*>(type), csrc), name};
       }
       return f;
     }
@@ -168,9 +164,7 @@ ValuePtr Tracer::call_user_dunder(const ValuePtr& obj, const char* dunder, std::
     PyObject* descr = _PyType_Lookup(type, py::str(dunder).ptr());  // borrowed, may be NULL
     if (!descr || !PyFunction_Check(descr)) return nullptr;
     SourcePtr src = guards::Source::attr(obj->instance().cls->source, dunder);
-    ValuePtr m = Value::object(wrap(descr, src)->obj, src);
-    m->self = obj;
-    m->name = dunder;
+    ValuePtr m = Value::bound_method(wrap(descr, src)->obj, src, obj, dunder);
     return call(m, std::move(args), {});
   }
   if (obj->kind != VKind::Object || !obj->source || is_nn_module(obj->obj)) return nullptr;
@@ -585,17 +579,13 @@ ValuePtr Tracer::instance_generic_attr(const ValuePtr& inst, const std::string& 
   }
   if (PyFunction_Check(descr)) {
     ValuePtr f = wrap(descr, csrc);
-    ValuePtr m = Value::object(f->obj, csrc);
-    m->self = inst;
-    m->name = name;
-    return m;
+    return Value::bound_method(f->obj, csrc, inst, name);
   }
   if (Py_IS_TYPE(descr, &PyClassMethod_Type) || Py_IS_TYPE(descr, &PyStaticMethod_Type)) {
     wrap(descr, csrc);
     ValuePtr f = Value::object(py::reinterpret_borrow<py::object>(descr).attr("__func__"));
     if (Py_IS_TYPE(descr, &PyClassMethod_Type)) {
-      f->self = inst->instance().cls;
-      f->name = name;
+      f->payload = BoundOf{inst->instance().cls, name};
     }
     return f;
   }
@@ -670,10 +660,10 @@ void Tracer::instance_delattr(const ValuePtr& obj, const std::string& name) {
 ValuePtr Tracer::call_object(const ValuePtr& fn, std::vector<ValuePtr> args,
                              std::vector<std::pair<std::string, ValuePtr>> kwargs) {
   py::handle f = fn->obj;
-  if (fn->self && fn->self->kind == VKind::Object && is_nn_module(fn->self->obj))
-    if (ValuePtr r = module_iteration(fn->self, f, fn->name, args, kwargs)) return r;
-  if (fn->self) {  // a bound Python method: inline with the receiver first
-    args.insert(args.begin(), fn->self);
+  if (fn->bound_self() && fn->bound_self()->kind == VKind::Object && is_nn_module(fn->bound_self()->obj))
+    if (ValuePtr r = module_iteration(fn->bound_self(), f, fn->bound_name(), args, kwargs)) return r;
+  if (fn->bound_self()) {  // a bound Python method: inline with the receiver first
+    args.insert(args.begin(), fn->bound_self());
     ValuePtr plain = Value::object(fn->obj, fn->source);
     return inline_call(plain, std::move(args), std::move(kwargs));
   }

@@ -201,7 +201,7 @@ void Tracer::realize(const ValuePtr& v) {
     for (const auto& item : v->iter().items) realize(item);
   if (v->kind == VKind::Cell && v->cell().content && v->cell().content != v) realize(v->cell().content);
   if ((v->kind == VKind::Instance || v->kind == VKind::Record) && v->instance().cls) realize(v->instance().cls);
-  if (v->self && v->self != v) realize(v->self);
+  if (v->bound_self() && v->bound_self() != v) realize(v->bound_self());
   if (const PartialOf* p = v->partial()) {  // its function and positional arguments (not its keyword values)
     for (const auto& a : p->args) realize(a);
     realize(p->fn);
@@ -236,8 +236,8 @@ bool module_instance(PyObject* o) {
 bool inlined_callee(const ValuePtr& fn) {
   if (!fn || fn->kind != VKind::Object || !fn->obj) return false;
   PyObject* f = fn->obj.ptr();
-  if (PyFunction_Check(f)) return !fn->self || !fn->is_modelled();
-  return !fn->self && module_instance(f);
+  if (PyFunction_Check(f)) return !fn->bound_self() || !fn->is_modelled();
+  return !fn->bound_self() && module_instance(f);
 }
 
 // The callee of CALL n: above a NULL, or (3.11's method form, a comprehension's `f(iter)`) the item below
@@ -356,14 +356,14 @@ int identity_uses(Tracer& t, const bytecode::Instruction& inst) {
       const ValuePtr* callee = call_callee(t, inst.arg + kw);
       const ValuePtr& fn = callee ? *callee : nullptr;
       // A ModelOutput's own methods (to_tuple, get, keys, ...) move its fields out.
-      if (fn && fn->kind == VKind::Method && fn->self && fn->self->kind == VKind::Record) return 0;
+      if (fn && fn->kind == VKind::Method && fn->bound_self() && fn->bound_self()->kind == VKind::Record) return 0;
       if (fn && fn->kind == VKind::Object && fn->obj) {
         PyObject* f = fn->obj.ptr();
         if (inlined_callee(fn)) return 0;
         if (f == reinterpret_cast<PyObject*>(&PyType_Type)) return 0;  // type(obj): its class, guarded
         // Objects the trace makes: a plain class's __init__ is inlined, a ModelOutput's fields are the
         // arguments, moved.
-        if (PyType_Check(f) && !fn->self && (is_record_class(fn->obj) || (fn->source && is_plain_class(fn->obj))))
+        if (PyType_Check(f) && !fn->bound_self() && (is_record_class(fn->obj) || (fn->source && is_plain_class(fn->obj))))
           return 0;
         static const TypeOnlyBuiltins builtins;
         if (f == builtins.isinstance || f == builtins.issubclass) return 0;

@@ -195,12 +195,10 @@ std::string Value::modelled_name() const {
 }
 
 ValuePtr Value::receiver() const {
-  if (kind == VKind::Method) return self;
-  if (kind != VKind::Object) return nullptr;
+  if (kind != VKind::Object && kind != VKind::Method) return nullptr;
   if (const auto* s = super_of()) return s->obj;
   if (const auto* s = slot()) return s->self;
-  if (partial()) return nullptr;
-  return self;
+  return bound_self();
 }
 
 ValuePtr Value::set(std::vector<py::object> elements) {
@@ -229,9 +227,26 @@ ValuePtr Value::null() {
 ValuePtr Value::method(ValuePtr self, std::string name) {
   auto v = std::make_shared<Value>();
   v->kind = VKind::Method;
-  v->self = std::move(self);
-  v->name = std::move(name);
+  v->payload = BoundOf{std::move(self), std::move(name)};
   return v;
+}
+
+ValuePtr Value::bound_method(py::object f, SourcePtr src, ValuePtr self, std::string name) {
+  ValuePtr v = Value::object(std::move(f), std::move(src));
+  v->payload = BoundOf{std::move(self), std::move(name)};
+  return v;
+}
+
+const ValuePtr& Value::bound_self() const {
+  static const ValuePtr none;
+  const BoundOf* b = kind == VKind::Method || kind == VKind::Object ? std::get_if<BoundOf>(&payload) : nullptr;
+  return b ? b->self : none;
+}
+
+const std::string& Value::bound_name() const {
+  static const std::string none;
+  const BoundOf* b = kind == VKind::Method || kind == VKind::Object ? std::get_if<BoundOf>(&payload) : nullptr;
+  return b ? b->name : none;
 }
 
 bool Value::is_constant_like() const {
@@ -346,7 +361,7 @@ std::string Value::describe() const {
       return "tuple of " + std::to_string(items.size());
     case VKind::List: return "list of " + std::to_string(items.size());
     case VKind::Null: return "NULL";
-    case VKind::Method: return "method " + self->describe() + "." + name;
+    case VKind::Method: return "method " + bound_self()->describe() + "." + bound_name();
     case VKind::Iter: {
       const IterOf* it = std::get_if<IterOf>(&payload);
       return "iterator over " + std::to_string(it ? it->items.size() : 0) + " values";

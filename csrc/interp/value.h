@@ -42,7 +42,7 @@ enum class VKind {
   Tuple,   // tuple of values
   List,    // list of values (created in the trace)
   Null,    // the NULL pushed by PUSH_NULL / LOAD_GLOBAL / LOAD_METHOD
-  Method,  // bound method `self.name` where self is a Tensor value
+  Method,  // bound method `self.name` run by the trace (BoundOf): self a Tensor, container, Record, ...
   Iter,    // an iterator over values known at trace time (IterOf); loops unroll over it
   Dict,    // a dict: constant keys (`keys`) and values (`items`), insertion ordered; from the frame when
            // it has a Source (and `obj`, the real dict)
@@ -97,6 +97,14 @@ struct IterOf {
   std::vector<ValuePtr> items;     // everything it yields, in order
   size_t pos = 0;                  // the next item
   std::vector<IterWatch> watches;  // the dicts it reads lazily in Python (ops_iter.cpp), if any
+};
+
+// A bound method: a Method value (a method of a Tensor, a container, a Record, os.environ or the autograd ctx,
+// run by the trace), or an Object whose `obj` is the function (a method of an object the trace knows, a
+// classmethod bound to its class), called with `self` first.
+struct BoundOf {
+  ValuePtr self;     // the receiver
+  std::string name;  // the attribute name it was read as
 };
 
 // An object of a Python class made in the trace (VKind::Instance, VKind::Record); its attributes (Instance) or
@@ -161,8 +169,8 @@ const char* slot_method_name(Slot s);  // "get", "__getitem__", "__contains__" f
 // the trace, never passed back to Python).
 struct ExceptionOf {};
 
-using Payload = std::variant<std::monostate, TensorOf, IterOf, CellOf, InstanceOf, DictViewOf, FunctionOf, GradExitOf,
-                             PartialOf, SuperOf, SlotOf, ExceptionOf>;
+using Payload = std::variant<std::monostate, TensorOf, IterOf, CellOf, InstanceOf, DictViewOf, BoundOf, FunctionOf,
+                             GradExitOf, PartialOf, SuperOf, SlotOf, ExceptionOf>;
 
 struct Value {
   VKind kind = VKind::Const;
@@ -171,8 +179,6 @@ struct Value {
                                     // container (a Set without source: a frozenset result); Tuple: a namedtuple's
                                     // or struct sequence's class
   std::vector<ValuePtr> items;      // Tuple / List / Dict values; Instance attributes / Record fields
-  ValuePtr self;                    // Method, or an Object that is a bound method: the receiver
-  std::string name;                 // Method / bound method: the attribute name
   std::vector<py::object> keys;     // Dict: hashable constant keys, parallel to `items`; Set elements;
                                     // Instance attribute / Record field names
   bool frozen = false;              // Dict: an Instance's `__dict__` (its dict_view); changing it in place is unsupported
@@ -181,10 +187,14 @@ struct Value {
   // once); the first use that may depend on which object it is installs this (Tracer::realize).
   std::shared_ptr<guards::Guard> pending_id;
   // Tensor: TensorOf; Iter: IterOf; Cell: CellOf; Instance / Record: InstanceOf; DictView: DictViewOf;
-  // Object: FunctionOf for a function made in the trace, else (a Const for Slot::Noop) what the trace models in
-  // place of `obj`, if anything (GradExitOf, PartialOf, SuperOf, SlotOf, ExceptionOf); monostate otherwise.
+  // Method: BoundOf; Object: BoundOf for a bound method, FunctionOf for a function made in the trace, else (a
+  // Const for Slot::Noop) what the trace models in place of `obj`, if anything (GradExitOf, PartialOf, SuperOf,
+  // SlotOf, ExceptionOf); monostate otherwise.
   Payload payload;
 
+  // A Method's or bound-method Object's receiver and attribute name (BoundOf); nullptr / "" for any other value.
+  const ValuePtr& bound_self() const;
+  const std::string& bound_name() const;
   // A Tensor's payload; throws std::logic_error for any other kind.
   const TensorOf& tensor() const;
   // A DictView's payload; throws std::logic_error for any other kind.
@@ -236,6 +246,8 @@ struct Value {
   // Dict / Set: index of `key` (Python equality) or -1.
   int find_key(py::handle key) const;
   static ValuePtr method(ValuePtr self, std::string name);
+  // An Object value for function `f` bound to `self` (called with it first), read as attribute `name`.
+  static ValuePtr bound_method(py::object f, SourcePtr src, ValuePtr self, std::string name);
   static ValuePtr dict_view_of(ValuePtr dict, ViewPart part);
   // Object values standing for what the trace models itself (`stand_in`: the Python object in `obj`).
   static ValuePtr partial_of(py::object stand_in, PartialOf p);
