@@ -81,9 +81,9 @@ struct IterWatch {
   std::vector<ValuePtr> values;   // and its values
 };
 
-// Payloads: what a value of one kind holds, one struct per kind (the kinds converted so far; the others still
-// use the shared fields of Value below). Value::payload holds at most one of them, read through accessors that
-// check the kind.
+// Payloads: what a value of one kind holds, one struct per kind. Value::payload holds at most one of them, read
+// through accessors that check the kind. The containers (Tuple, List, Dict, Set) and Const / Object keep their
+// contents in the shared fields of Value below (`obj`, `items`, `keys`, `frozen`).
 
 // A graph value (VKind::Tensor).
 struct TensorOf {
@@ -181,7 +181,8 @@ struct Value {
   std::vector<ValuePtr> items;      // Tuple / List / Dict values; Instance attributes / Record fields
   std::vector<py::object> keys;     // Dict: hashable constant keys, parallel to `items`; Set elements;
                                     // Instance attribute / Record field names
-  bool frozen = false;              // Dict: an Instance's `__dict__` (its dict_view); changing it in place is unsupported
+  bool frozen = false;              // Dict: an Instance's `__dict__` (InstanceOf::dict_view); changing it in
+                                    // place is unsupported
   // Object read from the frame (a plain instance): its identity guard, not yet installed. Moving the value
   // (locals, stack, tuples, a continuation, the return) needs only its type (TYPE_MATCH, installed at
   // once); the first use that may depend on which object it is installs this (Tracer::realize).
