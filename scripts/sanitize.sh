@@ -5,7 +5,8 @@
 #
 # Environment knobs:
 #   CDYNAMO_SANITIZE   sanitizers for -fsanitize= (default address,undefined)
-#   PYTHON             the Python 3.11 the venv is made from (default python3.11)
+#   PYTHON             the Python (3.11, 3.12 or 3.13) the venv is made from (default python3.11); each version
+#                      gets its own venv (.venv-sanitize for 3.11, .venv-sanitize-3.12, -3.13)
 #   JOBS               build parallelism (default 2)
 #   SANITIZE_BUILD=0   skip the build/install step (reuse .venv-sanitize as it is)
 #   SANITIZE_CTEST=0   skip the GoogleTest suites
@@ -20,7 +21,9 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore PIP_NO_INPUT=
 
 SAN="${CDYNAMO_SANITIZE:-address,undefined}"
 PY="${PYTHON:-python3.11}"
-VENV="$ROOT/.venv-sanitize"
+PYV="$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" || die "$PY does not run"
+case "$PYV" in 3.11) VENV="$ROOT/.venv-sanitize" ;; 3.12|3.13) VENV="$ROOT/.venv-sanitize-$PYV" ;;
+  *) die "$PY is Python $PYV; cdynamo supports 3.11, 3.12 and 3.13" ;; esac
 VPY="$VENV/bin/python"
 BUILD_ROOT="$ROOT/build-sanitize"
 LOGS="$BUILD_ROOT/logs"
@@ -36,7 +39,7 @@ if [ ! -x "$VPY" ]; then
   say "creating $VENV (--system-site-packages) from $PY"
   "$PY" -m venv --system-site-packages "$VENV" || die "venv creation failed"
 fi
-"$VPY" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || die "$VPY is not Python 3.11"
+"$VPY" -c "import sys; sys.exit('%d.%d' % sys.version_info[:2] != '$PYV')" || die "$VPY is not Python $PYV"
 
 # 2. Build (RelWithDebInfo: -O2 -g, and pybind11 neither strips _C nor LTOs it, so reports have file:line).
 if [ "${SANITIZE_BUILD:-1}" != 0 ]; then

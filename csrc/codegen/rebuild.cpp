@@ -470,8 +470,8 @@ void Rebuilder::push(const ValuePtr& v, int above) {
       e_.load_const(v->obj);
       return;
     case VKind::Object:
-      if (const interp::GradExitOf* g = v->grad_exit()) {  // a grad-mode with block's __exit__: the restorer of the mode it left
-        e_.load_const(interp::grad_exit_callable(g->enabled));
+      if (const interp::GradExitOf* g = v->grad_exit()) {  // a traced with block's __exit__: the restorer of the mode it left
+        e_.load_const(interp::grad_exit_callable(g->mode));
         return;
       }
       if (made_partial(v)) {  // functools.partial(func, *args, keyword=value, ...)

@@ -46,7 +46,7 @@ std::string Guard::describe() const {
   if (kind == GuardKind::GradMode) return "global state GRAD_MODE (" + std::string(state ? "enabled" : "disabled") + ")";
   if (kind == GuardKind::DefaultDtype) return "global state DEFAULT_DTYPE";
   if (kind == GuardKind::Autocast) return "global state AUTOCAST";
-  if (kind == GuardKind::GlobalState) return "global state GLOBAL_STATE (inference mode, deterministic, torch function)";
+  if (kind == GuardKind::GlobalState) return "global state GLOBAL_STATE (inference mode, deterministic, torch function, dispatch modes)";
   if (kind == GuardKind::NoAliasing || kind == GuardKind::StorageOverlap) {
     std::string s = kind == GuardKind::StorageOverlap ? "STORAGE_OVERLAP(" : state ? "NO_STORAGE_ALIASING(" : "NO_TENSOR_ALIASING(";
     for (size_t i = 0; i < sources.size(); ++i) s += (i ? ", " : "") + sources[i]->describe();
@@ -169,7 +169,8 @@ bool Guard::check(const FrameView& fv, std::string* why) const {
       return fail(why, *this, (d & 1)   ? "inference mode changed"
                               : (d & 2) ? "deterministic algorithms setting changed"
                               : (d & 12) ? "torch function enabled state changed"
-                                         : "torch function mode stack changed");
+                              : (d & 0xff0) ? "torch function mode stack changed"
+                                         : "torch dispatch mode stack changed");
     }
     case GuardKind::NoAliasing: {
       Fetched objs(fv, sources);

@@ -9,6 +9,7 @@
 #include <c10/core/DefaultDtype.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/frontend/tracer.h>
 
@@ -174,10 +175,14 @@ int autocast_state() {
 
 int global_state_code() {
   int64_t modes = at::impl::PythonTorchFunctionTLS::stack_len();
+  int64_t dispatch_modes = c10::impl::TorchDispatchModeTLS::stack_len();
   return (c10::InferenceMode::is_enabled() ? 1 : 0) | (at::globalContext().deterministicAlgorithms() ? 2 : 0) |
          (static_cast<int>(at::impl::PythonTorchFunctionTLS::get_disabled_state()) & 3) << 2 |
-         static_cast<int>(modes > 255 ? 255 : modes) << 4;
+         static_cast<int>(modes > 255 ? 255 : modes) << 4 |
+         static_cast<int>(dispatch_modes > 255 ? 255 : dispatch_modes) << 12;
 }
+
+int64_t dispatch_mode_stack_len() { return c10::impl::TorchDispatchModeTLS::stack_len(); }
 
 bool jit_tracing() { return torch::jit::tracer::isTracing(); }
 

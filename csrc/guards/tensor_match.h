@@ -77,8 +77,11 @@ int default_dtype_code();
 // Autocast enabled on CPU (bit 0) and CUDA (bit 1), and its dtypes (CPU bits 8-15, CUDA bits 16-23).
 int autocast_state();
 // The rest of the global state a graph depends on: inference mode (bit 0), deterministic algorithms
-// (bit 1), torch function disabled state (bits 2-3), torch function mode stack depth (bits 4-11).
+// (bit 1), torch function disabled state (bits 2-3), torch function mode stack depth (bits 4-11), torch
+// dispatch mode stack depth (bits 12-19, infra modes included).
 int global_state_code();
+// How many TorchDispatchModes are active (what torch.utils._python_dispatch._get_current_dispatch_mode_stack lists).
+int64_t dispatch_mode_stack_len();
 // True while a TorchFunctionMode is active (torch functions then dispatch to it, which a graph skips).
 bool torch_function_mode_active();
 // True while torch.jit.trace records this thread's ops: its frames are never captured.

@@ -251,8 +251,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
         break;
     }
   }
-  if (const GradExitOf* g = fn->grad_exit()) {  // leaving `with torch.no_grad()/enable_grad()` normally
-    set_grad_mode(g->enabled);
+  if (const GradExitOf* g = fn->grad_exit()) {  // leaving a traced `with` block normally: __exit__(None, None, None)
+    if (g->mode != kNoopExit) set_grad_mode(g->mode == 1);
     return Value::constant(py::none());
   }
   if (fn->kind != VKind::Object && fn->kind != VKind::Const) unsupported("call to " + fn->describe());
@@ -262,6 +262,19 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
   if (fn->kind == VKind::Object)
     if (ValuePtr r = autograd_function_apply(fn, args, kwargs)) return r;
   if (is_grad_context_class(f) && args.empty() && kwargs.empty()) return Value::object(f());
+  if (is_noop_context_class(f)) {  // record_function(name, args=None), nullcontext(enter_result=None)
+    py::tuple real(args.size());
+    py::dict kw;
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (!args[i]->is_const()) unsupported(callable_name(f) + "() with " + args[i]->describe());
+      real[i] = args[i]->obj;
+    }
+    for (const auto& kv : kwargs) {
+      if (!kv.second->is_const()) unsupported(callable_name(f) + "() with " + kv.second->describe());
+      kw[py::str(kv.first)] = kv.second->obj;
+    }
+    return Value::object(f(*real, **kw));
+  }
   if (inline_depth_ > 0 && kwargs.empty() && is_builtin_exception_class(f) && pc + 1 < bc.insts.size() &&
       bc.insts[pc + 1]->opcode == bytecode::opcode_by_name("RAISE_VARARGS") && bc.insts[pc + 1]->arg == 1)
     raise_builtin_exception(f, args);  // `raise IndexError("...")` in an inlined function
@@ -317,6 +330,12 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
       return fold_call(f, callable_name(f), args, kwargs);
     case CallKind::TorchFunctionQuery:
       return Value::constant(py::bool_(has_torch_function(*this, callable_name(f), args)));
+    case CallKind::DispatchModeStackQuery:
+      // The stack's depth is part of GLOBAL_STATE (every entry guards it): empty now means empty when the
+      // graph runs. A non-empty stack holds mode objects the trace does not model.
+      if (!args.empty() || !kwargs.empty()) unsupported(callable_name(f) + " with arguments");
+      if (guards::dispatch_mode_stack_len() != 0) unsupported(callable_name(f) + " while a TorchDispatchMode is active");
+      return Value::list({});
     case CallKind::Disallowed:
       unsupported("call to " + callable_name(f) + ", which is marked disallow_in_graph");
     case CallKind::TorchOp:

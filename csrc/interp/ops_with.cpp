@@ -1,5 +1,6 @@
 // ops_with.cpp — owns `with` blocks the graph can hold: torch.no_grad() / torch.enable_grad() (BEFORE_WITH,
-// the context objects' construction, the grad-mode switches recorded in the graph), and functions decorated
+// the context objects' construction, the grad-mode switches recorded in the graph), contextlib.nullcontext and
+// profiler record_function blocks (no-ops; torch._dynamo ignores the profiler range too), and functions decorated
 // with @torch.no_grad() / @torch.enable_grad().
 #include "bytecode/bytecode.h"
 #include "guards/tensor_match.h"
@@ -20,25 +21,45 @@ int grad_context_target(py::handle obj) {
   return -1;
 }
 
+// A `with` on an object of a no-op context class made in the trace (is_noop_context_class): what its
+// __enter__ returns (record_function: the object; nullcontext: its enter_result), or nullptr for other values.
+ValuePtr noop_context_enter(const ValuePtr& ctx) {
+  if (ctx->kind != VKind::Object || ctx->source) return nullptr;
+  py::handle type = reinterpret_cast<PyObject*>(Py_TYPE(ctx->obj.ptr()));
+  if (!is_noop_context_class(type)) return nullptr;
+  if (py::hasattr(ctx->obj, "enter_result")) return Value::constant(ctx->obj.attr("enter_result"));
+  return ctx;
+}
+
 void before_with(Tracer& t, const Instruction&) {
   ValuePtr ctx = t.peek(1);
+  if (ValuePtr entered = noop_context_enter(ctx)) {
+    // Made in the trace: nothing outside saw it. A profiler range is not recorded (as torch._dynamo).
+    t.pop();
+    t.push(Value::grad_exit_value(py::reinterpret_borrow<py::object>(grad_exit_callable(kNoopExit)), kNoopExit));
+    t.push(entered);
+    return;
+  }
   int target = ctx->kind == VKind::Object ? grad_context_target(ctx->obj) : -1;
-  if (target < 0) t.unsupported("`with` on " + ctx->describe() + " (only torch.no_grad/enable_grad are traced)");
+  if (target < 0)
+    t.unsupported("`with` on " + ctx->describe() +
+                  " (only torch.no_grad/enable_grad, contextlib.nullcontext and profiler record_function are traced)");
   t.pop();
-  ValuePtr exit = Value::grad_exit_value(ctx->obj.attr("__exit__"), guards::grad_mode_enabled());
+  ValuePtr exit = Value::grad_exit_value(ctx->obj.attr("__exit__"), guards::grad_mode_enabled() ? 1 : 0);
   t.set_grad_mode(target == 1);
   t.push(exit);
   t.push(Value::constant(py::none()));  // what __enter__ returns
 }
 
 // __exit__ of a `with torch.no_grad()/enable_grad()` block continued after a graph break: sets grad mode to
-// its `self` (Py_True / Py_False) and returns None, so an exception propagates. Borrowed arguments.
+// its `self` (Py_True / Py_False; Py_None: a record_function block, nothing) and returns None, so an exception
+// propagates. Borrowed arguments.
 PyObject* grad_exit(PyObject* self, PyObject* const*, Py_ssize_t nargs) {
   if (nargs != 3) {
     PyErr_SetString(PyExc_TypeError, "__exit__ takes 3 arguments");
     return nullptr;
   }
-  guards::set_grad_mode_enabled(self == Py_True);
+  if (self != Py_None) guards::set_grad_mode_enabled(self == Py_True);
   Py_RETURN_NONE;
 }
 
@@ -47,18 +68,31 @@ PyMethodDef grad_exit_def = {"_cdynamo_grad_exit", reinterpret_cast<PyCFunction>
 
 }  // namespace
 
-py::handle grad_exit_callable(bool enabled) {
-  static PyObject* fns[2] = {nullptr, nullptr};  // new references kept for the process lifetime
-  PyObject*& f = fns[enabled ? 1 : 0];
-  if (!f) f = PyCFunction_New(&grad_exit_def, enabled ? Py_True : Py_False);
+py::handle grad_exit_callable(int mode) {
+  static PyObject* fns[3] = {nullptr, nullptr, nullptr};  // new references kept for the process lifetime
+  PyObject*& f = fns[mode];
+  if (!f) f = PyCFunction_New(&grad_exit_def, mode == kNoopExit ? Py_None : mode == 1 ? Py_True : Py_False);
   if (!f) throw py::error_already_set();
   return f;
 }
 
 int grad_exit_mode(py::handle obj) {
-  for (int mode = 0; mode < 2; ++mode)
-    if (obj.ptr() == grad_exit_callable(mode == 1).ptr()) return mode;
+  for (int mode = 0; mode <= kNoopExit; ++mode)
+    if (obj.ptr() == grad_exit_callable(mode).ptr()) return mode;
   return -1;
+}
+
+bool is_noop_context_class(py::handle fn) {
+  auto load = [](const char* mod, const char* name) {
+    try {
+      return py::object(py::module_::import(mod).attr(name)).release().ptr();  // owned for the process lifetime
+    } catch (py::error_already_set&) {
+      return static_cast<PyObject*>(nullptr);
+    }
+  };
+  static PyObject* record_function = load("torch.autograd.profiler", "record_function");
+  static PyObject* nullcontext = load("contextlib", "nullcontext");
+  return fn.ptr() && (fn.ptr() == record_function || fn.ptr() == nullcontext);
 }
 
 // The context objects themselves are created at trace time (their constructors have no effects).
@@ -80,7 +114,10 @@ namespace {
 PyObject* decorate_context_code() {
   static PyObject* code = [] {
     try {
-      py::object wrapped = PyRefs::get().torch.attr("no_grad")()(py::module_::import("builtins").attr("eval")("lambda: None"));
+      // eval with its own globals: without them it reads the calling Python frame's locals (PyEval_GetLocals),
+      // which on 3.11/3.12 leaves a snapshot dict of the user's frame holding its objects until that frame ends.
+      py::object wrapped = PyRefs::get().torch.attr("no_grad")()(
+          py::module_::import("builtins").attr("eval")("lambda: None", py::dict()));
       return py::object(wrapped.attr("__code__")).release().ptr();
     } catch (py::error_already_set&) {
       return static_cast<PyObject*>(nullptr);

@@ -30,14 +30,28 @@ const char* const kModelOutputMethods[] = {"__post_init__", "__setattr__", "__se
 
 py::str field_key(const std::string& s) { return py::str(s); }
 
-// ModelOutput's backward-compatible key names (its _replace_old_cache_name): `past_key_values` and
-// `cache_params` read the `cache` field.
-py::object bc_key(py::handle k) {
-  if (PyUnicode_Check(k.ptr())) {
-    std::string s = PyUnicode_AsUTF8(k.ptr());
-    if (s == "past_key_values" || s == "cache_params") return py::str("cache");
-  }
-  return py::reinterpret_borrow<py::object>(k);
+// ModelOutput's backward-compatible key names (transformers >= 5.2x's _replace_old_cache_name): `past_key_values`
+// and `cache_params` read the `cache` field where the class has no field of that name (older transformers keep
+// `past_key_values` as a field of its own).
+bool is_old_cache_name(const std::string& s) { return s == "past_key_values" || s == "cache_params"; }
+
+// A function whose code dataclasses generated (compiled from a string).
+bool made_by_dataclass(PyObject* fn) {
+  PyObject* code = PyFunction_GET_CODE(fn);  // borrowed
+  return py::str(reinterpret_cast<PyCodeObject*>(code)->co_filename).cast<std::string>() == "<string>";
+}
+
+// Whether a record class's __init__ is ModelOutput's metaclass wrapper (transformers >= 5.2x), which renames
+// past_key_values= / cache_params= to cache= whatever the fields are; older ones have the dataclass __init__.
+bool init_renames_cache_names(py::handle cls) {
+  PyObject* init = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(cls.ptr()), py::str("__init__").ptr());  // borrowed
+  return init && PyFunction_Check(init) && !made_by_dataclass(init);
+}
+
+int record_key_index(const ValuePtr& rec, py::handle k) {
+  int at = rec->find_key(k);
+  if (at < 0 && PyUnicode_Check(k.ptr()) && is_old_cache_name(PyUnicode_AsUTF8(k.ptr()))) at = rec->find_key(py::str("cache"));
+  return at;
 }
 
 }  // namespace
@@ -57,10 +71,6 @@ bool is_record_class(py::handle cls) {
   // is or in ModelOutput's metaclass wrapper (which renames past_key_values / cache_params to cache).
   PyObject* init = _PyType_Lookup(type, py::str("__init__").ptr());  // borrowed
   if (!init || !PyFunction_Check(init)) return false;
-  auto made_by_dataclass = [](PyObject* fn) {
-    PyObject* code = PyFunction_GET_CODE(fn);  // borrowed
-    return py::str(reinterpret_cast<PyCodeObject*>(code)->co_filename).cast<std::string>() == "<string>";
-  };
   if (!made_by_dataclass(init)) {
     py::object wrapped = py::getattr(py::handle(init), "__wrapped__", py::none());
     PyObject* code = PyFunction_GET_CODE(init);  // borrowed
@@ -90,12 +100,13 @@ ValuePtr Tracer::make_record(const ValuePtr& cls, std::vector<ValuePtr> args,
     rec->items.push_back(nullptr);
   }
   if (args.size() > fields.size()) unsupported(what + "() with too many positional arguments");
+  const bool renames = init_renames_cache_names(cls->obj);
   for (size_t i = 0; i < args.size(); ++i) {
     rec->items[i] = args[i];
     set[i] = 1;
   }
   for (auto& kv : kwargs) {
-    if (kv.first == "past_key_values" || kv.first == "cache_params") {  // the wrapper's renaming
+    if (renames && is_old_cache_name(kv.first)) {  // the wrapper's renaming
       for (auto& other : kwargs)
         if (other.first == "cache") unsupported(what + "() with both cache and " + kv.first);
       kv.first = "cache";
@@ -151,7 +162,7 @@ ValuePtr Tracer::record_item(const ValuePtr& rec, const ValuePtr& key) {
   if (!key->is_const()) unsupported("a " + describe_class(rec->instance().cls) + " subscript with " + key->describe());
   py::handle k = key->obj;
   if (PyUnicode_Check(k.ptr())) {
-    int at = rec->find_key(bc_key(k));
+    int at = record_key_index(rec, k);
     if (at < 0 || record_none(rec->items[static_cast<size_t>(at)]))
       unsupported("KeyError: " + describe_class(rec->instance().cls) + " has no key " + py::repr(k).cast<std::string>());
     return rec->items[static_cast<size_t>(at)];
@@ -199,7 +210,7 @@ ValuePtr Tracer::call_record_method(const ValuePtr& rec, const std::string& name
   if (name == "__len__") return Value::constant(py::int_(present.size()));
   if ((name == "get" && (args.size() == 1 || args.size() == 2)) || (name == "__contains__" && args.size() == 1)) {
     if (!args[0]->is_const()) unsupported(describe_class(rec->instance().cls) + "." + name + "() with " + args[0]->describe());
-    int at = PyUnicode_Check(args[0]->obj.ptr()) ? rec->find_key(bc_key(args[0]->obj)) : -1;
+    int at = PyUnicode_Check(args[0]->obj.ptr()) ? record_key_index(rec, args[0]->obj) : -1;
     bool has = at >= 0 && !record_none(rec->items[static_cast<size_t>(at)]);
     if (name == "__contains__") return Value::constant(py::bool_(has));
     if (has) return rec->items[static_cast<size_t>(at)];

@@ -186,6 +186,8 @@ CallKind classify_callable(py::handle fn) {
     kind = CallKind::AutocastQuery;
   } else if (c_function && mod == "torch._C" && starts_with(name, "_has_torch_function")) {
     kind = CallKind::TorchFunctionQuery;
+  } else if (!is_class && mod == "torch.utils._python_dispatch" && name == "_get_current_dispatch_mode_stack") {
+    kind = CallKind::DispatchModeStackQuery;  // torch.nn's _is_make_fx_tracing() (MultiheadAttention, torch 2.11)
   } else if (c_function && mod == "torch._C" && name == "_get_tracing_state") {
     // None while no torch.jit trace runs, and frames under a torch.jit trace are never captured.
     kind = CallKind::PureBuiltin;

@@ -21,6 +21,7 @@ enum class CallKind {
   GradModeQuery,   // torch.is_grad_enabled: known at every point of the trace
   AutocastQuery,   // torch.is_autocast_enabled / is_autocast_cpu_enabled: folded under an AUTOCAST guard
   TorchFunctionQuery,  // torch._C._has_torch_function*: false for plain tensors
+  DispatchModeStackQuery,  // torch.utils._python_dispatch._get_current_dispatch_mode_stack(): [] under GLOBAL_STATE
   CompilingQuery,  // torch.compiler.is_compiling / torch._dynamo.is_compiling: True while tracing
   TorchAssert,     // torch._assert(cond, msg): nothing when cond is a true constant
   JitAnnotate,     // torch.jit.annotate(type, value): value

@@ -849,7 +849,7 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
   // The __exit__ of a grad-mode `with` block continued after a break (a process-lifetime constant).
   if (int mode = grad_exit_mode(value); mode >= 0) {
     guards.add(guards::id_match(src, v));
-    return Value::grad_exit_value(py::reinterpret_borrow<py::object>(value), mode == 1, src);
+    return Value::grad_exit_value(py::reinterpret_borrow<py::object>(value), mode, src);
   }
   // A plain instance of a Python class: its type now, its identity on first use (Tracer::realize), so an
   // object made anew on each call that the trace only moves (a result passed on to a continuation, a value

@@ -65,9 +65,12 @@ void register_protocols(HandlerTable& t);
 PyObject* user_class_attr(const ValuePtr& v, const char* name);
 // A builtin exception class (IndexError, ValueError, ...): calling it has no side effects.
 bool is_builtin_exception_class(py::handle cls);
-// The __exit__ that a rebuilt `with torch.no_grad()/enable_grad()` block holds after a graph break: sets grad
-// mode to `enabled` (ops_with.cpp); grad_exit_mode gives 1/0 for those two objects, -1 for anything else.
-py::handle grad_exit_callable(bool enabled);
+// The __exit__ that a rebuilt `with` block holds after a graph break (ops_with.cpp): for mode 1/0 (a
+// `with torch.enable_grad()/no_grad()` block) it sets grad mode back to 1/0; for kNoopExit (a profiler
+// record_function block, not recorded) it does nothing. grad_exit_mode gives the mode of one of those three
+// objects, -1 for anything else.
+constexpr int kNoopExit = 2;
+py::handle grad_exit_callable(int mode);
 int grad_exit_mode(py::handle obj);
 // True if calling a pure function on `v` at trace time is sound: constants, tuples/lists of them, and
 // immutable objects (classes, functions, modules); never iterators, dicts, sets or user objects.
@@ -90,6 +93,10 @@ bool set_kwarg(std::vector<std::pair<std::string, ValuePtr>>& kwargs, const std:
 bool is_namedtuple_class(py::handle cls);
 // True for torch.no_grad / torch.enable_grad (classes whose `with` blocks are traced; ops_with.cpp).
 bool is_grad_context_class(py::handle fn);
+// Context classes whose `with` the trace treats as a no-op: torch.autograd.profiler.record_function
+// (torch.profiler's too; the range is not recorded, as torch._dynamo) and contextlib.nullcontext. Their objects
+// are made at trace time from constant arguments (the constructors only store them).
+bool is_noop_context_class(py::handle fn);
 // True for a Python function marked by cdynamo.assume_constant_result / torch._dynamo.assume_constant_result
 // (assume_constant.cpp).
 bool marked_constant_result(py::handle f);

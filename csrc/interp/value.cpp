@@ -114,9 +114,9 @@ ValuePtr Value::traced_exception(py::object exc) {
   return v;
 }
 
-ValuePtr Value::grad_exit_value(py::object exit, bool enabled, SourcePtr src) {
+ValuePtr Value::grad_exit_value(py::object exit, int mode, SourcePtr src) {
   ValuePtr v = Value::object(std::move(exit), std::move(src));
-  v->payload = GradExitOf{enabled};
+  v->payload = GradExitOf{mode};
   return v;
 }
 

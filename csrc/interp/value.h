@@ -125,10 +125,11 @@ struct FunctionOf {
   std::vector<ValuePtr> closure;  // the Cell values it captured, in co_freevars order
 };
 
-// The __exit__ of a `with torch.no_grad()/enable_grad()` block (an Object: a bound __exit__, or after a graph
-// break the process-lifetime restorer of grad_exit_callable): leaving the block sets grad mode to `enabled`.
+// The __exit__ of a traced `with` block (an Object: a bound __exit__, or the process-lifetime
+// grad_exit_callable(mode)): leaving a `with torch.no_grad()/enable_grad()` block sets grad mode back to `mode`
+// (0/1); for kNoopExit (a profiler record_function or contextlib.nullcontext block) it does nothing.
 struct GradExitOf {
-  bool enabled = false;
+  int mode = 0;
 };
 
 // What an Object value stands for when the trace models it itself rather than through a plain Python object
@@ -215,7 +216,7 @@ struct Value {
   // A Cell's payload; throws std::logic_error for any other kind.
   CellOf& cell();
   const CellOf& cell() const;
-  // The __exit__ of a grad-mode with block, or nullptr.
+  // The __exit__ of a traced with block, or nullptr.
   const GradExitOf* grad_exit() const { return kind == VKind::Object ? std::get_if<GradExitOf>(&payload) : nullptr; }
   // The modelled payload, or nullptr when the value is not one.
   const PartialOf* partial() const { return kind == VKind::Object ? std::get_if<PartialOf>(&payload) : nullptr; }
@@ -255,7 +256,7 @@ struct Value {
   static ValuePtr super_value(py::object stand_in, ValuePtr cls, ValuePtr obj);
   static ValuePtr slot_value(py::object stand_in, Slot s, ValuePtr self);  // Noop: a Const None
   static ValuePtr traced_exception(py::object exc);
-  static ValuePtr grad_exit_value(py::object exit, bool enabled, SourcePtr src = nullptr);
+  static ValuePtr grad_exit_value(py::object exit, int mode, SourcePtr src = nullptr);
   // DictView: the values it shows now (keys as constants, values, or (key, value) tuples), in dict order.
   std::vector<ValuePtr> view_items() const;
 

@@ -4,7 +4,7 @@ import collections
 import time
 import warnings
 
-from . import _core, _logging, _verify, config, utils
+from . import _core, _dealias, _logging, _verify, config, utils
 from .exc import BackendCompilerFailed, CdynamoWarning
 
 GuardFail = collections.namedtuple("GuardFail", ["reason", "orig_code"])
@@ -72,7 +72,7 @@ class Callback:
         reference = _verify.eager_reference(gm, example_inputs) if config.verify_correctness else None
         t0 = time.perf_counter()
         try:
-            compiled = self.backend(gm, list(example_inputs))
+            compiled = self._call_backend(gm, example_inputs)
         except Exception as e:
             counters["backend_failures"] += 1
             raise BackendCompilerFailed(self.backend_name, e) from e
@@ -93,6 +93,21 @@ class Callback:
         if self.recorder is not None:
             self.recorder.on_graph(gm, example_inputs, info, time.perf_counter() - t0)
         return compiled
+
+    def _call_backend(self, gm, example_inputs):
+        """The backend's callable for ``gm``; a graph that changes an input sharing its storage with another input
+        goes through ``_dealias`` first (aot_autograd's synthetic-base path is wrong on torch 2.13)."""
+        todo = _dealias.plan(gm, example_inputs)
+        if todo is None:
+            return self.backend(gm, list(example_inputs))
+        kind, pairs = todo
+        utils.counters["stats"][f"aliased_input_mutation_{kind}"] += 1
+        if kind == "eager":
+            _logging.emit("graph_breaks", "graph runs as captured, not compiled by the backend: it changes an input "
+                          "that shares its storage with another input and no input covers that storage")
+            return gm.forward
+        new, inputs, kept, checks = _dealias.rewrite(gm, example_inputs, pairs)
+        return _dealias.wrap(self.backend(new, inputs), gm, kept, checks)
 
     def on_compiled(self, info):
         counters["frames"] += 1

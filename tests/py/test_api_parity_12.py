@@ -507,3 +507,69 @@ def test_closures_made_in_the_frame_share_their_cells_after_the_graph():
     add(torch.ones(()))
     torch.testing.assert_close(read(), x.sum() + 1)  # one cell shared by both functions, as in eager
     assert add.__qualname__ == "test_closures_made_in_the_frame_share_their_cells_after_the_graph.<locals>.make.<locals>.add"
+
+
+# ---------------------------------------------------------------- profiler record_function (torch.optim's step wrapper)
+def _profiled(x):
+    with torch.autograd.profiler.record_function("block") as r:
+        y = x.sin() * 2
+    return y + (1 if r is not None else 0)
+
+
+def _profiled_with_break(x):
+    with torch.profiler.record_function("block"):
+        a = x.sin()
+        print("inside", a.shape)  # a graph break inside the block
+        b = a.cos()
+    return b + 1
+
+
+def test_record_function_block_is_traced_and_not_recorded_like_dynamo():
+    import contextlib
+    import io
+    x = torch.randn(4)
+    fn, cnt = compiled(_profiled)
+    torch.testing.assert_close(fn(x), _profiled(x))
+    assert (cnt.frame_count, cnt.op_count) == (1, 3)
+    assert dynamo_graphs(_profiled, x) == 1
+    # nothing of it reaches the profiler, as torch._dynamo ignores the range
+    with torch.profiler.profile() as prof:
+        fn(x)
+    assert "block" not in {e.name for e in prof.events()}
+    fn2, cnt2 = compiled(_profiled_with_break)
+    out, ref = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out):
+        got = fn2(x)
+    with contextlib.redirect_stdout(ref):
+        want = _profiled_with_break(x)
+    torch.testing.assert_close(got, want)
+    assert out.getvalue() == ref.getvalue()
+    assert cnt2.frame_count == dynamo_graphs(_profiled_with_break, x) == 2
+
+
+def test_record_function_named_by_an_argument():
+    def f(x, name):
+        with torch.autograd.profiler.record_function(name + "!"):
+            return x + 1
+
+    fn, cnt = compiled(f)
+    torch.testing.assert_close(fn(torch.ones(2), "n"), torch.ones(2) + 1)
+    assert cnt.frame_count == 1
+
+
+def _null_contexts(x, on):
+    import contextlib
+    with contextlib.nullcontext():
+        y = x.sin()
+    with (torch.no_grad() if on else contextlib.nullcontext(7)) as v:
+        z = y * (2 if v is None else v)
+    return z
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_nullcontext_blocks_are_traced_like_dynamo(on):
+    # transformers' maybe_autocast() returns nullcontext() (5.17's rotary embeddings: llama-family models 4 -> 1 graph)
+    x = torch.randn(3)
+    fn, cnt = compiled(_null_contexts)
+    torch.testing.assert_close(fn(x, on), _null_contexts(x, on))
+    assert cnt.frame_count == dynamo_graphs(_null_contexts, x, on) == 1

@@ -124,7 +124,7 @@ def test_other_context_managers_still_run_the_frame_as_python():
     import contextlib
 
     def f(x):
-        with contextlib.nullcontext():
+        with contextlib.suppress(ZeroDivisionError):
             y = x + 1
             print("break")
         return y * 2
@@ -132,6 +132,27 @@ def test_other_context_managers_still_run_the_frame_as_python():
     ex = cdynamo.explain(f)(x)
     torch.testing.assert_close(cdynamo.optimize("eager")(f)(x), f(x))
     assert ex.graph_count <= 1
+
+
+def test_break_inside_a_nullcontext_block_continues_like_dynamo():
+    import contextlib
+    import io
+
+    def f(x):
+        with contextlib.nullcontext():
+            y = x + 1
+            print("break")
+            z = y.cos()
+        return z * 2
+    x = torch.randn(3)
+    out, ref = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out):
+        got = cdynamo.optimize("eager")(f)(x)
+    with contextlib.redirect_stdout(ref):
+        want = f(x)
+    torch.testing.assert_close(got, want)
+    assert out.getvalue() == ref.getvalue()
+    assert cdynamo.explain(f)(x).graph_count == dynamo_graphs(f, x) == 2
 
 
 GL = []

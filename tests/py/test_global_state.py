@@ -1,10 +1,12 @@
 # test_global_state.py — owns the tests that every piece of global state a graph depends on is guarded:
-# toggling it between calls recompiles or gives eager's result, with every backend (issue 10 item 17).
+# toggling it between calls recompiles or gives eager's result, with every backend (issue 10 item 17), and the
+# dispatch-mode stack query torch.nn asks (issue 13).
 import contextlib
 
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
 import cdynamo
 from cdynamo.testing import CompileCounterWithBackend
@@ -104,3 +106,49 @@ def test_global_state_guards_are_listed():
 
     text = str(cdynamo.explain(fn)(torch.randn(2)))
     assert "GLOBAL_STATE" in text and "AUTOCAST" in text and "GRAD_MODE" in text
+
+
+class PassThrough(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def on_dispatch_stack(x):
+    # torch.nn's _is_make_fx_tracing() (MultiheadAttention on torch 2.11) asks for this stack.
+    if len(_get_current_dispatch_mode_stack()) == 0:
+        return x + 1
+    return x - 1
+
+
+def test_dispatch_mode_stack_query_folds_under_fullgraph():
+    """torch._dynamo (torch 2.13) raises here under fullgraph (`_len_torch_dispatch_stack` returns an int); cdynamo
+    folds the empty stack, which torch 2.11's MultiheadAttention needs (`_is_make_fx_tracing`)."""
+    x = torch.ones(3)
+    cnt = CompileCounterWithBackend("eager")
+    torch.testing.assert_close(cdynamo.optimize(cnt, nopython=True)(on_dispatch_stack)(x), on_dispatch_stack(x))
+    assert (cnt.frame_count, cnt.op_count) == (1, 1)
+
+
+def test_dispatch_mode_stack_change_recompiles():
+    cnt = CompileCounterWithBackend("eager")
+    opt = cdynamo.optimize(cnt)(on_dispatch_stack)
+    x = torch.ones(3)
+    torch.testing.assert_close(opt(x), x + 1)
+    with PassThrough():
+        torch.testing.assert_close(opt(x), x - 1)  # eager's answer: the stack is not empty here
+    torch.testing.assert_close(opt(x), x + 1)
+    assert cnt.frame_count == 2  # the entry made under the mode has the query as a break; the first fits again
+
+
+def test_dispatch_mode_stack_guard_fails_with_its_reason():
+    """With no tensor input (TENSOR_MATCH would see the Python dispatch key first) GLOBAL_STATE tells."""
+    def make():
+        return torch.ones(2) * (1 + len(_get_current_dispatch_mode_stack()))
+
+    reasons = []
+    cnt = CompileCounterWithBackend("eager")
+    opt = cdynamo.optimize(cnt, guard_fail_fn=lambda f: reasons.append(f.reason))(make)
+    torch.testing.assert_close(opt(), make())
+    with PassThrough():
+        torch.testing.assert_close(opt(), make())
+    assert any("dispatch mode stack changed" in r for r in reasons), reasons

@@ -183,3 +183,43 @@ def test_frames_the_hook_does_not_run_release_their_arguments():
     gc.collect()
     assert sys.getrefcount(marker) == base
     cdynamo.reset()
+
+
+_FIRST_COMPILE_SCRIPT = r"""
+import gc, weakref, torch, cdynamo
+
+class Small(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.lin(x)
+
+def call(m, x):
+    return m(x) + 1
+
+def user_frame():
+    m = Small()
+    ref = weakref.ref(m)
+    opt = cdynamo.optimize("eager")(call)
+    x = torch.randn(2)
+    torch.testing.assert_close(opt(m, x), call(m, x))
+    del m, opt
+    gc.collect()
+    print("DEAD" if ref() is None else "ALIVE")
+
+user_frame()
+"""
+
+
+def test_first_compile_of_a_process_keeps_nothing_of_the_callers_frame():
+    """The first compile in a process once ran `eval` without globals (ops_with.cpp's decorate_context_code), which
+    snapshots the calling user frame's locals into a dict that kept the module alive until that frame returned
+    (seen on the GPU machine, where each test file runs in its own process)."""
+    import os
+    import subprocess
+    out = subprocess.run([sys.executable, "-c", _FIRST_COMPILE_SCRIPT], capture_output=True, text=True, timeout=300,
+                         cwd=os.path.dirname(os.path.abspath(__file__)))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "DEAD", out.stdout

@@ -88,6 +88,49 @@ def test_old_cache_names():
     assert got[0].cache is cache and list(got[0].keys()) == list(ref[0].keys())
 
 
+@dataclasses.dataclass
+class OutputWithOwnPastField(ModelOutput):
+    last_hidden_state: Optional[torch.Tensor] = None
+    past_key_values: Optional[object] = None
+
+
+@dataclasses.dataclass
+class OldStyleOutput(ModelOutput):
+    """As transformers <= 5.1x makes it: the dataclass __init__ itself (no renaming wrapper), `past_key_values` a
+    field of its own."""
+    last_hidden_state: Optional[torch.Tensor] = None
+    past_key_values: Optional[object] = None
+
+
+type.__setattr__(OldStyleOutput, "__init__", getattr(OldStyleOutput.__init__, "__wrapped__", OldStyleOutput.__init__))
+
+
+def test_a_past_key_values_field_of_its_own_is_not_renamed():
+    # transformers 5.17 (the GPU machine's) made BERT 4 graphs: the trace renamed past_key_values= to cache=.
+    def fn(x):
+        out = OldStyleOutput(last_hidden_state=x + 1, past_key_values=None)
+        return out, out["last_hidden_state"], out.past_key_values
+
+    x = torch.randn(2)
+    got, graphs, dgraphs = _graphs(fn, x)
+    _same(got, fn(x))
+    assert graphs == dgraphs == 1
+
+
+def test_the_renaming_wrapper_renames_even_onto_a_missing_cache_field():
+    # transformers 5.2x's wrapper renames past_key_values= to cache= whatever the fields: eager raises TypeError.
+    if not hasattr(OutputWithOwnPastField.__init__, "__wrapped__"):
+        pytest.skip("this transformers has no renaming __init__ wrapper")
+
+    def fn(x):
+        return OutputWithOwnPastField(last_hidden_state=x + 1, past_key_values=None)
+
+    with pytest.raises(TypeError):
+        fn(torch.randn(2))
+    with pytest.raises(TypeError):
+        cdynamo.optimize("eager")(fn)(torch.randn(2))
+
+
 def test_live_across_a_graph_break_and_shared():
     class Holder:
         pass
