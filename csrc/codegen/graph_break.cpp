@@ -414,11 +414,11 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
   // reading local 'x', which the rewritten frame rebinds below).
   if (Rebuilder::has_effects(t)) {
     rb.stage_effects(t);
-    for (const auto& v : rebuilt) rb.pin(v->kind == VKind::Method ? v->self : v);
+    for (const auto& v : rebuilt) rb.pin(v->kind == VKind::Method ? v->bound_self() : v);
     rb.commit_effects();
   } else {
     for (const auto& v : rebuilt)
-      if (reads_frame_locals(v)) rb.pin(v->kind == VKind::Method ? v->self : v);
+      if (reads_frame_locals(v)) rb.pin(v->kind == VKind::Method ? v->bound_self() : v);
   }
   // A break inside `with torch.no_grad()/enable_grad()`: the rest of the frame runs in the block's mode;
   // an exception from it (the breaking instruction, the continuation) leaves with the frame's mode again.
@@ -515,8 +515,8 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
         if (compat::opargs::kNullBeforeCallable && v->kind == VKind::Null && next->kind == VKind::Method) bound = &next;
         if (!compat::opargs::kNullBeforeCallable && v->kind == VKind::Method && next->kind == VKind::Null) bound = &v;
         if (bound) {
-          rb.push((*bound)->self);
-          e.load_method((*bound)->name);
+          rb.push((*bound)->bound_self());
+          e.load_method((*bound)->bound_name());
           ++i;
           continue;
         }

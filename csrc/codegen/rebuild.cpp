@@ -19,27 +19,28 @@ bool has_items(const ValuePtr& v) {
 }
 
 // A function made in the trace (MAKE_FUNCTION): rebuilt from its code with new cells holding the cells' values.
-// (Other values made in the trace share the flag: partials, super() lookups; they are not functions.)
+// (Other values made in the trace share the flag: partials, super() slots; they are not functions.)
 bool made_function(const ValuePtr& v) {
-  return v->kind == VKind::Object && v->made_in_trace && PyFunction_Check(v->obj.ptr());
+  return v->kind == VKind::Object && v->made_in_trace() && PyFunction_Check(v->obj.ptr());
 }
 
 // functools.partial(func, *args, **keywords) called in the trace: rebuilt by calling functools.partial again
-// (self: func, items: args, keys / closure: keyword names / values).
-bool made_partial(const ValuePtr& v) { return v->kind == VKind::Object && v->made_in_trace && v->name == "<partial>"; }
+// (interp::PartialOf: func, args, keyword names / values).
+bool made_partial(const ValuePtr& v) { return v->made_in_trace() && v->partial(); }
 
 // The values `v` holds that are rebuilt with it: items, a closure's cells, a cell's content, a partial's parts.
 std::vector<ValuePtr> held(const ValuePtr& v) {
   if (has_items(v)) return v->items;
-  if (made_function(v)) return v->closure;
+  if (made_function(v)) return v->function().closure;
   if (made_partial(v)) {
-    std::vector<ValuePtr> out{v->self};
-    out.insert(out.end(), v->items.begin(), v->items.end());
-    out.insert(out.end(), v->closure.begin(), v->closure.end());
+    const interp::PartialOf& p = *v->partial();
+    std::vector<ValuePtr> out{p.fn};
+    out.insert(out.end(), p.args.begin(), p.args.end());
+    out.insert(out.end(), p.kw_values.begin(), p.kw_values.end());
     return out;
   }
-  if (v->kind == VKind::Cell && v->self) return {v->self};
-  if (v->kind == VKind::DictView) return {v->view->dict};
+  if (v->kind == VKind::Cell && v->cell().content) return {v->cell().content};
+  if (v->kind == VKind::DictView) return {v->view_of().dict};
   return {};
 }
 
@@ -57,17 +58,17 @@ bool has_identity(const ValuePtr& v) {
 // The receiver a bound method value carries (a tensor method, or a method of an object the trace made):
 // rebuilt with it, so it is part of what the rebuilt state shares.
 bool bound_receiver(const ValuePtr& v) {
-  return (v->kind == VKind::Method || v->kind == VKind::Object) && v->self != nullptr && !made_partial(v);
+  return v->receiver() != nullptr;
 }
 
 void collect(const ValuePtr& v, std::vector<graph::Node*>& out, std::unordered_set<graph::Node*>& seen) {
   if (v->is_tensor()) {
-    if (!v->source && seen.insert(v->node).second) out.push_back(v->node);
+    if (!v->source && seen.insert(v->tensor().node).second) out.push_back(v->tensor().node);
   } else if (holds_values(v)) {
     if (from_frame(v)) return;  // rebuilt from its source
     for (const auto& i : held(v)) collect(i, out, seen);
   } else if (bound_receiver(v)) {
-    collect(v->self, out, seen);
+    collect(v->receiver(), out, seen);
   }
 }
 
@@ -271,28 +272,33 @@ bool reads_locals(const ValuePtr& v, std::unordered_set<const interp::Value*>& s
           if (reads_locals(c, seen)) return true;
         return false;
       }
-      return v->self ? reads_locals(v->self, seen) : rooted_in_locals(v->source);
+      if (ValuePtr r = v->receiver()) return reads_locals(r, seen);
+      if (const interp::PartialOf* p = v->partial()) return reads_locals(p->fn, seen);  // one of the frame's
+      return rooted_in_locals(v->source);
     case VKind::Tuple:
       if (v->source) return rooted_in_locals(v->source);
       break;
     case VKind::Method:
-      return reads_locals(v->self, seen);
+      return reads_locals(v->bound_self(), seen);
     case VKind::Instance:
     case VKind::Record:
-      if (reads_locals(v->self, seen)) return true;
+      if (reads_locals(v->instance().cls, seen)) return true;
       break;
+    case VKind::Iter:
+      for (const auto& i : v->iter().items)
+        if (reads_locals(i, seen)) return true;
+      return false;
     case VKind::List:
     case VKind::Dict:
-    case VKind::Iter:
       break;
     case VKind::Const:
     case VKind::Null:
     case VKind::Set:
       return false;
     case VKind::Cell:
-      return v->self && reads_locals(v->self, seen);
+      return v->cell().content && reads_locals(v->cell().content, seen);
     case VKind::DictView:
-      return reads_locals(v->view->dict, seen);
+      return reads_locals(v->view_of().dict, seen);
   }
   for (const auto& i : v->items)
     if (reads_locals(i, seen)) return true;
@@ -321,7 +327,7 @@ void count_lists(const ValuePtr& v, std::unordered_map<const interp::Value*, int
                  std::vector<const interp::Value*>& order) {
   if (!v) return;
   if (bound_receiver(v)) {
-    count_lists(v->self, n, order);
+    count_lists(v->receiver(), n, order);
     return;
   }
   if (!holds_values(v) || from_frame(v)) return;
@@ -350,7 +356,7 @@ void Rebuilder::share(const std::vector<ValuePtr>& roots) {
         if (!w) continue;
         if (w.get() == *it) found = w;
         else if (bound_receiver(w))
-          work.push_back(w->self);
+          work.push_back(w->receiver());
         else
           for (const auto& i : held(w)) work.push_back(i);
       }
@@ -452,7 +458,7 @@ void Rebuilder::push(const ValuePtr& v, int above) {
         e_.load_source(*v->source);
         return;
       }
-      auto it = index_.find(v->node);
+      auto it = index_.find(v->tensor().node);
       if (it == index_.end()) throw interp::Unsupported("tensor value is not a graph output");
       if (out_slot_ >= 0) e_.emit("LOAD_FAST", out_slot_);
       else e_.emit("COPY", above + 1);
@@ -464,37 +470,38 @@ void Rebuilder::push(const ValuePtr& v, int above) {
       e_.load_const(v->obj);
       return;
     case VKind::Object:
-      if (v->grad_exit >= 0) {  // a traced with block's __exit__: the restorer of the mode it left
-        e_.load_const(interp::grad_exit_callable(v->grad_exit));
+      if (const interp::GradExitOf* g = v->grad_exit()) {  // a traced with block's __exit__: the restorer of the mode it left
+        e_.load_const(interp::grad_exit_callable(g->mode));
         return;
       }
       if (made_partial(v)) {  // functools.partial(func, *args, keyword=value, ...)
+        const interp::PartialOf& p = *v->partial();
         e_.load_callable(interp::PyRefs::get().functools_partial);
-        push(v->self, above + 2);
-        for (size_t i = 0; i < v->items.size(); ++i) push(v->items[i], above + 3 + static_cast<int>(i));
-        py::tuple names(v->keys.size());
-        for (size_t i = 0; i < v->keys.size(); ++i) {
-          names[i] = v->keys[i];
-          push(v->closure[i], above + 3 + static_cast<int>(v->items.size() + i));
+        push(p.fn, above + 2);
+        for (size_t i = 0; i < p.args.size(); ++i) push(p.args[i], above + 3 + static_cast<int>(i));
+        py::tuple names(p.kw_names.size());
+        for (size_t i = 0; i < p.kw_names.size(); ++i) {
+          names[i] = p.kw_names[i];
+          push(p.kw_values[i], above + 3 + static_cast<int>(p.args.size() + i));
         }
-        const int n = static_cast<int>(1 + v->items.size() + v->keys.size());
-        e_.call(n, v->keys.empty() ? -1 : e_.const_index(names));
+        const int n = static_cast<int>(1 + p.args.size() + p.kw_names.size());
+        e_.call(n, p.kw_names.empty() ? -1 : e_.const_index(names));
         return;
       }
       if (made_function(v)) {  // _make_function(template, (cells...))
         e_.load_callable(builtin_fn(&make_function_def, &make_function_obj));
         e_.load_const(v->obj);
         int k = 0;
-        for (const auto& c : v->closure) push(c, above + 3 + k++);
-        e_.emit("BUILD_TUPLE", static_cast<int>(v->closure.size()));
+        for (const auto& c : v->function().closure) push(c, above + 3 + k++);
+        e_.emit("BUILD_TUPLE", static_cast<int>(v->function().closure.size()));
         e_.call(2);
         return;
       }
-      if (!v->name.empty() && v->name[0] == '<')  // super(), functools.partial, ... modelled by the trace
-        throw interp::Unsupported("a " + v->name + " value cannot be rebuilt at a graph break yet");
-      if (v->self) {  // a bound method: its receiver, then the attribute again
-        push(v->self, above);
-        e_.load_attr(v->name);
+      if (v->is_modelled())  // super(), functools.partial, ... modelled by the trace
+        throw interp::Unsupported("a " + v->modelled_name() + " value cannot be rebuilt at a graph break yet");
+      if (v->bound_self()) {  // a bound method: its receiver, then the attribute again
+        push(v->bound_self(), above);
+        e_.load_attr(v->bound_name());
         return;
       }
       if (v->source) e_.load_source(*v->source);
@@ -517,12 +524,12 @@ void Rebuilder::push(const ValuePtr& v, int above) {
     }
     case VKind::Cell:  // _make_cell(content) / _make_cell()
       e_.load_callable(builtin_fn(&make_cell_def, &make_cell_obj));
-      if (v->self) push(v->self, above + 2);
-      e_.call(v->self ? 1 : 0);
+      if (v->cell().content) push(v->cell().content, above + 2);
+      e_.call(v->cell().content ? 1 : 0);
       return;
     case VKind::Instance: {  // _new_object(cls, {attrs})
       e_.load_callable(new_object_fn());
-      push(v->self, above + 2);
+      push(v->instance().cls, above + 2);
       int k = 0;
       for (size_t i = 0; i < v->items.size(); ++i) {
         e_.load_const(v->keys[i]);
@@ -534,9 +541,9 @@ void Rebuilder::push(const ValuePtr& v, int above) {
       return;
     }
     case VKind::Record: {
-      if (fast_record_class(v->self->obj)) {  // _new_record(cls, names, *values)
+      if (fast_record_class(v->instance().cls->obj)) {  // _new_record(cls, names, *values)
         e_.load_callable(new_record_fn());
-        push(v->self, above + 2);
+        push(v->instance().cls, above + 2);
         py::tuple names(v->keys.size());
         for (size_t i = 0; i < v->keys.size(); ++i) names[i] = v->keys[i];
         e_.load_const(names);
@@ -547,7 +554,7 @@ void Rebuilder::push(const ValuePtr& v, int above) {
       // untraced_call(cls, field=value, ...): ModelOutput's own __init__ runs, uncaptured
       if (!g_untraced_call) throw interp::Unsupported("cannot make a ModelOutput object here");
       e_.load_callable(py::handle(g_untraced_call));
-      push(v->self, above + 2);
+      push(v->instance().cls, above + 2);
       py::tuple names(v->keys.size());
       for (size_t i = 0; i < v->keys.size(); ++i) {
         names[i] = v->keys[i];
@@ -561,8 +568,8 @@ void Rebuilder::push(const ValuePtr& v, int above) {
       e_.push_null();
       return;
     case VKind::Method:  // a method of a tensor or dict of the trace: its receiver, then the attribute
-      push(v->self, above);
-      e_.load_attr(v->name);
+      push(v->bound_self(), above);
+      e_.load_attr(v->bound_name());
       return;
     case VKind::Dict: {
       // An object's __dict__ read in the trace is that object's live dict, not a new one.
@@ -586,18 +593,18 @@ void Rebuilder::push(const ValuePtr& v, int above) {
       return;
     }
     case VKind::DictView: {  // dict.keys(d) / dict.values(d) / dict.items(d) on the rebuilt (or the frame's) dict
-      const char* part = v->view->part == interp::ViewPart::Keys     ? "keys"
-                         : v->view->part == interp::ViewPart::Values ? "values"
+      const char* part = v->view_of().part == interp::ViewPart::Keys     ? "keys"
+                         : v->view_of().part == interp::ViewPart::Values ? "values"
                                                                      : "items";
       e_.load_callable(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyDict_Type)).attr(part));
-      push(v->view->dict, above + 2);
+      push(v->view_of().dict, above + 2);
       e_.call(1);
       return;
     }
     case VKind::Iter: {
       // An iterator over values known at trace time: iter() of a tuple of the items not yet consumed.
-      if (v->pos != 0) throw interp::Unsupported("cannot rebuild an iterator in the middle of a loop");
-      call_on_tuple(interp::PyRefs::get().builtins.attr("iter"), v->items, above);
+      if (v->iter().pos != 0) throw interp::Unsupported("cannot rebuild an iterator in the middle of a loop");
+      call_on_tuple(interp::PyRefs::get().builtins.attr("iter"), v->iter().items, above);
       return;
     }
   }

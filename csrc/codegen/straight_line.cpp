@@ -17,7 +17,7 @@ py::object straight_line(interp::Tracer& t, const std::string& compiled_name,
   e.call(n);
   const interp::ValuePtr& ret = t.return_value;
   bool effects = Rebuilder::has_effects(t);
-  if (!effects && ret->is_tensor() && !ret->source && outputs.size() == 1 && outputs[0] == ret->node) {
+  if (!effects && ret->is_tensor() && !ret->source && outputs.size() == 1 && outputs[0] == ret->tensor().node) {
     e.emit("UNPACK_SEQUENCE", 1);
   } else {
     Rebuilder r(e, outputs, -1);

@@ -17,13 +17,13 @@ py::object real_value(Tracer& t, const ValuePtr& v, const std::string& what) {
   switch (v->kind) {
     case VKind::Const: return v->obj;
     case VKind::Object:
-      if (v->made_in_trace || !v->obj) break;
+      if (v->made_in_trace() || !v->obj) break;
       t.realize(v);  // which object it is matters to the call: pinned by identity
       return v->obj;
     case VKind::Tensor:
-      if (v->node && v->node->op == graph::OpKind::Placeholder)
+      if (graph::Node* n = v->tensor().node; n && n->op == graph::OpKind::Placeholder)
         for (const auto& in : t.inputs)
-          if (in.node == v->node) return in.value;
+          if (in.node == n) return in.value;
       t.unsupported(what + " with a tensor computed by the graph (only tensors the frame holds are known while "
                     "tracing)");
     case VKind::Tuple:

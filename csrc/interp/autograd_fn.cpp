@@ -103,7 +103,7 @@ ValuePtr Tracer::autograd_ctx_call(const std::string& name, const std::vector<Va
   } else if (name == "mark_non_differentiable") {
     for (const auto& a : args) {
       if (!a->is_tensor()) unsupported("ctx.mark_non_differentiable of " + a->describe());
-      autograd_.non_differentiable.push_back(a->node);
+      autograd_.non_differentiable.push_back(a->tensor().node);
     }
   }
   return Value::constant(py::none());
@@ -125,7 +125,7 @@ ValuePtr Tracer::autograd_function_apply(const ValuePtr& fn, const std::vector<V
   for (size_t i = 0; i < args.size(); ++i) {
     const ValuePtr& a = args[i];
     if (!a->is_tensor() && !a->is_constant_like()) unsupported(what + " with argument " + a->describe());
-    bool g = a->is_tensor() && guards::grad_mode_enabled() && py::bool_(a->example.attr("requires_grad"));
+    bool g = a->is_tensor() && guards::grad_mode_enabled() && py::bool_(a->tensor().example.attr("requires_grad"));
     needs[i] = py::bool_(g);
     any_grad = any_grad || g;
   }
@@ -141,9 +141,7 @@ ValuePtr Tracer::autograd_function_apply(const ValuePtr& fn, const std::vector<V
 
   // --- speculation: trace forward (and setup_context) and backward, then undo every node they made ---
   size_t mark = graph.mark(), stores = attr_stores.size(), muts = mutation_count_, frame_muts = mutated.size();
-  auto ctx = std::make_shared<Value>();
-  ctx->kind = VKind::Instance;
-  ctx->self = Value::object(refs.ctx_cls);
+  ValuePtr ctx = Value::new_instance(VKind::Instance, Value::object(refs.ctx_cls));
   ctx->keys.push_back(py::str("needs_input_grad"));
   std::vector<ValuePtr> need_items;
   for (auto n : needs) need_items.push_back(Value::constant(py::reinterpret_borrow<py::object>(n)));
@@ -182,11 +180,12 @@ ValuePtr Tracer::autograd_function_apply(const ValuePtr& fn, const std::vector<V
       continue;
     }
     bool nondiff = std::find(autograd_.non_differentiable.begin(), autograd_.non_differentiable.end(),
-                             outs[i]->node) != autograd_.non_differentiable.end();
-    py::object floating = outs[i]->example.attr("is_floating_point")();
-    bool rg = any_grad && !nondiff && (py::bool_(floating) || py::bool_(outs[i]->example.attr("is_complex")()));
-    examples[i] = outs[i]->example.attr("detach")().attr("requires_grad_")(py::bool_(rg));
-    if (device.is_none()) device = outs[i]->device;
+                             outs[i]->tensor().node) != autograd_.non_differentiable.end();
+    const TensorOf& out = outs[i]->tensor();
+    py::object floating = out.example.attr("is_floating_point")();
+    bool rg = any_grad && !nondiff && (py::bool_(floating) || py::bool_(out.example.attr("is_complex")()));
+    examples[i] = out.example.attr("detach")().attr("requires_grad_")(py::bool_(rg));
+    if (device.is_none()) device = out.device;
   }
   if (device.is_none()) unsupported(what + ": forward returned no tensor");
 
@@ -197,9 +196,9 @@ ValuePtr Tracer::autograd_function_apply(const ValuePtr& fn, const std::vector<V
       bargs.push_back(Value::constant(py::none()));
       continue;
     }
-    py::object ex = refs.empty_like(o->example);
+    py::object ex = refs.empty_like(o->tensor().example);
     graph::Node* n = graph.call_function(refs.empty_like, {to_arg(o)}, {}, ex);
-    bargs.push_back(Value::tensor(n, ex, o->device));
+    bargs.push_back(Value::tensor(n, ex, o->tensor().device));
   }
   autograd_.in_backward = true;
   ValuePtr grads = inline_call(wrap(backward, bwd_src), std::move(bargs), {});

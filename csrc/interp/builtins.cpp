@@ -11,12 +11,7 @@ namespace {
 
 using Kwargs = std::vector<std::pair<std::string, ValuePtr>>;
 
-ValuePtr iter_of(std::vector<ValuePtr> items) {
-  auto it = std::make_shared<Value>();
-  it->kind = VKind::Iter;
-  it->items = std::move(items);
-  return it;
-}
+ValuePtr iter_of(std::vector<ValuePtr> items) { return Value::iterator(std::move(items)); }
 
 ValuePtr kwarg(const Kwargs& kwargs, const char* name) {
   for (const auto& kv : kwargs)
@@ -57,7 +52,7 @@ PyObject* known_type(const ValuePtr& v) {
     case VKind::Dict: return reinterpret_cast<PyObject*>(&PyDict_Type);
     case VKind::Set: return reinterpret_cast<PyObject*>(v->obj ? &PyFrozenSet_Type : &PySet_Type);
     case VKind::DictView:
-      switch (v->view->part) {
+      switch (v->view_of().part) {
         case ViewPart::Keys: return reinterpret_cast<PyObject*>(&PyDictKeys_Type);
         case ViewPart::Values: return reinterpret_cast<PyObject*>(&PyDictValues_Type);
         case ViewPart::Items: return reinterpret_cast<PyObject*>(&PyDictItems_Type);
@@ -65,7 +60,7 @@ PyObject* known_type(const ValuePtr& v) {
       return nullptr;
     case VKind::Const: return reinterpret_cast<PyObject*>(Py_TYPE(v->obj.ptr()));
     case VKind::Instance:
-    case VKind::Record: return v->self->obj.ptr();
+    case VKind::Record: return v->instance().cls->obj.ptr();
     default: return nullptr;
   }
 }
@@ -169,14 +164,14 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
     if (!acc) acc = Value::constant(py::int_(0));
     py::object add = refs.operator_mod.attr("add");
     for (const auto& item : unpack_iterable(args[0])) acc = apply_operator(add, {acc, item});
-    if (args[0]->kind == VKind::Iter) args[0]->pos = args[0]->items.size();
+    if (args[0]->kind == VKind::Iter) args[0]->iter().pos = args[0]->iter().items.size();
     return acc;
   }
   if ((name == "any" || name == "all") && args.size() == 1 && kwargs.empty() && !foldable(args[0])) {
     // Over values known now: each item's truth value must be a constant (Python stops at the first
     // deciding item; the items were all computed already, by the trace, in order).
     std::vector<ValuePtr> items = unpack_iterable(args[0]);
-    if (args[0]->kind == VKind::Iter) args[0]->pos = args[0]->items.size();
+    if (args[0]->kind == VKind::Iter) args[0]->iter().pos = args[0]->iter().items.size();
     bool want = name == "any";
     for (const auto& item : items) {
       if (!item->is_constant_like()) unsupported(name + "() on the truth value of " + item->describe());
@@ -218,7 +213,7 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
       ((name == "min" || name == "max") && args.size() == 1 && keyed && only_kwargs(kwargs, {"key"}))) {
     // The order is decided by Python on the keys (constants); the items themselves may be anything.
     std::vector<ValuePtr> items = unpack_iterable(args[0]);
-    if (args[0]->kind == VKind::Iter) args[0]->pos = args[0]->items.size();
+    if (args[0]->kind == VKind::Iter) args[0]->iter().pos = args[0]->iter().items.size();
     ValuePtr key = kwarg(kwargs, "key");
     py::list keys;
     for (const auto& item : items) {
@@ -298,8 +293,8 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
       // Its own attributes are known; a class attribute's presence is guarded on the class.
       bool has = obj->find_key(py::str(attr)) >= 0;
       if (!has) {
-        has = PyObject_HasAttrString(obj->self->obj.ptr(), attr.c_str()) == 1;
-        guards.add(guards::has_attr(obj->self->source, attr, has));
+        has = PyObject_HasAttrString(obj->instance().cls->obj.ptr(), attr.c_str()) == 1;
+        guards.add(guards::has_attr(obj->instance().cls->source, attr, has));
       }
       if (name == "hasattr") return Value::constant(py::bool_(has));
       if (has) return load_attr(obj, attr);
@@ -324,7 +319,7 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
     // An object from the frame (its type guarded: TYPE_MATCH, or ID_MATCH), when isinstance depends on its
     // type alone: the default __class__, and classes whose metaclass is type or ABCMeta (no Protocol
     // checks reading attributes).
-    if (!type && args[0]->kind == VKind::Object && args[0]->source && !args[0]->self && foldable(args[1]) &&
+    if (!type && args[0]->kind == VKind::Object && args[0]->source && !args[0]->bound_self() && foldable(args[1]) &&
         type_only_instance_check(args[0]->obj, args[1]->as_python()))
       type = reinterpret_cast<PyObject*>(Py_TYPE(args[0]->obj.ptr()));
     if (type && foldable(args[1])) {
@@ -336,15 +331,15 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
   }
   if (name == "type" && args.size() == 1 && kwargs.empty()) {
     if (PyObject* type = known_type(args[0])) return Value::object(py::reinterpret_borrow<py::object>(type));
-    if (args[0]->is_tensor() && args[0]->node && args[0]->node->op != graph::OpKind::Placeholder)
+    if (args[0]->is_tensor() && args[0]->tensor().node && args[0]->tensor().node->op != graph::OpKind::Placeholder)
       return Value::object(refs.tensor_type);  // made by a torch op: exactly torch.Tensor
     if (args[0]->kind == VKind::Object && args[0]->source)  // guarded by identity through obj.__class__
       return wrap(reinterpret_cast<PyObject*>(Py_TYPE(args[0]->obj.ptr())),
                   guards::Source::attr(args[0]->source, "__class__"));
-    if ((args[0]->kind == VKind::Instance || args[0]->kind == VKind::Record) && args[0]->self)
-      return args[0]->self;  // made in the trace: its class
+    if ((args[0]->kind == VKind::Instance || args[0]->kind == VKind::Record) && args[0]->instance().cls)
+      return args[0]->instance().cls;  // made in the trace: its class
     for (const auto& in : inputs)
-      if (args[0]->is_tensor() && in.node == args[0]->node)  // TENSOR_MATCH guards the exact type
+      if (args[0]->is_tensor() && in.node == args[0]->tensor().node)  // TENSOR_MATCH guards the exact type
         return Value::object(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(in.value.ptr()))));
     return nullptr;
   }
@@ -359,93 +354,75 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
       for (int s = 0; s < nslots; ++s) {
         if (py::str(compat::code_localsplus_name(code, s)).cast<std::string>() != "__class__") continue;
         ValuePtr box = cell_of(s);
-        cls = box ? box->self : load_local(s);
+        cls = box ? box->cell().content : load_local(s);
       }
       if (code->co_argcount > 0) {
         ValuePtr box = cell_of(0);
-        self = box ? box->self : load_local(0);
+        self = box ? box->cell().content : load_local(0);
       }
     }
     bool fresh = self && self->kind == VKind::Instance;
     if (!cls || !self || cls->kind != VKind::Object || !PyType_Check(cls->obj.ptr()) ||
         !(fresh || (self->kind == VKind::Object && self->source)))
       unsupported("super() outside a method of an object with a source");
-    ValuePtr out = Value::object(fresh ? py::none() : refs.builtins.attr("super")(cls->obj, self->obj));
-    out->self = self;
-    out->closure = {cls};
-    out->name = "<super>";
-    return out;
+    return Value::super_value(fresh ? py::none() : refs.builtins.attr("super")(cls->obj, self->obj), cls, self);
   }
   if (f.is(refs.functools_partial) && !args.empty()) {
-    ValuePtr p = Value::object(py::reinterpret_borrow<py::object>(f));
-    p->name = "<partial>";
-    p->self = args[0];
-    p->items.assign(args.begin() + 1, args.end());
+    PartialOf parts;
+    parts.fn = args[0];
+    parts.args.assign(args.begin() + 1, args.end());
     for (auto& kv : kwargs) {
-      p->keys.push_back(py::str(kv.first));
-      p->closure.push_back(kv.second);
+      parts.kw_names.push_back(py::str(kv.first));
+      parts.kw_values.push_back(kv.second);
     }
-    p->made_in_trace = true;  // rebuilt at a graph break by calling functools.partial again (codegen/rebuild.cpp)
-    return p;
+    parts.made_in_trace = true;  // rebuilt at a graph break by calling functools.partial again (codegen/rebuild.cpp)
+    return Value::partial_of(py::reinterpret_borrow<py::object>(f), std::move(parts));
   }
   return nullptr;
 }
 
 ValuePtr Tracer::super_attr(const ValuePtr& sup, const std::string& name) {
   // The attribute found after `cls` in type(self).__mro__, guarded through that class.
-  const ValuePtr& self = sup->self;
-  py::object cls = sup->closure[0]->obj;
+  const ValuePtr& self = sup->super_of()->obj;
+  py::object cls = sup->super_of()->cls->obj;
   bool fresh = self->kind == VKind::Instance;  // an object made in the trace: its class value has the source
-  py::object self_type = fresh ? self->self->obj
+  py::object self_type = fresh ? self->instance().cls->obj
                                : py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(self->obj.ptr())));
   py::tuple mro = self_type.attr("__mro__");
   size_t start = 0;
   while (start < mro.size() && mro[start].ptr() != cls.ptr()) ++start;
-  SourcePtr mro_src = fresh ? guards::Source::attr(self->self->source, "__mro__")
+  SourcePtr mro_src = fresh ? guards::Source::attr(self->instance().cls->source, "__mro__")
                             : guards::Source::attr(guards::Source::attr(self->source, "__class__"), "__mro__");
   for (size_t k = start + 1; k < mro.size(); ++k) {
     PyObject* d = compat::type_dict_item(reinterpret_cast<PyTypeObject*>(mro[k].ptr()), name.c_str());
     if (!d) continue;  // borrowed
     if (mro[k].ptr() == reinterpret_cast<PyObject*>(&PyBaseObject_Type) && name == "__init__") {
-      ValuePtr noop = Value::constant(py::none());  // object.__init__(self): nothing to do
-      noop->name = "<noop>";
-      return noop;
+      return Value::slot_value(py::none(), Slot::Noop, nullptr);  // object.__init__(self): nothing to do
     }
     if (!PyFunction_Check(d)) {
       // object.__getattribute__ past a class's own override (PretrainedConfig remaps names in its override).
       // object.__setattr__ past a class's own override, on an object made in the trace.
       if (name == "__setattr__" && fresh && mro[k].ptr() == reinterpret_cast<PyObject*>(&PyBaseObject_Type)) {
-        ValuePtr m = Value::object(py::reinterpret_borrow<py::object>(d));
-        m->self = self;
-        m->name = "<super_setattr>";
-        m->made_in_trace = true;  // never passed back to Python (it would lose its receiver)
-        return m;
+        // made_in_trace(): never passed back to Python (it would lose its receiver)
+        return Value::slot_value(py::reinterpret_borrow<py::object>(d), Slot::SuperSetattr, self);
       }
       if (name == "__getattribute__" && mro[k].ptr() == reinterpret_cast<PyObject*>(&PyBaseObject_Type)) {
-        ValuePtr m = Value::object(py::reinterpret_borrow<py::object>(d));
-        m->self = self;
-        m->name = "<super_getattribute>";
-        m->made_in_trace = true;  // never passed back to Python (it would lose its receiver)
-        return m;
+        // made_in_trace(): never passed back to Python (it would lose its receiver)
+        return Value::slot_value(py::reinterpret_borrow<py::object>(d), Slot::SuperGetattribute, self);
       }
       // dict's own lookups on a dict subclass that overrides them (transformers' registries).
       if (mro[k].ptr() == reinterpret_cast<PyObject*>(&PyDict_Type) &&
           (name == "get" || name == "__getitem__" || name == "__contains__")) {
-        ValuePtr m = Value::object(py::reinterpret_borrow<py::object>(d));
-        m->self = self;
-        m->name = "<super_dict_" + name + ">";
-        m->made_in_trace = true;  // never passed back to Python (it would lose its receiver)
-        return m;
+        Slot s = name == "get" ? Slot::SuperDictGet : name == "__getitem__" ? Slot::SuperDictGetitem : Slot::SuperDictContains;
+        // made_in_trace(): never passed back to Python (it would lose its receiver)
+        return Value::slot_value(py::reinterpret_borrow<py::object>(d), s, self);
       }
       unsupported("super()." + name + " is not a plain method");
     }
     // Guarded as type(self).__mro__[k].<name>: the same function object while the classes stay as they are.
     SourcePtr fsrc = guards::Source::attr(guards::Source::item(mro_src, static_cast<int>(k)), name);
     ValuePtr f = wrap(d, fsrc);
-    ValuePtr m = Value::object(f->obj, fsrc);
-    m->self = self;
-    m->name = name;
-    return m;
+    return Value::bound_method(f->obj, fsrc, self, name);
   }
   unsupported("super() has no attribute '" + name + "'");
 }
@@ -514,13 +491,14 @@ ValuePtr Tracer::super_dict_call(const ValuePtr& self, const std::string& op, co
 }
 
 ValuePtr Tracer::call_partial(const ValuePtr& p, std::vector<ValuePtr> args, Kwargs kwargs) {
-  std::vector<ValuePtr> all = p->items;
+  const PartialOf& parts = *p->partial();
+  std::vector<ValuePtr> all = parts.args;
   all.insert(all.end(), args.begin(), args.end());
   Kwargs kw;
-  for (size_t i = 0; i < p->keys.size(); ++i) kw.emplace_back(p->keys[i].cast<std::string>(), p->closure[i]);
+  for (size_t i = 0; i < parts.kw_names.size(); ++i) kw.emplace_back(parts.kw_names[i].cast<std::string>(), parts.kw_values[i]);
   for (auto& kv : kwargs)
     if (!set_kwarg(kw, kv.first, kv.second)) kw.push_back(kv);
-  return call(p->self, std::move(all), std::move(kw));
+  return call(parts.fn, std::move(all), std::move(kw));
 }
 
 }  // namespace cdynamo::interp

@@ -91,7 +91,7 @@ bool has_torch_function(Tracer& t, const std::string& what, const std::vector<Va
     } else if (v->is_tensor()) {
       for (const auto& in : t.inputs) {
         py::handle type = py::type::handle_of(in.value);
-        if (in.node == v->node && !type.is(refs.tensor_type) && !type.is(refs.nn_parameter))
+        if (in.node == v->tensor().node && !type.is(refs.tensor_type) && !type.is(refs.nn_parameter))
           t.unsupported(what + " on a tensor subclass");
       }
     } else if (v->kind == VKind::Object) {
@@ -119,7 +119,7 @@ bool foldable(const ValuePtr& v) {
       PyObject* o = v->obj.ptr();
       // An exception a handler of an inlined function caught (made in the trace, of a builtin class: its
       // str/repr are pure).
-      if (!v->source && v->name == "<exception>" && PyExceptionInstance_Check(o) &&
+      if (!v->source && v->is_traced_exception() && PyExceptionInstance_Check(o) &&
           !(Py_TYPE(o)->tp_flags & Py_TPFLAGS_HEAPTYPE))
         return true;
       return PyType_Check(o) || PyFunction_Check(o) || PyCFunction_Check(o) || PyModule_Check(o);
@@ -181,11 +181,11 @@ ValuePtr Tracer::signature_of(const ValuePtr& fn, const std::vector<ValuePtr>& a
   static PyObject* signature = py::object(py::module_::import("inspect").attr("signature")).release().ptr();
   if (fn->kind != VKind::Object || fn->obj.ptr() != signature || args.size() != 1 || !kwargs.empty()) return nullptr;
   const ValuePtr& f = args[0];
-  if (f->kind != VKind::Object || !f->obj || !PyFunction_Check(f->obj.ptr()) || f->made_in_trace) return nullptr;
+  if (f->kind != VKind::Object || !f->obj || !PyFunction_Check(f->obj.ptr()) || f->made_in_trace()) return nullptr;
   py::object target = f->obj;
-  if (f->self) {
-    if (f->self->kind != VKind::Object || !f->self->obj || (!f->name.empty() && f->name[0] == '<')) return nullptr;
-    target = py::reinterpret_steal<py::object>(PyMethod_New(f->obj.ptr(), f->self->obj.ptr()));  // new
+  if (f->bound_self()) {
+    if (f->bound_self()->kind != VKind::Object || !f->bound_self()->obj || f->is_modelled()) return nullptr;
+    target = py::reinterpret_steal<py::object>(PyMethod_New(f->obj.ptr(), f->bound_self()->obj.ptr()));  // new
     if (!target) throw py::error_already_set();
   }
   return Value::constant(py::handle(signature)(target));
@@ -193,17 +193,17 @@ ValuePtr Tracer::signature_of(const ValuePtr& fn, const std::vector<ValuePtr>& a
 
 ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
                       std::vector<std::pair<std::string, ValuePtr>> kwargs) {
-  if (fn->kind == VKind::Method && fn->self->kind == VKind::Tuple && fn->self->obj &&
-      (fn->name == "_replace" || fn->name == "_asdict")) {
-    const ValuePtr& nt = fn->self;
-    if (is_structseq_class(nt->obj)) unsupported("struct sequence ." + fn->name + "()");
+  if (fn->kind == VKind::Method && fn->bound_self()->kind == VKind::Tuple && fn->bound_self()->obj &&
+      (fn->bound_name() == "_replace" || fn->bound_name() == "_asdict")) {
+    const ValuePtr& nt = fn->bound_self();
+    if (is_structseq_class(nt->obj)) unsupported("struct sequence ." + fn->bound_name() + "()");
     py::tuple fields = nt->obj.attr("_fields");
-    if (fn->name == "_asdict" && args.empty() && kwargs.empty()) {
+    if (fn->bound_name() == "_asdict" && args.empty() && kwargs.empty()) {
       std::vector<py::object> keys;
       for (auto k : fields) keys.push_back(py::reinterpret_borrow<py::object>(k));
       return Value::dict(std::move(keys), nt->items);
     }
-    if (fn->name == "_replace" && args.empty()) {
+    if (fn->bound_name() == "_replace" && args.empty()) {
       std::vector<std::pair<std::string, ValuePtr>> all;
       for (size_t i = 0; i < fields.size(); ++i) all.emplace_back(py::str(fields[i]).cast<std::string>(), nt->items[i]);
       for (auto& kv : kwargs)
@@ -212,40 +212,53 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
       return make_namedtuple(nt->obj, {}, all);
     }
   }
-  if (fn->kind == VKind::Method && autograd_.ctx && fn->self == autograd_.ctx)
-    return autograd_ctx_call(fn->name, args, kwargs);
-  if (fn->kind == VKind::Method && is_environ(fn->self)) return environ_call(fn->self, fn->name, args, kwargs);
+  if (fn->kind == VKind::Method && autograd_.ctx && fn->bound_self() == autograd_.ctx)
+    return autograd_ctx_call(fn->bound_name(), args, kwargs);
+  if (fn->kind == VKind::Method && is_environ(fn->bound_self()))
+    return environ_call(fn->bound_self(), fn->bound_name(), args, kwargs);
   if (fn->kind == VKind::Method) {
-    switch (fn->self->kind) {
-      case VKind::Dict: return call_dict_method(fn->self, fn->name, std::move(args), std::move(kwargs));
+    switch (fn->bound_self()->kind) {
+      case VKind::Dict: return call_dict_method(fn->bound_self(), fn->bound_name(), std::move(args), std::move(kwargs));
       case VKind::List:
-      case VKind::Tuple: return call_list_method(fn->self, fn->name, std::move(args), std::move(kwargs));
-      case VKind::Set: return call_set_method(fn->self, fn->name, std::move(args), std::move(kwargs));
-      case VKind::Record: return call_record_method(fn->self, fn->name, std::move(args), std::move(kwargs));
+      case VKind::Tuple: return call_list_method(fn->bound_self(), fn->bound_name(), std::move(args), std::move(kwargs));
+      case VKind::Set: return call_set_method(fn->bound_self(), fn->bound_name(), std::move(args), std::move(kwargs));
+      case VKind::Record: return call_record_method(fn->bound_self(), fn->bound_name(), std::move(args), std::move(kwargs));
       default: break;
     }
   }
-  if (fn->kind == VKind::Method) return call_tensor_method(fn->self, fn->name, std::move(args), std::move(kwargs));
-  if (fn->kind == VKind::Object && fn->name == "<partial>") return call_partial(fn, std::move(args), std::move(kwargs));
+  if (fn->kind == VKind::Method)
+    return call_tensor_method(fn->bound_self(), fn->bound_name(), std::move(args), std::move(kwargs));
+  if (fn->partial()) return call_partial(fn, std::move(args), std::move(kwargs));
   if (ValuePtr sig = signature_of(fn, args, kwargs)) return sig;
-  if (fn->name == "<noop>" && args.empty() && kwargs.empty()) return Value::constant(py::none());
-  if (fn->kind == VKind::Object && fn->name == "<super_getattribute>") return generic_getattr(fn->self, args, kwargs);
-  if (fn->kind == VKind::Object && fn->name == "<super_setattr>") {
-    if (args.size() != 2 || !kwargs.empty() || !args[0]->is_const() || !PyUnicode_Check(args[0]->obj.ptr()))
-      unsupported("super().__setattr__ with a non-constant name");
-    instance_setattr(fn->self, args[0]->obj.cast<std::string>(), args[1]);
-    return Value::constant(py::none());
+  if (const SlotOf* slot = fn->slot()) {
+    switch (slot->slot) {
+      case Slot::Noop:
+        if (args.empty() && kwargs.empty()) return Value::constant(py::none());
+        break;
+      case Slot::SuperGetattribute:
+        if (fn->kind == VKind::Object) return generic_getattr(slot->self, args, kwargs);
+        break;
+      case Slot::SuperSetattr:
+        if (fn->kind != VKind::Object) break;
+        if (args.size() != 2 || !kwargs.empty() || !args[0]->is_const() || !PyUnicode_Check(args[0]->obj.ptr()))
+          unsupported("super().__setattr__ with a non-constant name");
+        instance_setattr(slot->self, args[0]->obj.cast<std::string>(), args[1]);
+        return Value::constant(py::none());
+      case Slot::SuperDictGet:
+      case Slot::SuperDictGetitem:
+      case Slot::SuperDictContains:
+        if (fn->kind == VKind::Object) return super_dict_call(slot->self, slot_method_name(slot->slot), args, kwargs);
+        break;
+    }
   }
-  if (fn->kind == VKind::Object && fn->name.rfind("<super_dict_", 0) == 0)
-    return super_dict_call(fn->self, fn->name.substr(12, fn->name.size() - 13), args, kwargs);
-  if (fn->grad_exit >= 0) {  // leaving `with torch.no_grad()/enable_grad()` normally: __exit__(None, None, None)
-    if (fn->grad_exit != kNoopExit) set_grad_mode(fn->grad_exit == 1);
+  if (const GradExitOf* g = fn->grad_exit()) {  // leaving a traced `with` block normally: __exit__(None, None, None)
+    if (g->mode != kNoopExit) set_grad_mode(g->mode == 1);
     return Value::constant(py::none());
   }
   if (fn->kind != VKind::Object && fn->kind != VKind::Const) unsupported("call to " + fn->describe());
   py::handle f = fn->obj;
   // A bound method calls its function with the receiver first, whatever the function is.
-  if (fn->self && fn->kind == VKind::Object) return call_object(fn, std::move(args), std::move(kwargs));
+  if (fn->bound_self() && fn->kind == VKind::Object) return call_object(fn, std::move(args), std::move(kwargs));
   if (fn->kind == VKind::Object)
     if (ValuePtr r = autograd_function_apply(fn, args, kwargs)) return r;
   if (is_grad_context_class(f) && args.empty() && kwargs.empty()) return Value::object(f());
@@ -268,13 +281,13 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
   std::string bname = builtin_name(f);
   if (bname == "dict") return make_dict(args, kwargs);
   if (is_namedtuple_class(f)) return make_namedtuple(f, args, kwargs);
-  if (fn->kind == VKind::Object && fn->source && !fn->self && is_plain_class(f))
+  if (fn->kind == VKind::Object && fn->source && !fn->bound_self() && is_plain_class(f))
     return make_instance(fn, std::move(args), std::move(kwargs));
-  if (fn->kind == VKind::Object && fn->source && !fn->self && is_record_class(f))
+  if (fn->kind == VKind::Object && fn->source && !fn->bound_self() && is_record_class(f))
     return make_record(fn, std::move(args), std::move(kwargs));
   if (ValuePtr r = call_builtin(bname, f, args, kwargs)) return r;
   if (bname == "id" && args.size() == 1 && kwargs.empty() && args[0]->kind == VKind::Object && args[0]->source &&
-      !args[0]->self && !guards::is_tensor(args[0]->obj.ptr())) {
+      !args[0]->bound_self() && !guards::is_tensor(args[0]->obj.ptr())) {
     // id() of an object read from the frame (parametrize's cache key): a constant, the object pinned by identity.
     guards.add(guards::id_match(args[0]->source, args[0]->obj.ptr()));
     return Value::constant(py::int_(reinterpret_cast<uintptr_t>(args[0]->obj.ptr())));
@@ -287,7 +300,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
     if (bname == "len" && args.size() == 1 && args[0]->kind == VKind::Set)
       return Value::constant(py::int_(args[0]->keys.size()));
     if (bname == "len" && args.size() == 1 && args[0]->kind == VKind::DictView)
-      return Value::constant(py::int_(args[0]->view->dict->keys.size()));
+      return Value::constant(py::int_(args[0]->view_of().dict->keys.size()));
     if (bname == "len" && args.size() == 1 && args[0]->kind == VKind::Record)
       return Value::constant(py::int_(record_present(args[0]).size()));
     if (bname == "len" && args.size() == 1)
@@ -402,7 +415,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
           if (kwargs.empty()) return apply_operator(PyRefs::get().operator_mod.attr(name.c_str()), std::move(args));
         }
         if (name == "len" && args.size() == 1 && args[0]->is_tensor()) {
-          py::object shape = args[0]->example.attr("shape");
+          py::object shape = args[0]->tensor().example.attr("shape");
           if (py::len(shape) == 0) unsupported("len() of a 0-d tensor");
           return Value::constant(shape[py::int_(0)]);
         }
@@ -421,11 +434,11 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
           };
           collect(args[1]);
           const ValuePtr& v = args[0];
-          PyObject* real_cls = v->node && v->node->op == graph::OpKind::Placeholder ? nullptr
-                                                                                  : PyRefs::get().tensor_type.ptr();
+          graph::Node* vnode = v->tensor().node;
+          PyObject* real_cls = vnode && vnode->op == graph::OpKind::Placeholder ? nullptr : PyRefs::get().tensor_type.ptr();
           if (!real_cls) {
             for (const auto& in : inputs)
-              if (in.node == v->node) real_cls = reinterpret_cast<PyObject*>(Py_TYPE(in.value.ptr()));
+              if (in.node == vnode) real_cls = reinterpret_cast<PyObject*>(Py_TYPE(in.value.ptr()));
           }
           if (known && real_cls) {
             bool r = false;
@@ -435,10 +448,10 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
                   py::str(meta.attr("__name__")).cast<std::string>() == "tensortype") {
                 // torch.FloatTensor and the other legacy types: an instance check on dtype, device type and
                 // layout (all guarded by the tensor's TENSOR_MATCH), answered from the example and its device.
-                r = r || (v->example.attr("dtype").equal(cls.attr("dtype")) &&
-                          v->device.attr("type").cast<std::string>() ==
+                r = r || (v->tensor().example.attr("dtype").equal(cls.attr("dtype")) &&
+                          v->tensor().device.attr("type").cast<std::string>() ==
                               (cls.attr("is_cuda").cast<bool>() ? "cuda" : "cpu") &&
-                          v->example.attr("is_sparse").cast<bool>() == cls.attr("is_sparse").cast<bool>());
+                          v->tensor().example.attr("is_sparse").cast<bool>() == cls.attr("is_sparse").cast<bool>());
                 continue;
               }
               int sub = PyObject_IsSubclass(real_cls, cls.ptr());
@@ -480,7 +493,7 @@ ValuePtr Tracer::call_torch(py::handle fn, std::vector<ValuePtr> args,
   std::vector<std::pair<std::string, graph::Arg>> gkwargs;
   py::dict mkw;
   py::object device;
-  if (const ValuePtr* ft = first_tensor(args)) device = (*ft)->device;
+  if (const ValuePtr* ft = first_tensor(args)) device = (*ft)->tensor().device;
   for (auto& kv : kwargs) {
     gkwargs.emplace_back(kv.first, to_arg(kv.second));
     if (kv.first == "device" && kv.second->is_const() && !kv.second->obj.is_none()) {
@@ -494,7 +507,7 @@ ValuePtr Tracer::call_torch(py::handle fn, std::vector<ValuePtr> args,
     if (!factory) {
       std::vector<ValuePtr> kwvals;  // torch.cat(tensors=[a, b]): a tensor in a keyword argument's list too
       for (auto& kv : kwargs) kwvals.push_back(kv.second);
-      if (const ValuePtr* ft = first_tensor(kwvals)) device = (*ft)->device;
+      if (const ValuePtr* ft = first_tensor(kwvals)) device = (*ft)->tensor().device;
     }
     if (!device) {
       // A tensor created from nothing lands on torch's default device.
@@ -526,7 +539,7 @@ ValuePtr Tracer::call_torch(py::handle fn, std::vector<ValuePtr> args,
 ValuePtr Tracer::call_tensor_method(const ValuePtr& self, const std::string& name, std::vector<ValuePtr> args,
                                     std::vector<std::pair<std::string, ValuePtr>> kwargs) {
   auto& refs = PyRefs::get();
-  py::object device = self->device;
+  py::object device = self->is_tensor() ? self->tensor().device : py::object();
   if (name == "type") return tensor_type(self, args, kwargs);
   if (ValuePtr r = optimizer_op_decomposition(self, name, args, kwargs)) return r;  // optimizer.cpp
   if (!tensor_method_allowed(name) && !tensor_method_metadata(name) && name != "cpu")
@@ -543,7 +556,7 @@ ValuePtr Tracer::call_tensor_method(const ValuePtr& self, const std::string& nam
       device = refs.torch_device(a->obj);  // device moves are recorded, not propagated on meta
       continue;
     }
-    if (name == "to" && a->is_tensor()) device = a->device;
+    if (name == "to" && a->is_tensor()) device = a->tensor().device;
     margs.append(to_example(a));
   }
   std::vector<std::pair<std::string, graph::Arg>> gkwargs;
@@ -571,7 +584,7 @@ ValuePtr Tracer::call_tensor_method(const ValuePtr& self, const std::string& nam
   if (!result) {
     py::object bound;
     try {
-      bound = self->example.attr(name.c_str());
+      bound = self->tensor().example.attr(name.c_str());
     } catch (py::error_already_set& e) {
       unsupported("Tensor." + name + ": " + std::string(e.what()));
     }
@@ -626,7 +639,7 @@ ValuePtr Tracer::apply_operator(py::handle op, std::vector<ValuePtr> args) {
   for (size_t i = 0; i < args.size(); ++i) {
     gargs.push_back(to_arg(args[i]));
     margs[i] = to_example(args[i]);
-    if (!device && args[i]->is_tensor()) device = args[i]->device;
+    if (!device && args[i]->is_tensor()) device = args[i]->tensor().device;
   }
   // In-place operators (iadd, imul, ...) mutate their example and are never memoized.
   std::optional<MetaKey> key;

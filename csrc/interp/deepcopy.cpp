@@ -76,12 +76,10 @@ ValuePtr Tracer::deep_copy(const ValuePtr& v, CopyMemo& memo) {
       if (v->obj && !v->source) break;
       return memo[v.get()] = Value::set(v->keys);
     case VKind::Instance: {
-      if (!deepcopied_by_dict(reinterpret_cast<PyTypeObject*>(v->self->obj.ptr())) ||
+      if (!deepcopied_by_dict(reinterpret_cast<PyTypeObject*>(v->instance().cls->obj.ptr())) ||
           (autograd_.ctx && v == autograd_.ctx))
         break;
-      auto out = std::make_shared<Value>();
-      out->kind = VKind::Instance;
-      out->self = v->self;
+      ValuePtr out = Value::new_instance(VKind::Instance, v->instance().cls);
       memo[v.get()] = out;
       out->keys = v->keys;
       for (const auto& item : v->items) out->items.push_back(deep_copy(item, memo));
@@ -90,8 +88,10 @@ ValuePtr Tracer::deep_copy(const ValuePtr& v, CopyMemo& memo) {
     case VKind::Object: {
       PyObject* o = v->obj.ptr();
       // Functions, classes and builtin functions are copied as themselves (copy's atomic types).
-      if (!v->self && (PyFunction_Check(o) || PyType_Check(o) || PyCFunction_Check(o))) return v;
-      if (v->source && !v->made_in_trace && v->name.empty() && deepcopied_by_dict(Py_TYPE(o)))
+      if (!v->bound_self() && !v->partial() && !v->super_of() && !v->slot() &&
+          (PyFunction_Check(o) || PyType_Check(o) || PyCFunction_Check(o)))
+        return v;
+      if (v->source && !v->made_in_trace() && !v->is_modelled() && v->bound_name().empty() && deepcopied_by_dict(Py_TYPE(o)))
         return copy_frame_object(v, memo);
       if (v->source && PyDict_CheckExact(o)) return copy_constant_dict(v, memo);
       break;
@@ -112,9 +112,7 @@ ValuePtr Tracer::copy_frame_object(const ValuePtr& v, CopyMemo& memo) {
   ValuePtr cls = wrap(reinterpret_cast<PyObject*>(Py_TYPE(o)), guards::Source::attr(v->source, "__class__"));
   ValuePtr state = wrap(dict, guards::Source::generic_attr(v->source, "__dict__"));
   if (state->kind != VKind::Dict) unsupported("copy.deepcopy of an object whose __dict__ has keys that are not str");
-  auto out = std::make_shared<Value>();
-  out->kind = VKind::Instance;
-  out->self = cls;
+  ValuePtr out = Value::new_instance(VKind::Instance, cls);
   memo[v.get()] = out;
   out->keys = state->keys;
   for (const auto& item : state->items) out->items.push_back(deep_copy(item, memo));

@@ -34,7 +34,7 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
   int flags = callee->co_flags;
   // A generator expression made in the trace runs to completion at the call; what it yields becomes an
   // iterator value (its consumer, sum() / any() / a loop, follows at once). Other generators are not inlined.
-  bool genexpr = (flags & CO_GENERATOR) && fn->made_in_trace && name.size() >= 9 &&
+  bool genexpr = (flags & CO_GENERATOR) && fn->made_in_trace() && name.size() >= 9 &&
                  name.compare(name.size() - 9, 9, "<genexpr>") == 0;
   if ((flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE)) && !genexpr)
     unsupported("call to generator/coroutine function " + name);
@@ -129,9 +129,10 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
   int nfree = static_cast<int>(callee->co_nfreevars);
   for (int k = 0; k < nfree; ++k) {
     int slot = nslots - nfree + k;
-    if (fn->made_in_trace) {  // a function made in this trace: the cells it captured
-      if (static_cast<size_t>(k) >= fn->closure.size()) unsupported("closure of " + name + " is incomplete");
-      boxes[static_cast<size_t>(slot)] = fn->closure[static_cast<size_t>(k)];
+    if (fn->made_in_trace()) {  // a function made in this trace: the cells it captured
+      const std::vector<ValuePtr>& cells = fn->function().closure;
+      if (static_cast<size_t>(k) >= cells.size()) unsupported("closure of " + name + " is incomplete");
+      boxes[static_cast<size_t>(slot)] = cells[static_cast<size_t>(k)];
       continue;
     }
     SourcePtr src = fn_part(fn, "__closure__", k);
@@ -212,9 +213,7 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
     run_nested();
     ValuePtr result = return_value;
     if (genexpr) {
-      result = std::make_shared<Value>();
-      result->kind = VKind::Iter;
-      result->items = std::move(yielded);
+      result = Value::iterator(std::move(yielded));
     }
     restore();
     return result;

@@ -16,7 +16,7 @@ using Kwargs = std::vector<std::pair<std::string, ValuePtr>>;
 // ==), 0 if not; Unsupported when that needs a tensor's data or a user object's __eq__.
 bool equal_items(Tracer& t, const ValuePtr& a, const ValuePtr& b) {
   if (a == b) return true;
-  if (a->is_tensor() && b->is_tensor() && a->node == b->node) return true;
+  if (a->is_tensor() && b->is_tensor() && a->tensor().node == b->tensor().node) return true;
   if (a->is_constant_like() && b->is_constant_like()) {
     int r = PyObject_RichCompareBool(a->as_python().ptr(), b->as_python().ptr(), Py_EQ);
     if (r < 0) throw py::error_already_set();
@@ -233,7 +233,7 @@ ValuePtr Tracer::container_operator(const std::string& op, const ValuePtr& a, co
   auto set_like = [](const ValuePtr& v) { return v->kind == VKind::Set || v->kind == VKind::DictView; };
   if (set_like(a) || set_like(b)) {
     // dict_values has no == of its own: two views are equal only when they are the same object.
-    auto values_view = [](const ValuePtr& v) { return v->kind == VKind::DictView && v->view->part == ViewPart::Values; };
+    auto values_view = [](const ValuePtr& v) { return v->kind == VKind::DictView && v->view_of().part == ViewPart::Values; };
     if ((base == "eq" || base == "ne") && (values_view(a) || values_view(b)))
       return Value::constant(py::bool_((a == b) == (base == "eq")));
     static const char* const traced[] = {"or_", "and_", "sub", "xor", "eq", "ne", "lt", "le", "gt", "ge"};

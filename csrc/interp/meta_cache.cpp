@@ -116,7 +116,7 @@ bool put_tensor(std::string& s, PyObject* obj) {
 
 bool put_value(std::string& s, const ValuePtr& v) {
   switch (v->kind) {
-    case VKind::Tensor: return put_tensor(s, v->example.ptr());
+    case VKind::Tensor: return put_tensor(s, v->tensor().example.ptr());
     case VKind::Const: return put_const(s, v->obj.ptr());
     case VKind::Tuple:
     case VKind::List: {

@@ -42,10 +42,7 @@ std::string pending_module_filing(const std::vector<AttrStore>& stores, py::hand
 ValuePtr bound_method(Tracer& t, const ValuePtr& self, py::handle func, const std::string& name) {
   SourcePtr fsrc = guards::Source::attr(guards::Source::attr(self->source, "__class__"), name);
   ValuePtr f = t.wrap(func, fsrc);
-  ValuePtr m = Value::object(f->obj, fsrc);
-  m->self = self;
-  m->name = name;
-  return m;
+  return Value::bound_method(f->obj, fsrc, self, name);
 }
 
 }  // namespace
@@ -121,8 +118,7 @@ ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
       wrap(func, Py_IS_TYPE(descr, &PyClassMethod_Type) ? guards::Source::attr(fsrc, "__func__") : fsrc);
       ValuePtr f = Value::object(func);
       if (Py_IS_TYPE(descr, &PyClassMethod_Type)) {
-        f->self = wrap(reinterpret_cast<PyObject*>(type), csrc);
-        f->name = name;
+        f->payload = BoundOf{wrap(reinterpret_cast<PyObject*>(type), csrc), name};
       }
       return f;
     }
@@ -164,13 +160,11 @@ ValuePtr Tracer::call_user_dunder(const ValuePtr& obj, const char* dunder, std::
   if (is_environ(obj) && (std::string(dunder) == "__getitem__" || std::string(dunder) == "__contains__"))
     return environ_call(obj, dunder, args, {});
   if (obj->kind == VKind::Instance) {  // made in the trace: the method of its class, guarded on the class
-    auto* type = reinterpret_cast<PyTypeObject*>(obj->self->obj.ptr());
+    auto* type = reinterpret_cast<PyTypeObject*>(obj->instance().cls->obj.ptr());
     PyObject* descr = _PyType_Lookup(type, py::str(dunder).ptr());  // borrowed, may be NULL
     if (!descr || !PyFunction_Check(descr)) return nullptr;
-    SourcePtr src = guards::Source::attr(obj->self->source, dunder);
-    ValuePtr m = Value::object(wrap(descr, src)->obj, src);
-    m->self = obj;
-    m->name = dunder;
+    SourcePtr src = guards::Source::attr(obj->instance().cls->source, dunder);
+    ValuePtr m = Value::bound_method(wrap(descr, src)->obj, src, obj, dunder);
     return call(m, std::move(args), {});
   }
   if (obj->kind != VKind::Object || !obj->source || is_nn_module(obj->obj)) return nullptr;
@@ -262,10 +256,7 @@ ValuePtr Tracer::module_iteration(const ValuePtr& self, py::handle func, const s
       }
     }
   }
-  auto it = std::make_shared<Value>();
-  it->kind = VKind::Iter;
-  it->items = std::move(items);
-  return it;
+  return Value::iterator(std::move(items));
 }
 
 bool Tracer::slice_only_iterated() {
@@ -512,9 +503,7 @@ bool is_plain_class(py::handle cls) {
 
 ValuePtr Tracer::make_instance(const ValuePtr& cls, std::vector<ValuePtr> args,
                                std::vector<std::pair<std::string, ValuePtr>> kwargs) {
-  auto inst = std::make_shared<Value>();
-  inst->kind = VKind::Instance;
-  inst->self = cls;
+  ValuePtr inst = Value::new_instance(VKind::Instance, cls);
   auto* type = reinterpret_cast<PyTypeObject*>(cls->obj.ptr());
   PyObject* init = _PyType_Lookup(type, py::str("__init__").ptr());  // borrowed
   if (init == _PyType_Lookup(&PyBaseObject_Type, py::str("__init__").ptr())) {
@@ -535,7 +524,7 @@ std::string Tracer::describe_class(const ValuePtr& cls) const {
 }
 
 PyObject* Tracer::getattribute_override(const ValuePtr& inst) const {
-  auto* type = reinterpret_cast<PyTypeObject*>(inst->self->obj.ptr());
+  auto* type = reinterpret_cast<PyTypeObject*>(inst->instance().cls->obj.ptr());
   PyObject* ga = _PyType_Lookup(type, py::str("__getattribute__").ptr());  // borrowed
   return ga && PyFunction_Check(ga) ? ga : nullptr;
 }
@@ -544,7 +533,7 @@ ValuePtr Tracer::instance_attr(const ValuePtr& inst, const std::string& name) {
   if (PyObject* ga = getattribute_override(inst)) {
     // The class's own __getattribute__ (a deep-copied transformers config remaps names in it), inlined;
     // guarded as cls.__getattribute__.
-    ValuePtr f = wrap(ga, guards::Source::attr(inst->self->source, "__getattribute__"));
+    ValuePtr f = wrap(ga, guards::Source::attr(inst->instance().cls->source, "__getattribute__"));
     return inline_call(f, {inst, Value::constant(py::str(name))}, {});
   }
   return instance_generic_attr(inst, name);
@@ -563,19 +552,20 @@ ValuePtr Tracer::property_getter(PyObject* descr, const SourcePtr& psrc, const s
 
 ValuePtr Tracer::instance_generic_attr(const ValuePtr& inst, const std::string& name) {
   if (autograd_.ctx && inst == autograd_.ctx) return autograd_ctx_attr(name);
-  if (name == "__class__") return inst->self;
+  if (name == "__class__") return inst->instance().cls;
   if (name == "__dict__") {
     // A view of its attributes, kept equal to them by instance_setattr / instance_delattr; the trace only
     // reads it (see Value::frozen).
-    if (!inst->dict_view) {
-      inst->dict_view = Value::dict(inst->keys, inst->items);
-      inst->dict_view->frozen = true;
+    ValuePtr& view = inst->instance().dict_view;
+    if (!view) {
+      view = Value::dict(inst->keys, inst->items);
+      view->frozen = true;
     }
-    return inst->dict_view;
+    return view;
   }
-  auto* type = reinterpret_cast<PyTypeObject*>(inst->self->obj.ptr());
+  auto* type = reinterpret_cast<PyTypeObject*>(inst->instance().cls->obj.ptr());
   PyObject* descr = _PyType_Lookup(type, py::str(name).ptr());  // borrowed, may be NULL
-  SourcePtr csrc = guards::Source::attr(inst->self->source, name);
+  SourcePtr csrc = guards::Source::attr(inst->instance().cls->source, name);
   if (descr && PyObject_TypeCheck(descr, &PyProperty_Type)) {  // a data descriptor wins over the instance
     return inline_call(property_getter(descr, csrc, name), {inst}, {});
   }
@@ -583,23 +573,19 @@ ValuePtr Tracer::instance_generic_attr(const ValuePtr& inst, const std::string& 
   if (at >= 0) return inst->items[static_cast<size_t>(at)];
   if (!descr) {
     // Guarded on the class: the attribute is still missing from it.
-    guards.add(guards::has_attr(inst->self->source, name, false));
-    std::string why = "'" + describe_class(inst->self) + "' object has no attribute '" + name + "'";
+    guards.add(guards::has_attr(inst->instance().cls->source, name, false));
+    std::string why = "'" + describe_class(inst->instance().cls) + "' object has no attribute '" + name + "'";
     throw TracedRaise(why, py::reinterpret_steal<py::object>(PyObject_CallFunction(PyExc_AttributeError, "s", why.c_str())));
   }
   if (PyFunction_Check(descr)) {
     ValuePtr f = wrap(descr, csrc);
-    ValuePtr m = Value::object(f->obj, csrc);
-    m->self = inst;
-    m->name = name;
-    return m;
+    return Value::bound_method(f->obj, csrc, inst, name);
   }
   if (Py_IS_TYPE(descr, &PyClassMethod_Type) || Py_IS_TYPE(descr, &PyStaticMethod_Type)) {
     wrap(descr, csrc);
     ValuePtr f = Value::object(py::reinterpret_borrow<py::object>(descr).attr("__func__"));
     if (Py_IS_TYPE(descr, &PyClassMethod_Type)) {
-      f->self = inst->self;
-      f->name = name;
+      f->payload = BoundOf{inst->instance().cls, name};
     }
     return f;
   }
@@ -609,16 +595,16 @@ ValuePtr Tracer::instance_generic_attr(const ValuePtr& inst, const std::string& 
 
 void Tracer::store_attr(const ValuePtr& obj, const std::string& name, const ValuePtr& value) {
   if (obj->kind == VKind::Instance) {
-    auto* type = reinterpret_cast<PyTypeObject*>(obj->self->obj.ptr());
+    auto* type = reinterpret_cast<PyTypeObject*>(obj->instance().cls->obj.ptr());
     PyObject* setattr_fn = _PyType_Lookup(type, py::str("__setattr__").ptr());  // borrowed
     if (setattr_fn != _PyType_Lookup(&PyBaseObject_Type, py::str("__setattr__").ptr())) {
       // The class's own __setattr__ (a deep-copied transformers config validates and remaps), inlined;
       // guarded as cls.__setattr__. Its super().__setattr__ lands in instance_setattr.
       if (!setattr_fn || !PyFunction_Check(setattr_fn))
-        unsupported("attribute assignment on a new " + describe_class(obj->self) + " object, whose __setattr__ is not Python");
-      ValuePtr f = wrap(setattr_fn, guards::Source::attr(obj->self->source, "__setattr__"));
+        unsupported("attribute assignment on a new " + describe_class(obj->instance().cls) + " object, whose __setattr__ is not Python");
+      ValuePtr f = wrap(setattr_fn, guards::Source::attr(obj->instance().cls->source, "__setattr__"));
       ValuePtr r = inline_call(f, {obj, Value::constant(py::str(name)), value}, {});
-      if (!r->is_const() || !r->obj.is_none()) unsupported("__setattr__ of " + describe_class(obj->self) + " returned a value");
+      if (!r->is_const() || !r->obj.is_none()) unsupported("__setattr__ of " + describe_class(obj->instance().cls) + " returned a value");
       return;
     }
     instance_setattr(obj, name, value);
@@ -626,16 +612,16 @@ void Tracer::store_attr(const ValuePtr& obj, const std::string& name, const Valu
   }
   if (obj->kind != VKind::Object || !obj->source || PyModule_Check(obj->obj.ptr()) || PyType_Check(obj->obj.ptr()))
     unsupported("attribute assignment on " + obj->describe());
-  if (value->kind == VKind::Iter || value->kind == VKind::Null || value->kind == VKind::Cell || value->made_in_trace)
+  if (value->kind == VKind::Iter || value->kind == VKind::Null || value->kind == VKind::Cell || value->made_in_trace())
     unsupported("attribute assignment of " + value->describe());
   attr_stores.push_back({obj, name, value});
 }
 
 void Tracer::instance_setattr(const ValuePtr& obj, const std::string& name, const ValuePtr& value) {
-  auto* type = reinterpret_cast<PyTypeObject*>(obj->self->obj.ptr());
+  auto* type = reinterpret_cast<PyTypeObject*>(obj->instance().cls->obj.ptr());
   PyObject* descr = _PyType_Lookup(type, py::str(name).ptr());  // borrowed
   if (descr && Py_TYPE(descr)->tp_descr_set) unsupported("assignment to the data descriptor '" + name + "'");
-  if (value->kind == VKind::Iter || value->kind == VKind::Null || value->kind == VKind::Cell || value->made_in_trace)
+  if (value->kind == VKind::Iter || value->kind == VKind::Null || value->kind == VKind::Cell || value->made_in_trace())
     unsupported("attribute assignment of " + value->describe());
   will_mutate(obj);
   py::str key(name);
@@ -650,7 +636,7 @@ void Tracer::instance_setattr(const ValuePtr& obj, const std::string& name, cons
 }
 
 void Tracer::sync_dict_view(const ValuePtr& obj) {
-  const ValuePtr& view = obj->dict_view;
+  const ValuePtr& view = obj->instance().dict_view;
   if (!view) return;
   save_undo(view);
   view->keys = obj->keys;
@@ -658,9 +644,9 @@ void Tracer::sync_dict_view(const ValuePtr& obj) {
 }
 
 void Tracer::instance_delattr(const ValuePtr& obj, const std::string& name) {
-  auto* type = reinterpret_cast<PyTypeObject*>(obj->self->obj.ptr());
+  auto* type = reinterpret_cast<PyTypeObject*>(obj->instance().cls->obj.ptr());
   if (_PyType_Lookup(type, py::str("__delattr__").ptr()) != _PyType_Lookup(&PyBaseObject_Type, py::str("__delattr__").ptr()))
-    unsupported("delattr on a new " + describe_class(obj->self) + " object, whose class defines __delattr__");
+    unsupported("delattr on a new " + describe_class(obj->instance().cls) + " object, whose class defines __delattr__");
   PyObject* descr = _PyType_Lookup(type, py::str(name).ptr());  // borrowed
   if (descr && Py_TYPE(descr)->tp_descr_set) unsupported("deletion of the data descriptor '" + name + "'");
   int at = obj->find_key(py::str(name));
@@ -674,24 +660,24 @@ void Tracer::instance_delattr(const ValuePtr& obj, const std::string& name) {
 ValuePtr Tracer::call_object(const ValuePtr& fn, std::vector<ValuePtr> args,
                              std::vector<std::pair<std::string, ValuePtr>> kwargs) {
   py::handle f = fn->obj;
-  if (fn->self && fn->self->kind == VKind::Object && is_nn_module(fn->self->obj))
-    if (ValuePtr r = module_iteration(fn->self, f, fn->name, args, kwargs)) return r;
-  if (fn->self) {  // a bound Python method: inline with the receiver first
-    args.insert(args.begin(), fn->self);
+  if (fn->bound_self() && fn->bound_self()->kind == VKind::Object && is_nn_module(fn->bound_self()->obj))
+    if (ValuePtr r = module_iteration(fn->bound_self(), f, fn->bound_name(), args, kwargs)) return r;
+  if (fn->bound_self()) {  // a bound Python method: inline with the receiver first
+    args.insert(args.begin(), fn->bound_self());
     ValuePtr plain = Value::object(fn->obj, fn->source);
     return inline_call(plain, std::move(args), std::move(kwargs));
   }
   if (fn->source && Py_TYPE(f.ptr()) == reinterpret_cast<PyTypeObject*>(PyRefs::get().functools_partial.ptr())) {
     // A functools.partial from the frame: its function, arguments and keywords read through their sources.
-    ValuePtr p = Value::object(py::reinterpret_borrow<py::object>(f));
-    p->name = "<partial>";
-    p->self = wrap(f.attr("func"), guards::Source::attr(fn->source, "func"));
+    PartialOf parts;
+    parts.fn = wrap(f.attr("func"), guards::Source::attr(fn->source, "func"));
     ValuePtr pargs = wrap(f.attr("args"), guards::Source::attr(fn->source, "args"));
     ValuePtr pkw = wrap(f.attr("keywords"), guards::Source::attr(fn->source, "keywords"));
     if (pargs->kind != VKind::Tuple || pkw->kind != VKind::Dict) unsupported("functools.partial with unusual state");
-    p->items = pargs->items;
-    p->keys = pkw->keys;
-    p->closure = pkw->items;
+    parts.args = pargs->items;
+    parts.kw_names = pkw->keys;
+    parts.kw_values = pkw->items;
+    ValuePtr p = Value::partial_of(py::reinterpret_borrow<py::object>(f), std::move(parts));
     return call_partial(p, std::move(args), std::move(kwargs));
   }
   if (fn->source && is_nn_module(f)) return call_module(fn, std::move(args), std::move(kwargs));

@@ -33,8 +33,8 @@ ValuePtr user_binary(Tracer& t, const std::string& name, const ValuePtr& a, cons
   if (!left && !right) return nullptr;
   if (left && right) {
     // Python asks the right operand first when its class is a proper subclass of the left's: not modelled.
-    PyObject* ta = a->kind == VKind::Instance ? a->self->obj.ptr() : reinterpret_cast<PyObject*>(Py_TYPE(a->obj.ptr()));
-    PyObject* tb = b->kind == VKind::Instance ? b->self->obj.ptr() : reinterpret_cast<PyObject*>(Py_TYPE(b->obj.ptr()));
+    PyObject* ta = a->kind == VKind::Instance ? a->instance().cls->obj.ptr() : reinterpret_cast<PyObject*>(Py_TYPE(a->obj.ptr()));
+    PyObject* tb = b->kind == VKind::Instance ? b->instance().cls->obj.ptr() : reinterpret_cast<PyObject*>(Py_TYPE(b->obj.ptr()));
     int sub = ta != tb ? PyObject_IsSubclass(tb, ta) : 0;
     if (sub < 0) throw py::error_already_set();
     if (sub) t.unsupported("operator " + base + " with a right operand of a subclass of the left's class");
@@ -169,7 +169,7 @@ bool same_identity(const ValuePtr& a, const ValuePtr& b, bool* known) {
   auto fresh = [](const ValuePtr& v) { return v->kind == VKind::Instance || v->kind == VKind::Record; };
   if ((fresh(a) && (b_obj || fresh(b) || b->is_tensor())) || (fresh(b) && (a_obj || a->is_tensor()))) return false;
   if (a->is_tensor() && b->is_tensor()) {
-    if (a->node == b->node) return true;
+    if (a->tensor().node == b->tensor().node) return true;
   }
   *known = false;
   return false;
@@ -217,12 +217,12 @@ void contains_op(Tracer& t, const Instruction& i) {
   }
   if (container->kind == VKind::DictView) {
     bool in = false;
-    if (container->view->part == ViewPart::Keys) {
-      in = t.dict_contains(container->view->dict, item)->obj.cast<bool>();
+    if (container->view_of().part == ViewPart::Keys) {
+      in = t.dict_contains(container->view_of().dict, item)->obj.cast<bool>();
     } else {
       // values: each value compared with `item` (identity, then ==); items: the key looked up, then its value
       // compared. Only constants are compared with == at trace time (a tensor's == needs its data).
-      const Value& d = *container->view->dict;
+      const Value& d = *container->view_of().dict;
       auto equal = [&](const ValuePtr& stored, const ValuePtr& probe) {
         if (stored == probe) return true;
         if (!stored->is_constant_like() || !probe->is_constant_like())
@@ -231,14 +231,14 @@ void contains_op(Tracer& t, const Instruction& i) {
         if (r < 0) throw py::error_already_set();
         return r == 1;
       };
-      if (container->view->part == ViewPart::Values) {
+      if (container->view_of().part == ViewPart::Values) {
         for (const auto& v : d.items)
           if ((in = equal(v, item))) break;
       } else {
         std::vector<ValuePtr> pair;
         if (item->kind == VKind::Tuple || (item->is_const() && PyTuple_Check(item->obj.ptr()))) pair = t.unpack_iterable(item);
         if (pair.size() == 2) {
-          ValuePtr found = t.dict_contains(container->view->dict, pair[0]);
+          ValuePtr found = t.dict_contains(container->view_of().dict, pair[0]);
           if (found->obj.cast<bool>()) in = equal(d.items[static_cast<size_t>(d.find_key(pair[0]->as_python()))], pair[1]);
         } else if (!item->is_constant_like()) {
           t.unsupported("`in` on dict items with " + item->describe());
@@ -258,7 +258,7 @@ void contains_op(Tracer& t, const Instruction& i) {
     // Identity first, then ==, as Python's sequence `in` does; a tensor's == would need its data.
     bool in = false;
     for (const auto& x : container->items) {
-      if (x == item || (x->is_tensor() && item->is_tensor() && x->node == item->node)) {
+      if (x == item || (x->is_tensor() && item->is_tensor() && x->tensor().node == item->tensor().node)) {
         in = true;
         break;
       }

@@ -28,7 +28,7 @@ void unpack_sequence(Tracer& t, const Instruction& i) {
       items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
   } else if (seq->is_tensor()) {
     // Unpacking a tensor iterates its first dimension.
-    py::object shape = seq->example.attr("shape");
+    py::object shape = seq->tensor().example.attr("shape");
     if (py::len(shape) == 0) t.unsupported("iteration over a 0-d tensor");
     long n = shape[py::int_(0)].cast<long>();
     if (n != i.arg) t.unsupported("unpacking a tensor of the wrong length");

@@ -88,13 +88,14 @@ void call_function_ex(Tracer& t, const Instruction& i) {
     // f(*iterator) (a generator expression made in the trace): eager makes a tuple of what is left, consuming
     // the iterator before the call. If the call cannot be traced, the iterator is left as it was, so the
     // instruction can rerun as Python on it.
-    size_t from = args->pos;
-    std::vector<ValuePtr> items(args->items.begin() + static_cast<long>(from), args->items.end());
-    args->pos = args->items.size();
+    IterOf& state = args->iter();
+    size_t from = state.pos;
+    std::vector<ValuePtr> items(state.items.begin() + static_cast<long>(from), state.items.end());
+    state.pos = state.items.size();
     try {
       t.push(t.call(fn, std::move(items), std::move(kwargs)));
     } catch (const Unsupported&) {
-      args->pos = from;
+      state.pos = from;
       throw;
     }
     return;

@@ -30,7 +30,7 @@ bool truth(Tracer& t, const ValuePtr& v) {
   if (v->is_tensor()) t.unsupported("branch on a tensor's value (data-dependent control flow)");
   if (v->kind == VKind::Tuple || v->kind == VKind::List || v->kind == VKind::Dict) return !v->items.empty();
   if (v->kind == VKind::Set) return !v->keys.empty();  // lengths of containers from the frame are guarded
-  if (v->kind == VKind::DictView) return !v->view->dict->keys.empty();
+  if (v->kind == VKind::DictView) return !v->view_of().dict->keys.empty();
   if (v->kind == VKind::Const || v->kind == VKind::Object) {
     int r = PyObject_IsTrue(v->obj.ptr());
     if (r < 0) throw py::error_already_set();

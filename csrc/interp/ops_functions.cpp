@@ -28,8 +28,9 @@ void set_function_attribute(Tracer& t, const ValuePtr& f, int flag, const ValueP
     if (value->kind != VKind::Tuple) t.unsupported("closure of " + value->describe());
     for (const auto& c : value->items)
       if (c->kind != VKind::Cell) t.unsupported("closure item " + c->describe() + " is not a cell");
-    f->closure.clear();
-    for (const auto& c : value->items) f->closure.push_back(c);
+    std::vector<ValuePtr>& cells = f->function().closure;
+    cells.clear();
+    for (const auto& c : value->items) cells.push_back(c);
   } else if (flag != 0x04) {
     t.unsupported("function attribute " + std::to_string(flag));
   }
@@ -45,7 +46,7 @@ void make_function(Tracer& t, const Instruction& i) {
   py::object fn = py::reinterpret_steal<py::object>(PyFunction_New(code_v->obj.ptr(), t.fv.globals));  // new
   if (!fn) throw py::error_already_set();
   ValuePtr f = Value::object(fn);
-  f->made_in_trace = true;
+  f->payload = FunctionOf{};  // made_in_trace()
   if (defaults) set_function_attribute(t, f, 0x01, defaults);
   if (kwdefaults) set_function_attribute(t, f, 0x02, kwdefaults);
   if (closure) set_function_attribute(t, f, 0x08, closure);
@@ -56,7 +57,7 @@ void make_function(Tracer& t, const Instruction& i) {
 void set_function_attribute_op(Tracer& t, const Instruction& i) {
   ValuePtr f = t.pop();
   ValuePtr value = t.pop();
-  if (f->kind != VKind::Object || !f->made_in_trace || !PyFunction_Check(f->obj.ptr()))
+  if (f->kind != VKind::Object || !f->made_in_trace() || !PyFunction_Check(f->obj.ptr()))
     t.unsupported("SET_FUNCTION_ATTRIBUTE on " + f->describe());
   set_function_attribute(t, f, i.arg, value);
   t.push(f);
@@ -66,7 +67,7 @@ void store_deref(Tracer& t, const Instruction& i) {
   ValuePtr v = t.pop();
   if (ValuePtr box = t.cell_of(i.arg)) {  // a captured cell (or a `nonlocal` of a function made here)
     t.will_mutate(box);
-    box->self = std::move(v);
+    box->cell().content = std::move(v);
     return;
   }
   int kind = compat::code_localsplus_kind(t.code, i.arg);
@@ -97,10 +98,7 @@ void push_closure_cell(Tracer& t, int slot) {
   ValuePtr box = t.cell_of(slot);
   if (!box) {
     ValuePtr current = t.load_local(slot);
-    box = std::make_shared<Value>();
-    box->kind = VKind::Cell;
-    box->self = current;  // null: an empty cell (assigned later)
-    box->cell_slot = slot;
+    box = Value::new_cell(current);  // null: an empty cell (assigned later)
     if (t.cell_boxes.size() < t.locals.size()) t.cell_boxes.resize(t.locals.size());
     t.cell_boxes[static_cast<size_t>(slot)] = box;
   }

@@ -19,25 +19,24 @@ bool is_module_container(py::handle o) {
 void watch_dict(const ValuePtr& it, const ValuePtr& src, bool reversed) {
   if (src->kind != VKind::Dict && src->kind != VKind::DictView) return;
   IterWatch w;
-  w.dict = src->kind == VKind::Dict ? src : src->view->dict;
-  w.part = src->kind == VKind::Dict ? ViewPart::Keys : src->view->part;
+  w.dict = src->kind == VKind::Dict ? src : src->view_of().dict;
+  w.part = src->kind == VKind::Dict ? ViewPart::Keys : src->view_of().part;
   w.reversed = reversed;
   w.keys = w.dict->keys;
   w.values = w.dict->items;
-  if (!it->watches) it->watches = std::make_shared<std::vector<IterWatch>>();
-  it->watches->push_back(std::move(w));
+  it->iter().watches.push_back(std::move(w));
 }
 
 // Before FOR_ITER takes item `pos` of an iterator over a dict: Python raises when the dict's keys changed, and
 // reads values as they are now; the trace's items are those of when the iterator was made.
 void check_watches(Tracer& t, const ValuePtr& it) {
-  for (const auto& w : *it->watches) {
+  for (const auto& w : it->iter().watches) {
     const Value& d = *w.dict;
     bool same_keys = d.keys.size() == w.keys.size();
     for (size_t i = 0; same_keys && i < d.keys.size(); ++i) same_keys = d.keys[i].ptr() == w.keys[i].ptr();
     if (!same_keys) t.unsupported("a dict changed size or keys while being iterated (RuntimeError in Python)");
     if (w.part == ViewPart::Keys) continue;
-    const size_t n = d.items.size(), done = std::min(it->pos, n);
+    const size_t n = d.items.size(), done = std::min(it->iter().pos, n);
     for (size_t i = 0; i < n; ++i) {
       bool taken = w.reversed ? i >= n - done : i < done;
       if (!taken && d.items[i] != w.values[i])
@@ -56,7 +55,10 @@ std::vector<ValuePtr> Tracer::unpack_iterable(const ValuePtr& v) {
     case VKind::Tensor:
       return unpack_tensor(v);
     case VKind::Iter:
-      return std::vector<ValuePtr>(v->items.begin() + static_cast<long>(v->pos), v->items.end());
+    {
+      const IterOf& it = v->iter();
+      return std::vector<ValuePtr>(it.items.begin() + static_cast<long>(it.pos), it.items.end());
+    }
     case VKind::Dict: {
       std::vector<ValuePtr> ks;
       for (const auto& k : v->keys) ks.push_back(Value::constant(k));
@@ -118,9 +120,7 @@ void get_iter(Tracer& t, const Instruction&) {
   ValuePtr seq = t.peek(1);
   std::vector<ValuePtr> items = t.unpack_iterable(seq);
   t.pop();
-  auto it = std::make_shared<Value>();
-  it->kind = VKind::Iter;
-  it->items = std::move(items);
+  ValuePtr it = Value::iterator(std::move(items));
   watch_dict(it, seq, false);
   t.push(it);
 }
@@ -128,9 +128,10 @@ void get_iter(Tracer& t, const Instruction&) {
 void for_iter(Tracer& t, const Instruction& i) {
   ValuePtr it = t.peek(1);
   if (it->kind != VKind::Iter) t.unsupported("FOR_ITER over " + it->describe());
-  if (it->watches) check_watches(t, it);
-  if (it->pos < it->items.size()) {
-    t.push(it->items[it->pos++]);
+  IterOf& state = it->iter();
+  if (!state.watches.empty()) check_watches(t, it);
+  if (state.pos < state.items.size()) {
+    t.push(state.items[state.pos++]);
     return;
   }
   t.pop();
@@ -157,9 +158,7 @@ ValuePtr Tracer::call_iter_builtin(const std::string& name, const std::vector<Va
     std::vector<ValuePtr> pairs;
     long k = start;
     for (auto& v : unpack_iterable(args[0])) pairs.push_back(Value::tuple({Value::constant(py::int_(k++)), v}));
-    auto it = std::make_shared<Value>();
-    it->kind = VKind::Iter;
-    it->items = std::move(pairs);
+    ValuePtr it = Value::iterator(std::move(pairs));
     watch_dict(it, args[0], false);
     return it;
   }
@@ -176,24 +175,20 @@ ValuePtr Tracer::call_iter_builtin(const std::string& name, const std::vector<Va
       for (auto& c : cols) row.push_back(c[r]);
       rows.push_back(Value::tuple(std::move(row)));
     }
-    auto it = std::make_shared<Value>();
-    it->kind = VKind::Iter;
-    it->items = std::move(rows);
+    ValuePtr it = Value::iterator(std::move(rows));
     for (const auto& a : args) watch_dict(it, a, false);
     return it;
   }
   if (name == "reversed" && args.size() == 1 && args[0]->kind != VKind::Iter) {
     std::vector<ValuePtr> items = unpack_iterable(args[0]);
-    auto it = std::make_shared<Value>();
-    it->kind = VKind::Iter;
-    it->items.assign(items.rbegin(), items.rend());
+    ValuePtr it = Value::iterator(std::vector<ValuePtr>(items.rbegin(), items.rend()));
     watch_dict(it, args[0], true);
     return it;
   }
   if ((name == "list" || name == "tuple") && args.size() == 1 &&
       (args[0]->kind == VKind::Iter || args[0]->kind == VKind::Tuple || args[0]->kind == VKind::List)) {
     std::vector<ValuePtr> items = unpack_iterable(args[0]);
-    if (args[0]->kind == VKind::Iter) args[0]->pos = args[0]->items.size();  // consumed
+    if (args[0]->kind == VKind::Iter) args[0]->iter().pos = args[0]->iter().items.size();  // consumed
     return name == "list" ? Value::list(std::move(items)) : Value::tuple(std::move(items));
   }
   return nullptr;

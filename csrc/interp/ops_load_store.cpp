@@ -116,7 +116,7 @@ void load_global(Tracer& t, const Instruction& i) {
 void load_deref(Tracer& t, const Instruction& i) {
   // Cells and free variables hold their content in the slot, or in the slot's Cell once captured.
   ValuePtr box = t.cell_of(i.arg);
-  ValuePtr v = box ? box->self : t.load_local(i.arg);
+  ValuePtr v = box ? box->cell().content : t.load_local(i.arg);
   if (!v) t.unsupported("free variable '" + t.local_name(i.arg) + "' referenced before assignment");
   t.push(v);
 }
@@ -247,7 +247,7 @@ void store_global(Tracer& t, const Instruction& i) {
   if (!t.in_frame_module())
     t.unsupported("assignment to a global of another module (an inlined function's)");
   ValuePtr value = t.peek(1);
-  if (value->kind == VKind::Iter || value->kind == VKind::Null || value->made_in_trace)
+  if (value->kind == VKind::Iter || value->kind == VKind::Null || value->made_in_trace())
     t.unsupported("global assignment of " + value->describe());
   t.pop();
   t.attr_stores.push_back({nullptr, py::str(t.name_at(i.arg)).cast<std::string>(), value});

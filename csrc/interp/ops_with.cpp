@@ -36,9 +36,7 @@ void before_with(Tracer& t, const Instruction&) {
   if (ValuePtr entered = noop_context_enter(ctx)) {
     // Made in the trace: nothing outside saw it. A profiler range is not recorded (as torch._dynamo).
     t.pop();
-    ValuePtr exit = Value::object(py::reinterpret_borrow<py::object>(grad_exit_callable(kNoopExit)));
-    exit->grad_exit = kNoopExit;
-    t.push(exit);
+    t.push(Value::grad_exit_value(py::reinterpret_borrow<py::object>(grad_exit_callable(kNoopExit)), kNoopExit));
     t.push(entered);
     return;
   }
@@ -47,8 +45,7 @@ void before_with(Tracer& t, const Instruction&) {
     t.unsupported("`with` on " + ctx->describe() +
                   " (only torch.no_grad/enable_grad, contextlib.nullcontext and profiler record_function are traced)");
   t.pop();
-  ValuePtr exit = Value::object(ctx->obj.attr("__exit__"));
-  exit->grad_exit = guards::grad_mode_enabled() ? 1 : 0;
+  ValuePtr exit = Value::grad_exit_value(ctx->obj.attr("__exit__"), guards::grad_mode_enabled() ? 1 : 0);
   t.set_grad_mode(target == 1);
   t.push(exit);
   t.push(Value::constant(py::none()));  // what __enter__ returns

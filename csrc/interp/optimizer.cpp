@@ -41,7 +41,7 @@ ValuePtr Tracer::optimizer_init_group(const ValuePtr& fn, const std::vector<Valu
   const ValuePtr& self = args[0];
   const ValuePtr& group = args[1];
   py::handle opt_cls = optimizer_class();
-  if (self->kind != VKind::Object || !self->source || !self->obj || self->made_in_trace || opt_cls.is_none()) return nullptr;
+  if (self->kind != VKind::Object || !self->source || !self->obj || self->made_in_trace() || opt_cls.is_none()) return nullptr;
   int is_opt = PyObject_IsInstance(self->obj.ptr(), opt_cls.ptr());
   if (is_opt < 0) throw py::error_already_set();
   if (!is_opt) return nullptr;
@@ -127,7 +127,7 @@ ValuePtr Tracer::optimizer_init_group(const ValuePtr& fn, const std::vector<Valu
   for (const auto& p : params->items) {
     py::object real_p;
     for (const auto& in : inputs)
-      if (in.node == p->node) real_p = in.value;
+      if (in.node == p->tensor().node) real_p = in.value;
     if (!real_p) unsupported(qual + ": a parameter is not a graph input");
     wrap(real_p.attr("grad"), guards::Source::attr(p->source, "grad"));
     int has = PySequence_Contains(state.ptr(), real_p.ptr());
@@ -218,10 +218,11 @@ ValuePtr Tracer::tensor_keyed_item(const ValuePtr& container, const ValuePtr& ke
   // identity guarded. A missing key (a defaultdict would insert one) is left to Python.
   if (container->kind != VKind::Object || !container->source || !container->obj || !PyDict_Check(container->obj.ptr()))
     return nullptr;
-  if (!key->is_tensor() || !key->source || !key->node || key->node->op != graph::OpKind::Placeholder) return nullptr;
+  if (!key->is_tensor() || !key->source || !key->tensor().node || key->tensor().node->op != graph::OpKind::Placeholder)
+    return nullptr;
   py::object real_key;
   for (const auto& in : inputs)
-    if (in.node == key->node) real_key = in.value;
+    if (in.node == key->tensor().node) real_key = in.value;
   if (!real_key) return nullptr;
   PyObject* found = PyDict_GetItemWithError(container->obj.ptr(), real_key.ptr());  // borrowed
   if (!found) {

@@ -32,7 +32,7 @@ bool builtin_exception_class(py::handle cls) {
 
 PyObject* user_class_attr(const ValuePtr& v, const char* name) {
   PyTypeObject* type = nullptr;
-  if (v->kind == VKind::Instance) type = reinterpret_cast<PyTypeObject*>(v->self->obj.ptr());
+  if (v->kind == VKind::Instance) type = reinterpret_cast<PyTypeObject*>(v->instance().cls->obj.ptr());
   else if (v->kind == VKind::Object && v->source && !PyType_Check(v->obj.ptr()) && !PyModule_Check(v->obj.ptr()) &&
            !py::isinstance(v->obj, PyRefs::get().nn_module))
     type = Py_TYPE(v->obj.ptr());
@@ -128,7 +128,7 @@ namespace {
 // The exception a handler of an inlined function is running for: the object a TracedRaise carried (made
 // in the trace, so it has no source).
 bool is_traced_exception(const ValuePtr& v) {
-  return v->kind == VKind::Object && !v->source && v->name == "<exception>" && v->obj &&
+  return v->is_traced_exception() && !v->source && v->obj &&
          PyExceptionInstance_Check(v->obj.ptr());
 }
 
@@ -197,10 +197,8 @@ bool Tracer::enter_exception_handler(const TracedRaise& e) {
   stack.resize(static_cast<size_t>(entry->depth));
   if (entry->lasti) push(Value::constant(py::int_(bc.insts[pc]->offset / 2)));  // f_lasti, in code units
   // A new exception object per run in Python: modelled by the trace, never passed back to Python (codegen
-  // refuses to rebuild a "<...>" value, so a handler that lets it escape runs as Python).
-  ValuePtr exc = Value::object(e.exc);
-  exc->name = "<exception>";
-  push(exc);
+  // refuses to rebuild a modelled value, so a handler that lets it escape runs as Python).
+  push(Value::traced_exception(e.exc));
   kw_names = py::object();
   pc = static_cast<size_t>(target);
   return true;

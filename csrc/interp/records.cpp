@@ -89,9 +89,7 @@ ValuePtr Tracer::make_record(const ValuePtr& cls, std::vector<ValuePtr> args,
   py::tuple fields = dataclasses.attr("fields")(cls->obj);
   py::object missing = dataclasses.attr("MISSING");
   if (fields.empty()) unsupported(what + " has no fields");
-  auto rec = std::make_shared<Value>();
-  rec->kind = VKind::Record;
-  rec->self = cls;
+  ValuePtr rec = Value::new_instance(VKind::Record, cls);
   std::vector<char> set(fields.size(), 0);
   for (size_t i = 0; i < fields.size(); ++i) {
     py::handle f = fields[i];
@@ -125,7 +123,7 @@ ValuePtr Tracer::make_record(const ValuePtr& cls, std::vector<ValuePtr> args,
     rec->items[i] = Value::constant(d);
   }
   for (const auto& v : rec->items)
-    if (v->kind == VKind::Iter || v->kind == VKind::Null || v->kind == VKind::Cell || v->made_in_trace)
+    if (v->kind == VKind::Iter || v->kind == VKind::Null || v->kind == VKind::Cell || v->made_in_trace())
       unsupported(what + "() with a field holding " + v->describe());
   // __post_init__ treats a lone non-tensor first field as an iterator of (key, value) pairs: not modelled.
   bool others_none = true;
@@ -147,9 +145,9 @@ std::vector<size_t> Tracer::record_present(const ValuePtr& rec) const {
 ValuePtr Tracer::record_attr(const ValuePtr& rec, const std::string& name) {
   int at = rec->find_key(field_key(name));
   if (at >= 0) return rec->items[static_cast<size_t>(at)];
-  auto* type = reinterpret_cast<PyTypeObject*>(rec->self->obj.ptr());
+  auto* type = reinterpret_cast<PyTypeObject*>(rec->instance().cls->obj.ptr());
   PyObject* descr = _PyType_Lookup(type, py::str(name).ptr());  // borrowed, may be NULL
-  SourcePtr csrc = guards::Source::attr(rec->self->source, name);
+  SourcePtr csrc = guards::Source::attr(rec->instance().cls->source, name);
   if (descr && PyObject_TypeCheck(descr, &PyProperty_Type)) {  // ModelOutput.past_key_values -> self.cache
     return inline_call(property_getter(descr, csrc, name), {rec}, {});
   }
@@ -157,16 +155,16 @@ ValuePtr Tracer::record_attr(const ValuePtr& rec, const std::string& name) {
                                         "__contains__", "__len__"};
   for (const char* m : methods)
     if (name == m) return Value::method(rec, name);
-  unsupported(describe_class(rec->self) + " attribute '" + name + "' is not modelled");
+  unsupported(describe_class(rec->instance().cls) + " attribute '" + name + "' is not modelled");
 }
 
 ValuePtr Tracer::record_item(const ValuePtr& rec, const ValuePtr& key) {
-  if (!key->is_const()) unsupported("a " + describe_class(rec->self) + " subscript with " + key->describe());
+  if (!key->is_const()) unsupported("a " + describe_class(rec->instance().cls) + " subscript with " + key->describe());
   py::handle k = key->obj;
   if (PyUnicode_Check(k.ptr())) {
     int at = record_key_index(rec, k);
     if (at < 0 || record_none(rec->items[static_cast<size_t>(at)]))
-      unsupported("KeyError: " + describe_class(rec->self) + " has no key " + py::repr(k).cast<std::string>());
+      unsupported("KeyError: " + describe_class(rec->instance().cls) + " has no key " + py::repr(k).cast<std::string>());
     return rec->items[static_cast<size_t>(at)];
   }
   std::vector<ValuePtr> present;
@@ -175,7 +173,7 @@ ValuePtr Tracer::record_item(const ValuePtr& rec, const ValuePtr& key) {
     long n = static_cast<long>(present.size());
     long idx = PyLong_AsLong(k.ptr());
     if (idx < 0) idx += n;
-    if (idx < 0 || idx >= n) unsupported("IndexError: " + describe_class(rec->self) + " index out of range");
+    if (idx < 0 || idx >= n) unsupported("IndexError: " + describe_class(rec->instance().cls) + " index out of range");
     return present[static_cast<size_t>(idx)];
   }
   if (PySlice_Check(k.ptr())) {
@@ -186,16 +184,16 @@ ValuePtr Tracer::record_item(const ValuePtr& rec, const ValuePtr& key) {
     for (Py_ssize_t j = 0; j < len; ++j) items.push_back(present[static_cast<size_t>(start + j * step)]);
     return Value::tuple(std::move(items));
   }
-  unsupported("a " + describe_class(rec->self) + " subscript with " + key->describe());
+  unsupported("a " + describe_class(rec->instance().cls) + " subscript with " + key->describe());
 }
 
 ValuePtr Tracer::call_record_method(const ValuePtr& rec, const std::string& name, std::vector<ValuePtr> args,
                                     std::vector<std::pair<std::string, ValuePtr>> kwargs) {
   const std::vector<size_t> present = record_present(rec);
-  if (!kwargs.empty()) unsupported(describe_class(rec->self) + "." + name + "() with keyword arguments");
+  if (!kwargs.empty()) unsupported(describe_class(rec->instance().cls) + "." + name + "() with keyword arguments");
   if (name == "__getitem__" && args.size() == 1) return record_item(rec, args[0]);
   if (!args.empty() && name != "get" && name != "__contains__")
-    unsupported(describe_class(rec->self) + "." + name + "() with arguments");
+    unsupported(describe_class(rec->instance().cls) + "." + name + "() with arguments");
   std::vector<ValuePtr> out;
   if (name == "to_tuple" || name == "values") {
     for (size_t i : present) out.push_back(rec->items[i]);
@@ -211,14 +209,14 @@ ValuePtr Tracer::call_record_method(const ValuePtr& rec, const std::string& name
   }
   if (name == "__len__") return Value::constant(py::int_(present.size()));
   if ((name == "get" && (args.size() == 1 || args.size() == 2)) || (name == "__contains__" && args.size() == 1)) {
-    if (!args[0]->is_const()) unsupported(describe_class(rec->self) + "." + name + "() with " + args[0]->describe());
+    if (!args[0]->is_const()) unsupported(describe_class(rec->instance().cls) + "." + name + "() with " + args[0]->describe());
     int at = PyUnicode_Check(args[0]->obj.ptr()) ? record_key_index(rec, args[0]->obj) : -1;
     bool has = at >= 0 && !record_none(rec->items[static_cast<size_t>(at)]);
     if (name == "__contains__") return Value::constant(py::bool_(has));
     if (has) return rec->items[static_cast<size_t>(at)];
     return args.size() == 2 ? args[1] : Value::constant(py::none());
   }
-  unsupported(describe_class(rec->self) + "." + name + "() is not modelled");
+  unsupported(describe_class(rec->instance().cls) + "." + name + "() is not modelled");
 }
 
 }  // namespace cdynamo::interp

@@ -21,14 +21,14 @@ bool is_legacy_tensor_type(py::handle cls) {
 ValuePtr Tracer::tensor_type(const ValuePtr& self, const std::vector<ValuePtr>& args,
                              const std::vector<std::pair<std::string, ValuePtr>>& kwargs) {
   auto& refs = PyRefs::get();
-  bool cpu = self->device.attr("type").cast<std::string>() == "cpu";
-  bool strided = self->example.attr("layout").is(refs.torch.attr("strided"));
+  bool cpu = self->tensor().device.attr("type").cast<std::string>() == "cpu";
+  bool strided = self->tensor().example.attr("layout").is(refs.torch.attr("strided"));
   if (!kwargs.empty() || args.size() > 1) unsupported("Tensor.type() with keyword or extra arguments");
   if (args.empty()) {
     // The legacy type name ("torch.FloatTensor") follows from dtype, device and layout, all guarded by the
     // tensor's TENSOR_MATCH: the name a CPU tensor of this dtype has.
     if (!cpu || !strided) unsupported("Tensor.type() of a non-CPU or non-strided tensor");
-    py::object probe = refs.torch.attr("empty")(0, py::arg("dtype") = self->example.attr("dtype"));
+    py::object probe = refs.torch.attr("empty")(0, py::arg("dtype") = self->tensor().example.attr("dtype"));
     return Value::constant(probe.attr("type")());
   }
   const ValuePtr& a = args[0];
@@ -57,7 +57,7 @@ ValuePtr Tracer::tensor_type(const ValuePtr& self, const std::vector<ValuePtr>& 
 std::vector<ValuePtr> Tracer::unpack_tensor(const ValuePtr& v) {
   // iter(tensor) is iter(tensor.unbind(0)): its rows, as tensor[i] views (the length is guarded by the
   // tensor's TENSOR_MATCH: shapes are static). A 0-d tensor raises TypeError in Python.
-  py::object shape = v->example.attr("shape");
+  py::object shape = v->tensor().example.attr("shape");
   if (py::len(shape) == 0) unsupported("iteration over a 0-d tensor");
   long n = shape[py::int_(0)].cast<long>();
   if (n > kMaxTensorUnroll) unsupported("iteration over a tensor of " + std::to_string(n) + " rows (too long to unroll)");

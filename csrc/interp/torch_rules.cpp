@@ -283,11 +283,11 @@ ValuePtr tensor_attr(Tracer& t, const ValuePtr& self, const std::string& name) {
                                                               "requires_grad", "is_sparse", "is_quantized",
                                                               "is_mkldnn", "is_complex", "itemsize", "nbytes", "is_nested"};
   static const std::unordered_set<std::string> node_attrs = {"T", "mT", "H", "mH", "real", "imag"};
-  py::object ex = self->example;
+  py::object ex = self->tensor().example;
   if (const_attrs.count(name)) return Value::constant(ex.attr(name.c_str()));
-  if (name == "device") return Value::constant(self->device);
+  if (name == "device") return Value::constant(self->tensor().device);
   if (name == "is_cuda" || name == "is_cpu" || name == "is_meta") {
-    std::string type = self->device.attr("type").cast<std::string>();
+    std::string type = self->tensor().device.attr("type").cast<std::string>();
     return Value::constant(py::bool_(type == name.substr(3)));
   }
   if (node_attrs.count(name) || name == "data") {
@@ -310,7 +310,7 @@ ValuePtr tensor_attr(Tracer& t, const ValuePtr& self, const std::string& name) {
         name == "data"
             ? t.graph.call_function(py::reinterpret_borrow<py::object>(get_data_attr), {t.to_arg(self)}, {}, result)
             : t.graph.call_function(refs.getattr_fn, {t.to_arg(self), graph::Arg::constant(py::str(name))}, {}, result);
-    return t.wrap_result(n, result, self->device);
+    return t.wrap_result(n, result, self->tensor().device);
   }
   // Methods: bound lazily and called through CALL.
   PyObject* cls_attr = PyObject_GetAttrString(PyRefs::get().tensor_type.ptr(), name.c_str());  // new

@@ -115,7 +115,7 @@ Tracer::Status Tracer::run() {
       for (auto u = undo_.rbegin(); u != undo_.rend(); ++u) {
         u->value->items = std::move(u->items);
         u->value->keys = std::move(u->keys);
-        u->value->self = std::move(u->self);
+        if (u->value->kind == VKind::Cell) u->value->payload = std::move(u->payload);
       }
       undo_.clear();
       mutated.resize(saved_mutated);
@@ -179,7 +179,7 @@ bool Tracer::may_hold_attributes(const ValuePtr& c) const {
 void Tracer::save_undo(const ValuePtr& c) {
   for (const auto& u : undo_)
     if (u.value == c) return;
-  undo_.push_back(Undo{c, c->items, c->keys, c->self});
+  undo_.push_back(Undo{c, c->items, c->keys, c->payload});
 }
 
 void Tracer::will_mutate(const ValuePtr& c) {
@@ -197,7 +197,17 @@ void Tracer::realize(const ValuePtr& v) {
     guards.add(std::move(*g));
   }
   for (const auto& item : v->items) realize(item);  // containers built in the trace hold no cycles
-  if (v->self && v->self != v) realize(v->self);
+  if (v->kind == VKind::Iter)
+    for (const auto& item : v->iter().items) realize(item);
+  if (v->kind == VKind::Cell && v->cell().content && v->cell().content != v) realize(v->cell().content);
+  if ((v->kind == VKind::Instance || v->kind == VKind::Record) && v->instance().cls) realize(v->instance().cls);
+  if (v->bound_self() && v->bound_self() != v) realize(v->bound_self());
+  if (const PartialOf* p = v->partial()) {  // its function and positional arguments (not its keyword values)
+    for (const auto& a : p->args) realize(a);
+    realize(p->fn);
+  }
+  if (const SuperOf* s = v->super_of()) realize(s->obj);
+  if (const SlotOf* s = v->slot()) realize(s->self);
 }
 
 namespace {
@@ -226,8 +236,8 @@ bool module_instance(PyObject* o) {
 bool inlined_callee(const ValuePtr& fn) {
   if (!fn || fn->kind != VKind::Object || !fn->obj) return false;
   PyObject* f = fn->obj.ptr();
-  if (PyFunction_Check(f)) return !fn->self || fn->name.empty() || fn->name[0] != '<';
-  return !fn->self && module_instance(f);
+  if (PyFunction_Check(f)) return !fn->bound_self() || !fn->is_modelled();
+  return !fn->bound_self() && module_instance(f);
 }
 
 // The callee of CALL n: above a NULL, or (3.11's method form, a comprehension's `f(iter)`) the item below
@@ -346,14 +356,14 @@ int identity_uses(Tracer& t, const bytecode::Instruction& inst) {
       const ValuePtr* callee = call_callee(t, inst.arg + kw);
       const ValuePtr& fn = callee ? *callee : nullptr;
       // A ModelOutput's own methods (to_tuple, get, keys, ...) move its fields out.
-      if (fn && fn->kind == VKind::Method && fn->self && fn->self->kind == VKind::Record) return 0;
+      if (fn && fn->kind == VKind::Method && fn->bound_self() && fn->bound_self()->kind == VKind::Record) return 0;
       if (fn && fn->kind == VKind::Object && fn->obj) {
         PyObject* f = fn->obj.ptr();
         if (inlined_callee(fn)) return 0;
         if (f == reinterpret_cast<PyObject*>(&PyType_Type)) return 0;  // type(obj): its class, guarded
         // Objects the trace makes: a plain class's __init__ is inlined, a ModelOutput's fields are the
         // arguments, moved.
-        if (PyType_Check(f) && !fn->self && (is_record_class(fn->obj) || (fn->source && is_plain_class(fn->obj))))
+        if (PyType_Check(f) && !fn->bound_self() && (is_record_class(fn->obj) || (fn->source && is_plain_class(fn->obj))))
           return 0;
         static const TypeOnlyBuiltins builtins;
         if (f == builtins.isinstance || f == builtins.issubclass) return 0;
@@ -570,7 +580,7 @@ bool Tracer::breakable(size_t index, std::string* why) const {
   for (const auto& e : bc.exception_table) {
     if (!covers(e, index)) continue;
     bool grad_with = with_cleanup(e) && e.depth >= 1 && static_cast<size_t>(e.depth) <= stack.size() &&
-                     stack[static_cast<size_t>(e.depth - 1)]->grad_exit >= 0 &&
+                     stack[static_cast<size_t>(e.depth - 1)]->grad_exit() &&
                      std::all_of(bc.exception_table.begin(), bc.exception_table.end(), with_handler);
     if (!grad_with) {
       *why = "inside a try/with block";
@@ -839,9 +849,7 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
   // The __exit__ of a grad-mode `with` block continued after a break (a process-lifetime constant).
   if (int mode = grad_exit_mode(value); mode >= 0) {
     guards.add(guards::id_match(src, v));
-    ValuePtr out = Value::object(py::reinterpret_borrow<py::object>(value), src);
-    out->grad_exit = mode;
-    return out;
+    return Value::grad_exit_value(py::reinterpret_borrow<py::object>(value), mode, src);
   }
   // A plain instance of a Python class: its type now, its identity on first use (Tracer::realize), so an
   // object made anew on each call that the trace only moves (a result passed on to a continuation, a value
@@ -992,7 +1000,7 @@ ValuePtr Tracer::pending_attr(const ValuePtr& obj, const std::string& name) {
 ValuePtr Tracer::load_attr(const ValuePtr& obj, const std::string& name) {
   // An attribute this trace assigned reads back the assigned value (the store is replayed later).
   if (ValuePtr v = pending_attr(obj, name)) return v;
-  if (obj->kind == VKind::Object && obj->name == "<super>") return super_attr(obj, name);
+  if (obj->super_of()) return super_attr(obj, name);
   if (obj->kind == VKind::Tuple && obj->obj) return namedtuple_attr(obj, name);
   if (obj->kind == VKind::Instance) return instance_attr(obj, name);
   if (obj->kind == VKind::Record) return record_attr(obj, name);
@@ -1053,7 +1061,7 @@ ValuePtr Tracer::load_attr(const ValuePtr& obj, const std::string& name) {
 
 graph::Arg Tracer::to_arg(const ValuePtr& v) {
   switch (v->kind) {
-    case VKind::Tensor: return graph::Arg::ref(v->node);
+    case VKind::Tensor: return graph::Arg::ref(v->tensor().node);
     case VKind::Const: return graph::Arg::constant(v->obj);
     case VKind::Tuple:
     case VKind::List: {
@@ -1068,7 +1076,7 @@ graph::Arg Tracer::to_arg(const ValuePtr& v) {
 
 py::object Tracer::to_example(const ValuePtr& v) {
   switch (v->kind) {
-    case VKind::Tensor: return v->example;
+    case VKind::Tensor: return v->tensor().example;
     case VKind::Const: return v->obj;
     case VKind::Tuple: {
       py::tuple t(v->items.size());

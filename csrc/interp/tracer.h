@@ -465,7 +465,7 @@ class Tracer {
     ValuePtr value;
     std::vector<ValuePtr> items;
     std::vector<py::object> keys;
-    ValuePtr self;
+    Payload payload;  // a cell's content (CellOf; only a cell's payload is restored)
   };
   std::vector<Undo> undo_;  // inlined torch library frame: its globals are program constants
  public:

@@ -6,9 +6,7 @@ namespace cdynamo::interp {
 ValuePtr Value::tensor(graph::Node* n, py::object example, py::object device, SourcePtr src) {
   auto v = std::make_shared<Value>();
   v->kind = VKind::Tensor;
-  v->node = n;
-  v->example = std::move(example);
-  v->device = std::move(device);
+  v->payload = TensorOf{n, std::move(example), std::move(device)};
   v->source = std::move(src);
   return v;
 }
@@ -43,6 +41,27 @@ ValuePtr Value::list(std::vector<ValuePtr> items) {
   return v;
 }
 
+ValuePtr Value::iterator(std::vector<ValuePtr> items) {
+  auto v = std::make_shared<Value>();
+  v->kind = VKind::Iter;
+  v->payload = IterOf{std::move(items), 0, {}};
+  return v;
+}
+
+ValuePtr Value::new_cell(ValuePtr content) {
+  auto v = std::make_shared<Value>();
+  v->kind = VKind::Cell;
+  v->payload = CellOf{std::move(content)};
+  return v;
+}
+
+ValuePtr Value::new_instance(VKind kind, ValuePtr cls) {
+  auto v = std::make_shared<Value>();
+  v->kind = kind;
+  v->payload = InstanceOf{std::move(cls), nullptr};
+  return v;
+}
+
 ValuePtr Value::dict(std::vector<py::object> keys, std::vector<ValuePtr> values) {
   auto v = std::make_shared<Value>();
   v->kind = VKind::Dict;
@@ -54,24 +73,132 @@ ValuePtr Value::dict(std::vector<py::object> keys, std::vector<ValuePtr> values)
 ValuePtr Value::dict_view_of(ValuePtr dict, ViewPart part) {
   auto v = std::make_shared<Value>();
   v->kind = VKind::DictView;
-  auto payload = std::make_shared<DictViewOf>();
-  payload->dict = std::move(dict);
-  payload->part = part;
-  v->view = std::move(payload);
+  v->payload = DictViewOf{std::move(dict), part};
   return v;
 }
 
 std::vector<ValuePtr> Value::view_items() const {
-  const Value& d = *view->dict;
+  const Value& d = *view_of().dict;
   std::vector<ValuePtr> out;
   for (size_t i = 0; i < d.keys.size(); ++i) {
-    switch (view->part) {
+    switch (view_of().part) {
       case ViewPart::Keys: out.push_back(Value::constant(d.keys[i])); break;
       case ViewPart::Values: out.push_back(d.items[i]); break;
       case ViewPart::Items: out.push_back(Value::tuple({Value::constant(d.keys[i]), d.items[i]})); break;
     }
   }
   return out;
+}
+
+ValuePtr Value::partial_of(py::object stand_in, PartialOf p) {
+  ValuePtr v = Value::object(std::move(stand_in));
+  v->payload = std::move(p);
+  return v;
+}
+
+ValuePtr Value::super_value(py::object stand_in, ValuePtr cls, ValuePtr obj) {
+  ValuePtr v = Value::object(std::move(stand_in));
+  v->payload = SuperOf{std::move(cls), std::move(obj)};
+  return v;
+}
+
+ValuePtr Value::slot_value(py::object stand_in, Slot s, ValuePtr self) {
+  ValuePtr v = s == Slot::Noop ? Value::constant(std::move(stand_in)) : Value::object(std::move(stand_in));
+  v->payload = SlotOf{s, std::move(self)};
+  return v;
+}
+
+ValuePtr Value::traced_exception(py::object exc) {
+  ValuePtr v = Value::object(std::move(exc));
+  v->payload = ExceptionOf{};
+  return v;
+}
+
+ValuePtr Value::grad_exit_value(py::object exit, int mode, SourcePtr src) {
+  ValuePtr v = Value::object(std::move(exit), std::move(src));
+  v->payload = GradExitOf{mode};
+  return v;
+}
+
+const TensorOf& Value::tensor() const {
+  if (const TensorOf* t = kind == VKind::Tensor ? std::get_if<TensorOf>(&payload) : nullptr) return *t;
+  throw std::logic_error("Value::tensor() on " + describe());
+}
+
+const DictViewOf& Value::view_of() const {
+  if (const DictViewOf* d = kind == VKind::DictView ? std::get_if<DictViewOf>(&payload) : nullptr) return *d;
+  throw std::logic_error("Value::view_of() on " + describe());
+}
+
+IterOf& Value::iter() {
+  if (IterOf* it = kind == VKind::Iter ? std::get_if<IterOf>(&payload) : nullptr) return *it;
+  throw std::logic_error("Value::iter() on " + describe());
+}
+
+const IterOf& Value::iter() const { return const_cast<Value*>(this)->iter(); }
+
+InstanceOf& Value::instance() {
+  InstanceOf* i = kind == VKind::Instance || kind == VKind::Record ? std::get_if<InstanceOf>(&payload) : nullptr;
+  if (i) return *i;
+  throw std::logic_error("Value::instance() on " + describe());
+}
+
+const InstanceOf& Value::instance() const { return const_cast<Value*>(this)->instance(); }
+
+bool Value::made_in_trace() const {
+  if (kind != VKind::Object) return false;
+  if (std::holds_alternative<FunctionOf>(payload)) return true;
+  if (const PartialOf* p = partial()) return p->made_in_trace;
+  if (const SlotOf* s = slot()) return s->slot != Slot::Noop;
+  return false;
+}
+
+FunctionOf& Value::function() {
+  if (FunctionOf* f = kind == VKind::Object ? std::get_if<FunctionOf>(&payload) : nullptr) return *f;
+  throw std::logic_error("Value::function() on " + describe());
+}
+
+const FunctionOf& Value::function() const { return const_cast<Value*>(this)->function(); }
+
+CellOf& Value::cell() {
+  if (CellOf* c = kind == VKind::Cell ? std::get_if<CellOf>(&payload) : nullptr) return *c;
+  throw std::logic_error("Value::cell() on " + describe());
+}
+
+const CellOf& Value::cell() const { return const_cast<Value*>(this)->cell(); }
+
+const char* slot_method_name(Slot s) {
+  switch (s) {
+    case Slot::Noop: return "__init__";
+    case Slot::SuperSetattr: return "__setattr__";
+    case Slot::SuperGetattribute: return "__getattribute__";
+    case Slot::SuperDictGet: return "get";
+    case Slot::SuperDictGetitem: return "__getitem__";
+    case Slot::SuperDictContains: return "__contains__";
+  }
+  return "?";
+}
+
+std::string Value::modelled_name() const {
+  if (std::holds_alternative<PartialOf>(payload)) return "<partial>";
+  if (std::holds_alternative<SuperOf>(payload)) return "<super>";
+  if (std::holds_alternative<ExceptionOf>(payload)) return "<exception>";
+  if (const auto* s = std::get_if<SlotOf>(&payload)) {
+    switch (s->slot) {
+      case Slot::Noop: return "<noop>";
+      case Slot::SuperSetattr: return "<super_setattr>";
+      case Slot::SuperGetattribute: return "<super_getattribute>";
+      default: return std::string("<super_dict_") + slot_method_name(s->slot) + ">";
+    }
+  }
+  return "";
+}
+
+ValuePtr Value::receiver() const {
+  if (kind != VKind::Object && kind != VKind::Method) return nullptr;
+  if (const auto* s = super_of()) return s->obj;
+  if (const auto* s = slot()) return s->self;
+  return bound_self();
 }
 
 ValuePtr Value::set(std::vector<py::object> elements) {
@@ -100,9 +227,26 @@ ValuePtr Value::null() {
 ValuePtr Value::method(ValuePtr self, std::string name) {
   auto v = std::make_shared<Value>();
   v->kind = VKind::Method;
-  v->self = std::move(self);
-  v->name = std::move(name);
+  v->payload = BoundOf{std::move(self), std::move(name)};
   return v;
+}
+
+ValuePtr Value::bound_method(py::object f, SourcePtr src, ValuePtr self, std::string name) {
+  ValuePtr v = Value::object(std::move(f), std::move(src));
+  v->payload = BoundOf{std::move(self), std::move(name)};
+  return v;
+}
+
+const ValuePtr& Value::bound_self() const {
+  static const ValuePtr none;
+  const BoundOf* b = kind == VKind::Method || kind == VKind::Object ? std::get_if<BoundOf>(&payload) : nullptr;
+  return b ? b->self : none;
+}
+
+const std::string& Value::bound_name() const {
+  static const std::string none;
+  const BoundOf* b = kind == VKind::Method || kind == VKind::Object ? std::get_if<BoundOf>(&payload) : nullptr;
+  return b ? b->name : none;
 }
 
 bool Value::is_constant_like() const {
@@ -145,10 +289,10 @@ py::object Value::as_python() const {
       // A view of a fresh dict with the same contents: type, order, set operations and comparisons as Python's.
       // A keys view needs only the keys (the values may be tensors).
       py::dict d;
-      const Value& src = *view->dict;
+      const Value& src = *view_of().dict;
       for (size_t i = 0; i < src.keys.size(); ++i)
-        d[src.keys[i]] = view->part == ViewPart::Keys ? py::none() : src.items[i]->as_python();
-      const char* part = view->part == ViewPart::Keys ? "keys" : view->part == ViewPart::Values ? "values" : "items";
+        d[src.keys[i]] = view_of().part == ViewPart::Keys ? py::none() : src.items[i]->as_python();
+      const char* part = view_of().part == ViewPart::Keys ? "keys" : view_of().part == ViewPart::Values ? "values" : "items";
       return d.attr(part)();
     }
     default:
@@ -206,7 +350,10 @@ std::string short_repr(py::handle o) {
 
 std::string Value::describe() const {
   switch (kind) {
-    case VKind::Tensor: return "Tensor(" + (node ? node->name : std::string("?")) + ")";
+    case VKind::Tensor: {
+      const TensorOf* t = std::get_if<TensorOf>(&payload);
+      return "Tensor(" + (t && t->node ? t->node->name : std::string("?")) + ")";
+    }
     case VKind::Const: return "const " + short_repr(obj);
     case VKind::Object: return short_repr(obj);
     case VKind::Tuple:
@@ -214,17 +361,20 @@ std::string Value::describe() const {
       return "tuple of " + std::to_string(items.size());
     case VKind::List: return "list of " + std::to_string(items.size());
     case VKind::Null: return "NULL";
-    case VKind::Method: return "method " + self->describe() + "." + name;
-    case VKind::Iter: return "iterator over " + std::to_string(items.size()) + " values";
+    case VKind::Method: return "method " + bound_self()->describe() + "." + bound_name();
+    case VKind::Iter: {
+      const IterOf* it = std::get_if<IterOf>(&payload);
+      return "iterator over " + std::to_string(it ? it->items.size() : 0) + " values";
+    }
     case VKind::Dict: return "dict of " + std::to_string(items.size());
     case VKind::Set: return "set of " + std::to_string(keys.size());
     case VKind::DictView:
-      return std::string(view->part == ViewPart::Keys ? "dict_keys" : view->part == ViewPart::Values ? "dict_values"
+      return std::string(view_of().part == ViewPart::Keys ? "dict_keys" : view_of().part == ViewPart::Values ? "dict_values"
                                                                                                     : "dict_items") +
-             " of " + view->dict->describe();
+             " of " + view_of().dict->describe();
     case VKind::Cell: return "cell";
-    case VKind::Instance: return "new " + py::str(self->obj.attr("__qualname__")).cast<std::string>() + " object";
-    case VKind::Record: return "new " + py::str(self->obj.attr("__qualname__")).cast<std::string>() + " output";
+    case VKind::Instance: return "new " + py::str(instance().cls->obj.attr("__qualname__")).cast<std::string>() + " object";
+    case VKind::Record: return "new " + py::str(instance().cls->obj.attr("__qualname__")).cast<std::string>() + " output";
   }
   return "?";
 }

@@ -6,6 +6,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "graph/graph.h"
@@ -35,25 +36,25 @@ struct TracedRaise : Unsupported {
 };
 
 enum class VKind {
-  Tensor,  // a graph value: node + meta example value + real device
+  Tensor,  // a graph value (TensorOf: node + meta example value + real device)
   Const,   // an immutable Python constant (int, float, bool, None, str, slice, dtype, device, Size, ...)
   Object,  // a known Python object with identity (module, function, class, user object)
   Tuple,   // tuple of values
   List,    // list of values (created in the trace)
   Null,    // the NULL pushed by PUSH_NULL / LOAD_GLOBAL / LOAD_METHOD
-  Method,  // bound method `self.name` where self is a Tensor value
-  Iter,    // an iterator over values known at trace time (items, position `pos`); loops unroll over it
+  Method,  // bound method `self.name` run by the trace (BoundOf): self a Tensor, container, Record, ...
+  Iter,    // an iterator over values known at trace time (IterOf); loops unroll over it
   Dict,    // a dict: constant keys (`keys`) and values (`items`), insertion ordered; from the frame when
            // it has a Source (and `obj`, the real dict)
-  Instance,  // an object of a plain Python class made in the trace: its class value in `self`, its
-             // attributes in `keys` (names) / `items` (values), insertion ordered
-  Record,  // a transformers ModelOutput (dataclass and dict) made in the trace, read-only: its class value in
-           // `self`, its dataclass fields in `keys` (names, field order) / `items` (values, None included);
+  Instance,  // an object of a plain Python class made in the trace (InstanceOf: its class), its attributes in
+             // `keys` (names) / `items` (values), insertion ordered
+  Record,  // a transformers ModelOutput (dataclass and dict) made in the trace, read-only (InstanceOf: its class),
+           // its dataclass fields in `keys` (names, field order) / `items` (values, None included);
            // as a dict it holds the fields that are not None (records.cpp)
-  Cell,    // a closure cell shared by a frame of the trace and the functions made in it; content in `self`
+  Cell,    // a closure cell shared by a frame of the trace and the functions made in it (CellOf)
   Set,     // a set of constants (`keys`, insertion ordered); from the frame when it has a Source (and `obj`)
   DictView,  // d.keys() / d.values() / d.items() of a Dict value: live (reads see later changes of the dict);
-             // its own fields in `view`
+             // DictViewOf
 };
 
 struct Value;
@@ -80,43 +81,182 @@ struct IterWatch {
   std::vector<ValuePtr> values;   // and its values
 };
 
+// Payloads: what a value of one kind holds, one struct per kind. Value::payload holds at most one of them, read
+// through accessors that check the kind. The containers (Tuple, List, Dict, Set) and Const / Object keep their
+// contents in the shared fields of Value below (`obj`, `items`, `keys`, `frozen`).
+
+// A graph value (VKind::Tensor).
+struct TensorOf {
+  graph::Node* node = nullptr;  // the graph node (a placeholder for a tensor of the frame)
+  py::object example;           // its meta example value (shapes, dtype, strides)
+  py::object device;            // the torch.device it has at run time (meta examples live on "meta")
+};
+
+// An iterator over values known at trace time (VKind::Iter); loops unroll over it.
+struct IterOf {
+  std::vector<ValuePtr> items;     // everything it yields, in order
+  size_t pos = 0;                  // the next item
+  std::vector<IterWatch> watches;  // the dicts it reads lazily in Python (ops_iter.cpp), if any
+};
+
+// A bound method: a Method value (a method of a Tensor, a container, a Record, os.environ or the autograd ctx,
+// run by the trace), or an Object whose `obj` is the function (a method of an object the trace knows, a
+// classmethod bound to its class), called with `self` first.
+struct BoundOf {
+  ValuePtr self;     // the receiver
+  std::string name;  // the attribute name it was read as
+};
+
+// An object of a Python class made in the trace (VKind::Instance, VKind::Record); its attributes (Instance) or
+// fields (Record) are the value's `keys` (names) / `items` (values), insertion or field ordered.
+struct InstanceOf {
+  ValuePtr cls;        // an Object value holding its class
+  ValuePtr dict_view;  // Instance: the Dict its `__dict__` read gave, kept equal to its attributes (null until read)
+};
+
+// A closure cell shared by a frame of the trace and the functions made in it (VKind::Cell).
+struct CellOf {
+  ValuePtr content;  // null: an empty cell (assigned later)
+};
+
+// A function made by MAKE_FUNCTION during the trace (an Object; made_in_trace()): rebuilt after the graph
+// from its code and new cells (codegen/rebuild.cpp), inlined with these cells.
+struct FunctionOf {
+  std::vector<ValuePtr> closure;  // the Cell values it captured, in co_freevars order
+};
+
+// The __exit__ of a traced `with` block (an Object: a bound __exit__, or the process-lifetime
+// grad_exit_callable(mode)): leaving a `with torch.no_grad()/enable_grad()` block sets grad mode back to `mode`
+// (0/1); for kNoopExit (a profiler record_function or contextlib.nullcontext block) it does nothing.
+struct GradExitOf {
+  int mode = 0;
+};
+
+// What an Object value stands for when the trace models it itself rather than through a plain Python object
+// (its `obj` is then only a stand-in: functools.partial, a super object or None, a slot wrapper, ...).
+
+// functools.partial(fn, *args, **kwargs): made in the trace (rebuilt at a graph break by calling
+// functools.partial again, codegen/rebuild.cpp), or read through the sources of a partial of the frame.
+struct PartialOf {
+  ValuePtr fn;
+  std::vector<ValuePtr> args;
+  std::vector<py::object> kw_names;  // str, parallel to kw_values
+  std::vector<ValuePtr> kw_values;
+  bool made_in_trace = false;  // functools.partial(...) called in the trace (not a partial of the frame)
+};
+
+// super(cls, obj) in a method: attribute reads look past `cls` in type(obj).__mro__ (Tracer::super_attr).
+struct SuperOf {
+  ValuePtr cls;  // an Object value holding the class
+  ValuePtr obj;  // the receiver: an Object with a source, or an Instance made in the trace
+};
+
+// A callable found through super() that the trace runs itself (Tracer::call).
+enum class Slot : uint8_t {
+  Noop,               // object.__init__(self): does nothing (a Const None value)
+  SuperSetattr,       // object.__setattr__ past a class's own override, on an Instance made in the trace
+  SuperGetattribute,  // object.__getattribute__ past a class's own override
+  SuperDictGet,       // dict.get / dict.__getitem__ / dict.__contains__ on a dict subclass that overrides them
+  SuperDictGetitem,
+  SuperDictContains,
+};
+struct SlotOf {
+  Slot slot = Slot::Noop;
+  ValuePtr self;  // the receiver (none for Noop)
+};
+const char* slot_method_name(Slot s);  // "get", "__getitem__", "__contains__" for the SuperDict slots
+
+// The exception object a handler of an inlined function is running for (what a TracedRaise carried; made in
+// the trace, never passed back to Python).
+struct ExceptionOf {};
+
+using Payload = std::variant<std::monostate, TensorOf, IterOf, CellOf, InstanceOf, DictViewOf, BoundOf, FunctionOf,
+                             GradExitOf, PartialOf, SuperOf, SlotOf, ExceptionOf>;
+
 struct Value {
   VKind kind = VKind::Const;
   SourcePtr source;                 // how to fetch it again from the frame (may be null)
-  graph::Node* node = nullptr;      // Tensor
-  py::object example;               // Tensor: meta example value
-  py::object device;                // Tensor: torch.device it has at run time
-  py::object obj;                   // Const / Object; the real list/dict/set; a namedtuple's class
-  std::vector<ValuePtr> items;      // Tuple / List / Dict values
-  ValuePtr self;                    // Method
-  std::string name;                 // Method name
-  int grad_exit = -1;               // Object: the __exit__ of a traced `with` block (grad mode 0/1 to restore, or kNoopExit)
-  size_t pos = 0;                   // Iter: next item
-  std::vector<py::object> keys;     // Dict: hashable constant keys, parallel to `items`
-  int cell_slot = -1;               // LOAD_CLOSURE result: the cell of this local slot of the traced frame
-  bool made_in_trace = false;       // Object: a function made by MAKE_FUNCTION during the trace
-  bool frozen = false;              // Dict: an Instance's `__dict__` (its dict_view); changing it in place is unsupported
-  ValuePtr dict_view;               // Instance: the Dict its `__dict__` read gave, kept equal to its attributes
+  py::object obj;                   // Const / Object: the object; List / Dict / Set from the frame: the real
+                                    // container (a Set without source: a frozenset result); Tuple: a namedtuple's
+                                    // or struct sequence's class
+  std::vector<ValuePtr> items;      // Tuple / List / Dict values; Instance attributes / Record fields
+  std::vector<py::object> keys;     // Dict: hashable constant keys, parallel to `items`; Set elements;
+                                    // Instance attribute / Record field names
+  bool frozen = false;              // Dict: an Instance's `__dict__` (InstanceOf::dict_view); changing it in
+                                    // place is unsupported
   // Object read from the frame (a plain instance): its identity guard, not yet installed. Moving the value
   // (locals, stack, tuples, a continuation, the return) needs only its type (TYPE_MATCH, installed at
   // once); the first use that may depend on which object it is installs this (Tracer::realize).
   std::shared_ptr<guards::Guard> pending_id;
-  std::vector<ValuePtr> closure;    // made function: the captured cells' values (snapshot, see ops_functions)
-  std::shared_ptr<const DictViewOf> view;  // DictView only
-  std::shared_ptr<std::vector<IterWatch>> watches;  // Iter only: the dicts it reads (may be null)
+  // Tensor: TensorOf; Iter: IterOf; Cell: CellOf; Instance / Record: InstanceOf; DictView: DictViewOf;
+  // Method: BoundOf; Object: BoundOf for a bound method, FunctionOf for a function made in the trace, else (a
+  // Const for Slot::Noop) what the trace models in place of `obj`, if anything (GradExitOf, PartialOf, SuperOf,
+  // SlotOf, ExceptionOf); monostate otherwise.
+  Payload payload;
+
+  // A Method's or bound-method Object's receiver and attribute name (BoundOf); nullptr / "" for any other value.
+  const ValuePtr& bound_self() const;
+  const std::string& bound_name() const;
+  // A Tensor's payload; throws std::logic_error for any other kind.
+  const TensorOf& tensor() const;
+  // A DictView's payload; throws std::logic_error for any other kind.
+  const DictViewOf& view_of() const;
+  // An Iter's payload; throws std::logic_error for any other kind.
+  IterOf& iter();
+  const IterOf& iter() const;
+  // An Instance's or Record's payload; throws std::logic_error for any other kind.
+  InstanceOf& instance();
+  const InstanceOf& instance() const;
+  // An Object made in the trace that is never passed back to Python as it is: a function made by MAKE_FUNCTION
+  // (FunctionOf), a functools.partial called in the trace, a slot found through super() (not Slot::Noop).
+  bool made_in_trace() const;
+  // A function made in the trace: its payload; throws std::logic_error for any other value.
+  FunctionOf& function();
+  const FunctionOf& function() const;
+  // A Cell's payload; throws std::logic_error for any other kind.
+  CellOf& cell();
+  const CellOf& cell() const;
+  // The __exit__ of a traced with block, or nullptr.
+  const GradExitOf* grad_exit() const { return kind == VKind::Object ? std::get_if<GradExitOf>(&payload) : nullptr; }
+  // The modelled payload, or nullptr when the value is not one.
+  const PartialOf* partial() const { return kind == VKind::Object ? std::get_if<PartialOf>(&payload) : nullptr; }
+  const SuperOf* super_of() const { return kind == VKind::Object ? std::get_if<SuperOf>(&payload) : nullptr; }
+  const SlotOf* slot() const { return std::get_if<SlotOf>(&payload); }
+  bool is_traced_exception() const { return kind == VKind::Object && std::holds_alternative<ExceptionOf>(payload); }
+  // A partial, super object, slot or traced exception: a value Python has no plain object for.
+  bool is_modelled() const {
+    return std::holds_alternative<PartialOf>(payload) || std::holds_alternative<SuperOf>(payload) ||
+           std::holds_alternative<SlotOf>(payload) || std::holds_alternative<ExceptionOf>(payload);
+  }
+  // Short name of what a modelled value stands for ("partial", "super", ...) for messages; "" for other values.
+  std::string modelled_name() const;
+  // The receiver a bound value carries and is rebuilt with: a Method's or bound method's `self`, a super
+  // object's obj, a slot's receiver; nullptr otherwise (a partial's function is not a receiver).
+  ValuePtr receiver() const;
 
   static ValuePtr tensor(graph::Node* n, py::object example, py::object device, SourcePtr src = nullptr);
   static ValuePtr constant(py::object o, SourcePtr src = nullptr);
   static ValuePtr object(py::object o, SourcePtr src = nullptr);
   static ValuePtr tuple(std::vector<ValuePtr> items);
   static ValuePtr list(std::vector<ValuePtr> items);
+  static ValuePtr iterator(std::vector<ValuePtr> items);  // at its first item, watching no dict
+  static ValuePtr new_cell(ValuePtr content);             // content null: an empty cell
+  static ValuePtr new_instance(VKind kind, ValuePtr cls);  // an Instance or Record without attributes yet
   static ValuePtr null();
   static ValuePtr dict(std::vector<py::object> keys, std::vector<ValuePtr> values);
   static ValuePtr set(std::vector<py::object> elements);  // elements: distinct hashable constants
   // Dict / Set: index of `key` (Python equality) or -1.
   int find_key(py::handle key) const;
   static ValuePtr method(ValuePtr self, std::string name);
+  // An Object value for function `f` bound to `self` (called with it first), read as attribute `name`.
+  static ValuePtr bound_method(py::object f, SourcePtr src, ValuePtr self, std::string name);
   static ValuePtr dict_view_of(ValuePtr dict, ViewPart part);
+  // Object values standing for what the trace models itself (`stand_in`: the Python object in `obj`).
+  static ValuePtr partial_of(py::object stand_in, PartialOf p);
+  static ValuePtr super_value(py::object stand_in, ValuePtr cls, ValuePtr obj);
+  static ValuePtr slot_value(py::object stand_in, Slot s, ValuePtr self);  // Noop: a Const None
+  static ValuePtr traced_exception(py::object exc);
+  static ValuePtr grad_exit_value(py::object exit, int mode, SourcePtr src = nullptr);
   // DictView: the values it shows now (keys as constants, values, or (key, value) tuples), in dict order.
   std::vector<ValuePtr> view_items() const;
 
