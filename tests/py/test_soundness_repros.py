@@ -334,3 +334,24 @@ def test_inplace_operator_on_a_number_is_the_plain_operator():
     ref = int_plus_equals_tensor(x)
     torch.testing.assert_close(got, ref)
     assert cnt.frame_count == 1
+
+
+class _CallableBase:
+    def __call__(self, x):
+        return x + 1
+
+
+class _CallsSuper(_CallableBase):
+    def f(self, x):
+        return super()(x)  # a super object is not callable: TypeError in eager
+
+
+def test_calling_a_super_object_raises_as_in_eager():
+    """It crashed the process (the super value was called as a bound method) until Value got typed payloads."""
+    def g(b, x):
+        return b.f(x * 2)
+
+    with pytest.raises(TypeError, match="'super' object is not callable"):
+        g(_CallsSuper(), torch.ones(2))
+    with pytest.raises(TypeError, match="'super' object is not callable"):
+        cdynamo.optimize("eager")(g)(_CallsSuper(), torch.ones(2))
