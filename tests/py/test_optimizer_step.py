@@ -1,7 +1,6 @@
 # test_optimizer_step.py — owns the behaviour tests of compiled torch.optim steps: optimizer.step() and zero_grad()
 # under cdynamo compared with eager (parameters and state) and with torch._dynamo (graphs, ops, recompiles), and a
 # compiled training step.
-import time
 
 import pytest
 import torch
@@ -137,9 +136,7 @@ def test_foreach_step_matches_eager(name):
 def test_adam_inductor():
     spec = OPTIMIZERS["Adam"]
     ref_params, ref_state, _, _ = run_steps(None, spec, steps=3)
-    t0 = time.perf_counter()
-    params, state, cnt, _ = run_steps("cdynamo", spec, "inductor", steps=3)
-    assert time.perf_counter() - t0 < 60
+    params, state, cnt, _ = run_steps("cdynamo", spec, "inductor", steps=3)  # the suite's hang limit bounds it
     for a, b in zip(params, ref_params):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
     assert_close_state(state, ref_state)
