@@ -150,6 +150,25 @@ PyObject* make_meta(PyObject* tensor) {
     const at::Tensor& t = THPVariable_Unpack(tensor);
     at::Tensor m = at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta).requires_grad(false));
     if (t.requires_grad()) m.set_requires_grad(true);
+    // A tensor an autograd op made (a previous graph's output reaching a continuation, an activation passed
+    // in) may be changed in place, which a leaf that requires grad may not: its example is a non-leaf too, with
+    // the same sizes and strides. A view of a leaf stays a leaf's example (changing it in place raises).
+    bool view_of_leaf = t.is_view() && t._base().is_leaf();
+    if (t.requires_grad() && !t.is_leaf() && !view_of_leaf) {
+      c10::AutoGradMode grad_on(true);  // the trace may be inside no_grad: the clone must record its grad_fn
+      if (m.is_non_overlapping_and_dense()) {
+        m = m.clone();  // preserves dense strides
+      } else {
+        int64_t extent = 1;
+        for (int64_t d = 0; d < m.dim(); ++d) {
+          if (m.size(d) == 0) extent = 0;
+          if (extent) extent += (m.size(d) - 1) * m.stride(d);
+        }
+        at::Tensor buf = at::empty({extent}, t.options().device(c10::kMeta).requires_grad(false));
+        buf.set_requires_grad(true);
+        m = buf.clone().as_strided(t.sizes(), t.strides(), 0);
+      }
+    }
     return THPVariable_Wrap(std::move(m));  // new reference
   } catch (const std::exception& e) {
     PyErr_SetString(PyExc_RuntimeError, e.what());

@@ -23,18 +23,20 @@ def body(x, w):
     return x + 1, c[0], c[1], c[2], s, s.detach()
 
 
-def make_inputs(seed):
+def make_inputs(seed, x_grad=False):
     g = torch.Generator().manual_seed(seed)
     w = torch.randn(5, 15, generator=g, requires_grad=True)
-    x = torch.randn(3, 5, generator=g)  # needs no grad: in place through a view (a view of a tensor that needs
-    return x, w                           # grad changed in place is a graph break)
+    x = torch.randn(3, 5, generator=g)
+    if x_grad:  # a non-leaf that requires grad (its view may be changed in place)
+        x = x + torch.zeros(3, 5, requires_grad=True)
+    return x, w
 
 
-def _check(fn, backend, seeds=(0, 1, 2)):
+def _check(fn, backend, seeds=(0, 1, 2), x_grad=False):
     opt = cdynamo.optimize(backend)(fn)
     for seed in seeds:
-        xe, we = make_inputs(seed)
-        xc, wc = make_inputs(seed)
+        xe, we = make_inputs(seed, x_grad)
+        xc, wc = make_inputs(seed, x_grad)
         ref = fn(xe, we)
         got = opt(xc, wc)
         for i, (r, o) in enumerate(zip(ref, got)):
@@ -67,10 +69,11 @@ def test_raw_aot_autograd_is_wrong_on_this_graph():
     assert not all(torch.equal(r.detach(), o.detach()) for r, o in zip(ref, out))
 
 
+@pytest.mark.parametrize("x_grad", [False, True])
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
-def test_view_of_input_changed_after_a_break_equals_eager(backend):
+def test_view_of_input_changed_after_a_break_equals_eager(backend, x_grad):
     counters.clear()
-    _check(body, backend)
+    _check(body, backend, x_grad=x_grad)
     if backend == "aot_eager":
         assert counters["stats"]["aliased_input_mutation_rewrite"] == 1
 
