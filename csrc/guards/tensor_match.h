@@ -65,7 +65,9 @@ bool is_tensor(PyObject* obj);  // isinstance(obj, torch.Tensor), fast path in C
 bool tensor_version(PyObject* obj, int64_t* out);
 // The storage a tensor (borrowed) views, as an identity; nullptr for a tensor without one.
 const void* storage_key(PyObject* tensor);
-// New reference: a meta tensor with the sizes, strides, dtype and requires_grad of `tensor` (borrowed).
+// New reference: a meta tensor with the sizes, strides, dtype and requires_grad of `tensor` (borrowed); a non-leaf
+// when `tensor` is one that requires grad (and not a view of a leaf), so shape propagation allows what autograd
+// allows on it (in-place changes).
 PyObject* make_meta(PyObject* tensor);
 // True if `obj` is a tensor on the meta device.
 bool is_meta_tensor(PyObject* obj);
