@@ -159,11 +159,9 @@ PyObject* make_meta(PyObject* tensor) {
       if (m.is_non_overlapping_and_dense()) {
         m = m.clone();  // preserves dense strides
       } else {
-        int64_t extent = 1;
-        for (int64_t d = 0; d < m.dim(); ++d) {
-          if (m.size(d) == 0) extent = 0;
-          if (extent) extent += (m.size(d) - 1) * m.stride(d);
-        }
+        int64_t extent = m.numel() == 0 ? 0 : 1;  // elements the strides reach
+        if (extent)
+          for (int64_t d = 0; d < m.dim(); ++d) extent += (m.size(d) - 1) * m.stride(d);
         at::Tensor buf = at::empty({extent}, t.options().device(c10::kMeta).requires_grad(false));
         buf.set_requires_grad(true);
         m = buf.clone().as_strided(t.sizes(), t.strides(), 0);
@@ -192,16 +190,16 @@ int autocast_state() {
          (static_cast<int>(at::autocast::get_autocast_dtype(at::kCUDA)) & 0xff) << 16;
 }
 
+int64_t dispatch_mode_stack_len() { return c10::impl::TorchDispatchModeTLS::stack_len(); }
+
 int global_state_code() {
   int64_t modes = at::impl::PythonTorchFunctionTLS::stack_len();
-  int64_t dispatch_modes = c10::impl::TorchDispatchModeTLS::stack_len();
+  int64_t dispatch_modes = dispatch_mode_stack_len();
   return (c10::InferenceMode::is_enabled() ? 1 : 0) | (at::globalContext().deterministicAlgorithms() ? 2 : 0) |
          (static_cast<int>(at::impl::PythonTorchFunctionTLS::get_disabled_state()) & 3) << 2 |
          static_cast<int>(modes > 255 ? 255 : modes) << 4 |
          static_cast<int>(dispatch_modes > 255 ? 255 : dispatch_modes) << 12;
 }
-
-int64_t dispatch_mode_stack_len() { return c10::impl::TorchDispatchModeTLS::stack_len(); }
 
 bool jit_tracing() { return torch::jit::tracer::isTracing(); }
 

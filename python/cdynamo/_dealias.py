@@ -13,6 +13,7 @@ call wrapper checks that each dropped view still sits where it sat at compile ti
 sizes, strides and which inputs share a storage, not offsets) and otherwise runs the graph as captured.
 Where no member covers its storage, the graph runs as captured (not compiled by the backend): correct, slower.
 """
+import copy
 import operator
 
 import torch
@@ -108,7 +109,6 @@ def plan(gm, example_inputs):
 def rewrite(gm, example_inputs, pairs):
     """A copy of ``gm`` whose placeholders named by ``pairs`` are as_strided views of their base placeholder, the
     example inputs for it, and the (index, size, stride, offset) of each dropped view for the call-time check."""
-    import copy
     new = copy.deepcopy(gm)
     placeholders = [n for n in new.graph.nodes if n.op == "placeholder"]
     last = placeholders[-1]
