@@ -414,3 +414,20 @@ def test_requires_grad_of_a_non_leaf_input_first_read_under_no_grad():
 
     x = torch.randn(3, requires_grad=True) * 1
     assert quiet(cdynamo.optimize("eager")(f), x)[1] == quiet(f, x)[1] == "stat True\n"
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_in_place_on_a_non_dense_non_leaf_input_equals_eager(backend):
+    # make_meta's non-dense branch: the example is an as_strided of a non-leaf buffer with the input's strides.
+    def k(a):
+        a.mul_(2)
+        return a * 3
+
+    base = torch.randn(4, 6)
+    b1, b2 = base.clone().requires_grad_(), base.clone().requires_grad_()
+    got = cdynamo.optimize(backend)(k)((b1 * 1)[:, ::2])
+    ref = k((b2 * 1)[:, ::2])
+    got.sum().backward()
+    ref.sum().backward()
+    torch.testing.assert_close(got, ref)
+    torch.testing.assert_close(b1.grad, b2.grad)
