@@ -423,9 +423,12 @@ def test_in_place_on_a_non_dense_non_leaf_input_equals_eager(backend):
         a.mul_(2)
         return a * 3
 
+    from cdynamo.testing import CompileCounterWithBackend
     base = torch.randn(4, 6)
     b1, b2 = base.clone().requires_grad_(), base.clone().requires_grad_()
-    got = cdynamo.optimize(backend)(k)((b1 * 1)[:, ::2])
+    cnt = CompileCounterWithBackend(backend)
+    got = cdynamo.optimize(cnt)(k)((b1 * 1)[:, ::2])
+    assert (cnt.frame_count, cnt.op_count) == (1, 2)  # mul_ in the graph (a leaf example refused it)
     ref = k((b2 * 1)[:, ::2])
     got.sum().backward()
     ref.sum().backward()
