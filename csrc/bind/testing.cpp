@@ -1,4 +1,5 @@
-// testing.cpp — owns cdynamo._C._testing: decode/assemble/format of code objects and cache inspection.
+// testing.cpp — owns cdynamo._C._testing: decode/assemble/format of code objects and cache inspection (guards
+// checked without a frame: testing_guards.cpp).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -17,7 +18,10 @@ PyCodeObject* as_code(py::handle code) {
 }
 }  // namespace
 
+void bind_testing_guards(py::module_& m);
+
 void bind_testing(py::module_& m) {
+  bind_testing_guards(m);
   m.def(
       "decode",
       [](py::object code) {

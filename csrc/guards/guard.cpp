@@ -2,6 +2,7 @@
 #include "guards/guard.h"
 
 #include "compat/compat.h"
+#include "guards/shape_guard.h"
 
 #include <algorithm>
 #include <cstring>
@@ -14,6 +15,7 @@ Guard::Guard(Guard&& o) noexcept
     : kind(o.kind),
       source(std::move(o.source)),
       tensor(std::move(o.tensor)),
+      shape(std::move(o.shape)),
       expected(o.expected),
       weak(o.weak),
       length(o.length),
@@ -53,6 +55,13 @@ std::string Guard::describe() const {
     return s + ")";
   }
   if (kind == GuardKind::SameObject) return sources[0]->describe() + " is " + sources[1]->describe() + " DUPLICATE_INPUT";
+  if (kind == GuardKind::ShapeEnv) {
+    std::string s;
+    for (const auto& t : shape->texts()) s += (s.empty() ? "" : "; ") + t;
+    return label + ": " + (s.empty() ? std::string("True") : s);
+  }
+  if (kind == GuardKind::TensorMatch && (tensor->dynamic_sizes() || tensor->dynamic_strides()))
+    return source->describe() + " " + label + " (" + tensor->describe_dynamic() + ")";
   if (kind == GuardKind::HasAttr) return source->describe() + " " + label + "('" + PyUnicode_AsUTF8(expected) + "')";
   if (kind == GuardKind::DictContains) return source->describe() + " " + label + "(" + repr_of(expected) + ")";
   return source->describe() + " " + label;
@@ -189,6 +198,12 @@ bool Guard::check(const FrameView& fv, std::string* why) const {
       for (PyObject* v : objs.values) ok = ok && is_tensor(v);
       if (ok) ok = storage_groups(objs.values) == groups;
       return ok ? true : fail(why, *this, "tensor inputs share storage differently");
+    }
+    case GuardKind::ShapeEnv: {
+      std::string reason;
+      if (shape->check(fv, why ? &reason : nullptr)) return true;
+      if (why) *why = label + ": " + reason;  // the failing relation names itself
+      return false;
     }
     case GuardKind::SameObject: {
       PyObject* a = sources[0]->fetch(fv);  // new
@@ -364,6 +379,12 @@ void GuardSet::plan(const Guard& g, uint32_t index) {
   for (const Source* s = g.source ? g.source->base.get() : nullptr; s; s = s->base.get()) base_slot(s);
   for (const auto& src : g.sources)
     for (const Source* s = src ? src->base.get() : nullptr; s; s = s->base.get()) base_slot(s);
+  if (g.shape) {  // SHAPE_ENV: the bases of its slots' sources (a Generic step below)
+    for (const auto& slot : g.shape->slots()) {
+      if (slot.source->base && slot.source->base->base) deep_sources_ = true;
+      for (const Source* s = slot.source->base.get(); s; s = s->base.get()) base_slot(s);
+    }
+  }
   FastRef ref;
   if (g.kind == GuardKind::TensorMatch && g.source && g.tensor && g.source->fast_ref(&ref)) {
     auto at = static_cast<uint32_t>(tensor_checks_.size());
@@ -422,7 +443,14 @@ bool GuardSet::check(const FrameView& fv, std::string* why) const {
 std::vector<std::string> GuardSet::describe() const {
   std::vector<std::string> out;
   out.reserve(guards_.size());
-  for (const auto& g : guards_) out.push_back(g.describe());
+  for (const auto& g : guards_) {
+    if (g.kind != GuardKind::ShapeEnv) {
+      out.push_back(g.describe());
+      continue;
+    }
+    for (const auto& t : g.shape->texts()) out.push_back(g.label + ": " + t);
+    if (g.shape->texts().empty()) out.push_back(g.describe());
+  }
   return out;
 }
 
@@ -440,9 +468,9 @@ Guard base(GuardKind k, SourcePtr src, const char* label) {
 }
 }  // namespace
 
-Guard tensor_match(SourcePtr src, PyObject* value) {
+Guard tensor_match(SourcePtr src, PyObject* value, uint64_t dynamic_sizes, uint64_t dynamic_strides) {
   Guard g = base(GuardKind::TensorMatch, std::move(src), "TENSOR_MATCH");
-  g.tensor = TensorMatch::make(value);
+  g.tensor = TensorMatch::make(value, dynamic_sizes, dynamic_strides);
   return g;
 }
 

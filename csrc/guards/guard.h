@@ -31,12 +31,16 @@ enum class GuardKind {
   NoAliasing,    // the listed sources are pairwise distinct objects (state 1: tensors with distinct storages)
   StorageOverlap,  // the listed tensors share storages exactly as at compile time (`groups`)
   SameObject,    // the two listed sources hold the same object (a duplicated tensor input)
+  ShapeEnv,      // integer relations between sizes / strides / ints of frame values hold (`shape`, shape_guard.h)
 };
+
+class ShapeProgram;  // shape_guard.h
 
 struct Guard {
   GuardKind kind;
   SourcePtr source;                       // null for global-state guards
   std::unique_ptr<TensorMatch> tensor;    // TensorMatch
+  std::unique_ptr<ShapeProgram> shape;    // ShapeEnv: its slots, compiled programs, fallback and texts
   PyObject* expected = nullptr;           // owned: type, object or constant (borrowed when `weak` is set)
   PyObject* weak = nullptr;               // IdMatch: owned weakref to `expected`; the guard does not keep
                                           // the object alive and fails once it has died
@@ -56,7 +60,9 @@ struct Guard {
   bool dead() const;
   // True if the guard holds; on failure fills *why (if given) with "<describe>: <reason>".
   bool check(const FrameView& fv, std::string* why) const;
-  std::string describe() const;  // "local 'x' TENSOR_MATCH"
+  // "local 'x' TENSOR_MATCH"; SHAPE_ENV: "SHAPE_ENV: <text>; <text>; ..." (GuardSet::describe gives one line
+  // per text instead).
+  std::string describe() const;
 };
 
 class GuardSet {
@@ -64,6 +70,7 @@ class GuardSet {
   void add(Guard g);
   // Evaluates every guard; no Python calls for locals/globals/tensors. Never leaves a Python error set.
   bool check(const FrameView& fv, std::string* why = nullptr) const;
+  // One line per guard, in order; a SHAPE_ENV guard gives one "SHAPE_ENV: <text>" line per relation.
   std::vector<std::string> describe() const;
   size_t size() const { return guards_.size(); }
   // True if some guard holds an object that has died (the entry can never match again).
@@ -101,8 +108,11 @@ class GuardSet {
   std::vector<FastRef> alias_refs_;
 };
 
-// Builders. All take borrowed `value` (the value seen at compile time).
-Guard tensor_match(SourcePtr src, PyObject* value);
+// Builders. All take borrowed `value` (the value seen at compile time). SHAPE_ENV's builder, shape_guard(), is
+// in shape_guard.h.
+// dynamic_sizes / dynamic_strides: bit d set = dimension d's size / stride is not checked (dimensions 0..63;
+// its relations live in a SHAPE_ENV guard). ndim, dtype, device, ... are still checked.
+Guard tensor_match(SourcePtr src, PyObject* value, uint64_t dynamic_sizes = 0, uint64_t dynamic_strides = 0);
 Guard type_match(SourcePtr src, PyObject* value);
 Guard id_match(SourcePtr src, PyObject* value);
 Guard equals_match(SourcePtr src, PyObject* value);

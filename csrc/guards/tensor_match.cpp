@@ -33,6 +33,21 @@ std::string join(c10::ArrayRef<T> v) {
   return s + "]";
 }
 
+// join() with "?" in place of the entries whose bit is set in `dynamic` (dimensions left to SHAPE_ENV).
+std::string join_masked(c10::ArrayRef<int64_t> v, uint64_t dynamic) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i)
+    s += (i ? ", " : "") + (i < 64 && (dynamic >> i & 1) ? std::string("?") : std::to_string(v[i]));
+  return s + "]";
+}
+
+std::string bit_list(uint64_t bits) {
+  std::string s = "[";
+  for (int i = 0; i < 64; ++i)
+    if (bits >> i & 1) s += (s.size() > 1 ? ", " : "") + std::to_string(i);
+  return s + "]";
+}
+
 c10::DispatchKeySet from_raw(uint64_t bits) { return c10::DispatchKeySet(c10::DispatchKeySet::RAW, bits); }
 
 bool fail(std::string* why, std::string msg) {
@@ -47,7 +62,7 @@ TlsKeys read_tls_keys() {
   return TlsKeys{tls.included_.raw_repr(), tls.excluded_.raw_repr()};
 }
 
-std::unique_ptr<TensorMatch> TensorMatch::make(PyObject* obj) {
+std::unique_ptr<TensorMatch> TensorMatch::make(PyObject* obj, uint64_t dynamic_sizes, uint64_t dynamic_strides) {
   std::unique_ptr<TensorMatch> m(new TensorMatch());
   const at::Tensor& t = THPVariable_Unpack(obj);
   m->keys_ = effective_keys(t).raw_repr();
@@ -60,12 +75,22 @@ std::unique_ptr<TensorMatch> TensorMatch::make(PyObject* obj) {
   m->ndim_ = sizes.size();
   m->dims_.assign(sizes.begin(), sizes.end());
   m->dims_.insert(m->dims_.end(), strides.begin(), strides.end());
+  const uint64_t in_range = m->ndim_ >= 64 ? ~uint64_t{0} : (uint64_t{1} << m->ndim_) - 1;
+  m->dyn_sizes_ = dynamic_sizes & in_range;
+  m->dyn_strides_ = dynamic_strides & in_range;
   m->cls_ = Py_TYPE(obj);
   Py_INCREF(m->cls_);  // owned: keeps the class (and its identity) alive
   return m;
 }
 
 TensorMatch::~TensorMatch() { Py_XDECREF(cls_); }
+
+std::string TensorMatch::describe_dynamic() const {
+  std::string s;
+  if (dyn_sizes_) s = "dynamic sizes " + bit_list(dyn_sizes_);
+  if (dyn_strides_) s += (s.empty() ? "" : ", ") + std::string("dynamic strides ") + bit_list(dyn_strides_);
+  return s;
+}
 
 bool TensorMatch::check(PyObject* value, std::string* why) const {
   if (Py_TYPE(value) != cls_)
@@ -86,16 +111,17 @@ bool TensorMatch::check(PyObject* value, std::string* why) const {
   auto sizes = t.sizes();
   if (sizes.size() != ndim_)
     return fail(why, "ndim mismatch: expected " + std::to_string(ndim_) + ", actual " + std::to_string(sizes.size()));
+  // A dimension whose bit is set in dyn_sizes_ / dyn_strides_ is skipped (printed "?" in the expected list).
   for (size_t i = 0; i < ndim_; ++i) {
-    if (sizes[i] != want_sizes[i])
-      return fail(why, "size mismatch at index " + std::to_string(i) + ": expected " + join(want_sizes) +
-                           ", actual " + join(sizes));
+    if (sizes[i] != want_sizes[i] && !(i < 64 && (dyn_sizes_ >> i & 1)))
+      return fail(why, "size mismatch at index " + std::to_string(i) + ": expected " +
+                           join_masked(want_sizes, dyn_sizes_) + ", actual " + join(sizes));
   }
   auto strides = t.strides();
   for (size_t i = 0; i < ndim_; ++i) {
-    if (strides[i] != want_strides[i])
-      return fail(why, "stride mismatch at index " + std::to_string(i) + ": expected " + join(want_strides) +
-                           ", actual " + join(strides));
+    if (strides[i] != want_strides[i] && !(i < 64 && (dyn_strides_ >> i & 1)))
+      return fail(why, "stride mismatch at index " + std::to_string(i) + ": expected " +
+                           join_masked(want_strides, dyn_strides_) + ", actual " + join(strides));
   }
   return true;
 }
@@ -118,8 +144,16 @@ bool TensorMatch::matches(PyObject* value, const TlsKeys& tls) const {
   if (sizes.size() != ndim_) return false;
   auto strides = impl->strides();
   const int64_t* want = dims_.data();
-  for (size_t i = 0; i < ndim_; ++i) {
-    if (sizes[i] != want[i] || strides[i] != want[ndim_ + i]) return false;
+  if (!(dyn_sizes_ | dyn_strides_)) {  // static shapes: the loop as it always was
+    for (size_t i = 0; i < ndim_; ++i) {
+      if (sizes[i] != want[i] || strides[i] != want[ndim_ + i]) return false;
+    }
+  } else {  // a set bit skips that dimension's size / stride (only dimensions 0..63 have a bit)
+    for (size_t i = 0; i < ndim_; ++i) {
+      const uint64_t bit = i < 64 ? uint64_t{1} << i : 0;
+      if ((sizes[i] != want[i] && !(dyn_sizes_ & bit)) || (strides[i] != want[ndim_ + i] && !(dyn_strides_ & bit)))
+        return false;
+    }
   }
   return t.requires_grad() == requires_grad_;
 }
@@ -134,6 +168,29 @@ size_t first_fast_tensor_failure(const FrameView& fv, const FastTensorCheck* che
 }
 
 bool is_tensor(PyObject* obj) { return THPVariable_Check(obj); }
+
+bool tensor_geometry(PyObject* obj, int dim, int64_t* size, int64_t* stride) {
+  if (!obj || !THPVariable_Check(obj)) return false;
+  try {
+    const c10::TensorImpl* impl = THPVariable_Unpack(obj).unsafeGetTensorImpl();
+    if (dim < 0 || dim >= impl->dim()) return false;
+    *size = impl->size(dim);
+    *stride = impl->stride(dim);
+    return true;
+  } catch (const std::exception&) {  // c10::Error: no strides (sparse), no sizes (nested), symbolic sizes
+    return false;
+  }
+}
+
+bool tensor_storage_offset(PyObject* obj, int64_t* offset) {
+  if (!obj || !THPVariable_Check(obj)) return false;
+  try {
+    *offset = THPVariable_Unpack(obj).unsafeGetTensorImpl()->storage_offset();
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
 
 bool tensor_version(PyObject* obj, int64_t* out) {
   if (!THPVariable_Check(obj)) return false;

@@ -28,8 +28,9 @@ class TensorMatch {
   TensorMatch(const TensorMatch&) = delete;
   TensorMatch& operator=(const TensorMatch&) = delete;
   // Borrowed `tensor` (must satisfy is_tensor). Records exact Python class, dispatch keys (with TLS
-  // includes/excludes), dtype, device, requires_grad, ndim, sizes and strides.
-  static std::unique_ptr<TensorMatch> make(PyObject* tensor);
+  // includes/excludes), dtype, device, requires_grad, ndim, sizes and strides. Bit d of dynamic_sizes /
+  // dynamic_strides set: dimension d's size / stride is not checked (bits past ndim are dropped).
+  static std::unique_ptr<TensorMatch> make(PyObject* tensor, uint64_t dynamic_sizes = 0, uint64_t dynamic_strides = 0);
   // True if `value` (borrowed, must satisfy is_tensor) matches. On mismatch, fills *why (if non-null)
   // with a readable reason.
   bool check(PyObject* value, std::string* why) const;
@@ -37,6 +38,10 @@ class TensorMatch {
   // be passed), no strings, no Python calls. True implies is_tensor(value) && check(value) would hold;
   // false means "ask check()".
   bool matches(PyObject* value, const TlsKeys& tls) const;
+  uint64_t dynamic_sizes() const { return dyn_sizes_; }
+  uint64_t dynamic_strides() const { return dyn_strides_; }
+  // "dynamic sizes [0, 2], dynamic strides [1]" (the parts with bits set; empty when both masks are 0).
+  std::string describe_dynamic() const;
 
  private:
   TensorMatch() = default;
@@ -48,6 +53,8 @@ class TensorMatch {
   bool requires_grad_ = false;
   size_t ndim_ = 0;
   std::vector<int64_t> dims_;    // ndim_ sizes, then ndim_ strides (one flat array)
+  uint64_t dyn_sizes_ = 0;       // bit d: size d not checked
+  uint64_t dyn_strides_ = 0;     // bit d: stride d not checked
 };
 
 // One TENSOR_MATCH whose source has a fast form (see FastRef).
@@ -60,6 +67,12 @@ struct FastTensorCheck {
 size_t first_fast_tensor_failure(const FrameView& fv, const FastTensorCheck* checks, size_t n);
 
 bool is_tensor(PyObject* obj);  // isinstance(obj, torch.Tensor), fast path in C++
+// Size and stride of dimension `dim` (0 <= dim < ndim) of `obj` (borrowed), without LibTorch types, Python calls
+// or allocation: false for a non-tensor, a dim out of range, or a tensor whose sizes / strides cannot be read
+// as integers (sparse, nested, symbolic).
+bool tensor_geometry(PyObject* obj, int dim, int64_t* size, int64_t* stride);
+// The storage offset of `obj` (borrowed) in elements; false as tensor_geometry.
+bool tensor_storage_offset(PyObject* obj, int64_t* offset);
 // The version counter of a tensor (borrowed; bumped by every in-place write to its storage) into *out;
 // false for a non-tensor or an inference tensor (which has no counter).
 bool tensor_version(PyObject* obj, int64_t* out);
