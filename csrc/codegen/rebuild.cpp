@@ -64,6 +64,10 @@ bool bound_receiver(const ValuePtr& v) {
 void collect(const ValuePtr& v, std::vector<graph::Node*>& out, std::unordered_set<graph::Node*>& seen) {
   if (v->is_tensor()) {
     if (!v->source && seen.insert(v->tensor().node).second) out.push_back(v->tensor().node);
+  } else if (v->is_sym()) {
+    // A size live after the graph (returned, or held across a break) is a graph output, as in torch._dynamo:
+    // the continuation gets it as an int argument (dynamic there too) instead of a specialised constant.
+    if (!v->source && seen.insert(v->sym().node).second) out.push_back(v->sym().node);
   } else if (holds_values(v)) {
     if (from_frame(v)) return;  // rebuilt from its source
     for (const auto& i : held(v)) collect(i, out, seen);
@@ -294,7 +298,10 @@ bool reads_locals(const ValuePtr& v, std::unordered_set<const interp::Value*>& s
     case VKind::Const:
     case VKind::Null:
     case VKind::Set:
+    case VKind::Slice:
       return false;
+    case VKind::SymNum:
+      return rooted_in_locals(v->source);
     case VKind::Cell:
       return v->cell().content && reads_locals(v->cell().content, seen);
     case VKind::DictView:
@@ -469,6 +476,34 @@ void Rebuilder::push(const ValuePtr& v, int above) {
     case VKind::Const:
       e_.load_const(v->obj);
       return;
+    case VKind::SymNum: {
+      if (v->source) {  // a dynamic int argument
+        e_.load_source(*v->source);
+        return;
+      }
+      auto it = index_.find(v->sym().node);
+      if (it == index_.end()) {
+        // Not a graph output: its value now, guarded by the ShapeEnv (specialised).
+        e_.load_const(interp::plain_number(v->sym().example));
+        return;
+      }
+      if (out_slot_ >= 0) e_.emit("LOAD_FAST", out_slot_);
+      else e_.emit("COPY", above + 1);
+      e_.load_const(py::int_(it->second));
+      e_.emit("BINARY_SUBSCR");
+      return;
+    }
+    case VKind::Slice: {
+      const interp::SliceOf& s = v->slice();
+      py::object b[3];
+      const ValuePtr* parts[3] = {&s.start, &s.stop, &s.step};
+      for (int k = 0; k < 3; ++k)
+        b[k] = (*parts[k])->is_sym() ? interp::plain_number((*parts[k])->sym().example) : (*parts[k])->obj;
+      PyObject* sl = PySlice_New(b[0].ptr(), b[1].ptr(), b[2].ptr());  // new reference
+      if (!sl) throw py::error_already_set();
+      e_.load_const(py::reinterpret_steal<py::object>(sl));
+      return;
+    }
     case VKind::Object:
       if (const interp::GradExitOf* g = v->grad_exit()) {  // a traced with block's __exit__: the restorer of the mode it left
         e_.load_const(interp::grad_exit_callable(g->mode));

@@ -38,6 +38,13 @@ Arg Arg::tuple(std::vector<Arg> items) {
   return a;
 }
 
+Arg Arg::slice(Arg start, Arg stop, Arg step) {
+  Arg a;
+  a.kind = Kind::Slice;
+  a.items = {std::move(start), std::move(stop), std::move(step)};
+  return a;
+}
+
 Arg Arg::list(std::vector<Arg> items) {
   Arg a;
   a.kind = Kind::List;

@@ -23,11 +23,11 @@ struct Node;
 // An argument of a node: a reference to an earlier node, a Python constant (int, float, bool, None,
 // str, slice, dtype, device, torch.Size, Ellipsis, ...), or a tuple / list / dict of arguments.
 struct Arg {
-  enum class Kind { NodeRef, Const, Tuple, List, Dict };
+  enum class Kind { NodeRef, Const, Tuple, List, Dict, Slice };
   Kind kind = Kind::Const;
   Node* node = nullptr;                 // NodeRef
   py::object value;                     // Const (owned reference)
-  std::vector<Arg> items;               // Tuple / List / Dict values
+  std::vector<Arg> items;               // Tuple / List / Dict values; Slice: start, stop, step
   std::vector<std::string> keys;        // Dict keys (string keys only)
 
   static Arg ref(Node* n);
@@ -35,6 +35,7 @@ struct Arg {
   static Arg tuple(std::vector<Arg> items);
   static Arg list(std::vector<Arg> items);
   static Arg dict(std::vector<std::string> keys, std::vector<Arg> values);
+  static Arg slice(Arg start, Arg stop, Arg step);  // a slice whose bounds may be nodes (symbolic sizes)
 };
 
 // Where a node was made: one frame of the inline stack (its code, current line and the columns of the instruction

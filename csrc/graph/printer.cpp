@@ -59,6 +59,10 @@ void append_arg(std::string& out, const Arg& a) {
     case Arg::Kind::Const: out += py_repr(a.value); return;
     case Arg::Kind::Tuple: append_seq(out, a.items, '(', ')', true); return;
     case Arg::Kind::List: append_seq(out, a.items, '[', ']', false); return;
+    case Arg::Kind::Slice:
+      out += "slice";
+      append_seq(out, a.items, '(', ')', false);
+      return;
     case Arg::Kind::Dict:
       out.push_back('{');
       for (size_t i = 0; i < a.items.size(); ++i) {

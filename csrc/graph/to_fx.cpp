@@ -64,6 +64,13 @@ py::object to_py(const Arg& a, const std::vector<py::object>& fx_nodes) {
       }
       return l;
     }
+    case Arg::Kind::Slice: {
+      py::object b[3];
+      for (size_t i = 0; i < 3; ++i) b[i] = to_py(a.items[i], fx_nodes);
+      PyObject* s = PySlice_New(b[0].ptr(), b[1].ptr(), b[2].ptr());  // new reference
+      if (!s) throw py::error_already_set();
+      return py::reinterpret_steal<py::object>(s);
+    }
     case Arg::Kind::Dict: {
       py::dict d;
       for (size_t i = 0; i < a.items.size(); ++i) d[py::str(a.keys[i])] = to_py(a.items[i], fx_nodes);

@@ -54,6 +54,7 @@ void Graph::verify() const {
         case Arg::Kind::Tuple:
         case Arg::Kind::List:
         case Arg::Kind::Dict:
+        case Arg::Kind::Slice:
           if (a.kind == Arg::Kind::Dict && a.keys.size() != a.items.size()) fail(n, "dict argument with mismatched keys");
           for (const Arg& it : a.items) self(it, self);
           return;

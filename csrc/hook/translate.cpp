@@ -12,6 +12,7 @@
 #include "hook/eval_frame.h"
 #include "hook/graph_call.h"
 #include "hook/state.h"
+#include "guards/shape_guard.h"
 
 namespace cdynamo::hook {
 
@@ -159,6 +160,7 @@ void add_state_guards(interp::Tracer& t) {
   std::vector<guards::SourcePtr> tensors;
   std::vector<PyObject*> values;  // borrowed: the inputs hold them
   for (const auto& in : t.inputs) {
+    if (!guards::is_tensor(in.value.ptr())) continue;  // a dynamic int argument
     tensors.push_back(in.source);
     values.push_back(in.value.ptr());
   }
@@ -177,6 +179,40 @@ void add_state_guards(interp::Tracer& t) {
     for (const auto& kv : t.frame_containers) containers.push_back(kv.second->source);
     t.guards.add(guards::no_aliasing(std::move(containers)));
   }
+}
+
+// Dynamic shapes: the guards of a trace with fake tensors, made once the graph is compiled (the backend may add
+// to the ShapeEnv): per tensor input a TENSOR_MATCH that leaves its symbolic sizes / strides out, and one
+// SHAPE_ENV guard over the sizes for everything the ShapeEnv decided (cdynamo._dynamic.TraceShapes.guard_spec).
+void add_shape_guards(interp::Tracer& t) {
+  py::list inputs;
+  for (const auto& in : t.inputs) inputs.append(py::make_tuple(interp::shape_source_name(*in.source), in.node->example_value));
+  py::tuple spec = t.shapes.attr("guard_spec")(inputs);
+  py::list slots = spec[0], masks = spec[4];
+  for (size_t i = 0; i < t.inputs.size(); ++i) {
+    const auto& in = t.inputs[i];
+    if (!guards::is_tensor(in.value.ptr())) continue;
+    py::tuple m = masks[i];
+    t.guards.add(guards::tensor_match(in.source, in.value.ptr(), m[0].cast<uint64_t>(), m[1].cast<uint64_t>()));
+  }
+  py::list exprs = spec[1];
+  if (exprs.empty() && spec[2].is_none()) return;
+  std::vector<guards::ShapeSlot> shape_slots;
+  for (py::handle item : slots) {
+    py::tuple sl = py::reinterpret_borrow<py::tuple>(item);
+    guards::ShapeSlot slot;
+    slot.source = t.inputs[sl[0].cast<size_t>()].source;
+    std::string kind = sl[1].cast<std::string>();
+    slot.kind = kind == "size"     ? guards::ShapeSlot::Kind::Size
+                : kind == "stride" ? guards::ShapeSlot::Kind::Stride
+                : kind == "offset" ? guards::ShapeSlot::Kind::StorageOffset
+                                   : guards::ShapeSlot::Kind::Int;
+    slot.dim = sl[2].cast<int>();
+    shape_slots.push_back(std::move(slot));
+  }
+  std::vector<std::string> texts;
+  for (py::handle tx : py::list(spec[3])) texts.push_back(py::str(tx).cast<std::string>());
+  t.guards.add(guards::shape_guard(std::move(shape_slots), exprs.ptr(), spec[2].ptr(), std::move(texts)));
 }
 
 // Names put into a frame's globals (borrowed dict) for a new entry; removed again if the entry is not made.
@@ -303,8 +339,17 @@ std::shared_ptr<CacheEntry> translate_impl(compat::Frame* frame, PyObject* cb, C
         return nullptr;
       }
     }
+    // Dynamic shapes: a trace starts with fake tensors when an earlier compile found a dynamic input (or under
+    // compile(dynamic=True)); a static trace that meets one now is run again with them.
+    py::object cb_dynamic = py::getattr(py::handle(cb), "dynamic", py::none());
+    py::object dynamic_mod = py::module_::import("cdynamo._dynamic");
+    bool fake_trace = dynamic_mod.attr("frame_is_dynamic")(py::handle(reinterpret_cast<PyObject*>(code)), cb_dynamic)
+                          .cast<bool>();
     auto make_tracer = [&](int break_at, const std::string& reason) {
       auto tracer = std::make_unique<interp::Tracer>(code, fv);
+      tracer->cb_dynamic = cb_dynamic;
+      if (fake_trace)
+        tracer->shapes = dynamic_mod.attr("TraceShapes")(py::handle(reinterpret_cast<PyObject*>(code)), cb_dynamic);
       tracer->allow_ops_in_try = ops_in_try;
       if (ri) {
         tracer->owned_free = ri->owned_free;
@@ -316,6 +361,11 @@ std::shared_ptr<CacheEntry> translate_impl(compat::Frame* frame, PyObject* cb, C
     };
     std::unique_ptr<interp::Tracer> tracer = make_tracer(-1, "");
     auto status = tracer->run();
+    if (tracer->restart_dynamic) {
+      fake_trace = true;
+      tracer = make_tracer(-1, "");
+      status = tracer->run();
+    }
     if (status == interp::Tracer::Status::Break && tracer->failed_guards > 0 && !strict) {
       // The breaking instruction guarded what it read before failing: trace again, breaking there at once.
       const int at = static_cast<int>(tracer->pc);
@@ -382,8 +432,8 @@ std::shared_ptr<CacheEntry> translate_impl(compat::Frame* frame, PyObject* cb, C
       py::object root = py::module_::import("torch.nn").attr("Module")();
       for (const auto& [attr, value] : t.graph_attrs) root.attr("register_buffer")(attr, value);
       py::object gm = t.graph.to_fx(root, "GraphModule", meta);
-      py::list example_inputs;
-      for (const auto& in : t.inputs) example_inputs.append(in.value);
+      py::list example_inputs;  // the real inputs; with dynamic shapes their fake examples, as torch.compile's
+      for (const auto& in : t.inputs) example_inputs.append(t.dynamic() ? in.node->example_value : in.value);
       py::dict ginfo = base_info(code);
       ginfo["name"] = name;
       if (text) {
@@ -462,6 +512,7 @@ std::shared_ptr<CacheEntry> translate_impl(compat::Frame* frame, PyObject* cb, C
     }
 
     if (has_graph) extra->had_graph = true;
+    if (t.dynamic()) add_shape_guards(t);
     py::list guard_list = text ? guard_strings(t.guards) : py::list();
     std::shared_ptr<CacheEntry> e = add_entry(extra, frame, std::move(t.guards), cb);
     e->code = new_code;

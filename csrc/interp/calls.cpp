@@ -61,6 +61,20 @@ bool is_device_like(py::handle o) {
 py::object run_meta(Tracer& t, const std::string& what, py::handle fn, py::tuple args, py::dict kwargs,
                     py::handle device = py::handle()) {
   try {
+    if (t.dynamic()) {
+      // Fake tensors propagate under their mode (factories with symbolic sizes make fake tensors too).
+      struct Mode {
+        py::handle shapes;
+        explicit Mode(py::handle s) : shapes(s) { shapes.attr("enter")(); }
+        ~Mode() {
+          try {
+            shapes.attr("exit")();
+          } catch (py::error_already_set&) {
+          }
+        }
+      } mode(t.shapes);
+      return fn(*args, **kwargs);
+    }
     return fn(*args, **kwargs);
   } catch (py::error_already_set& e) {
     std::string msg = e.what();
@@ -417,7 +431,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
         if (name == "len" && args.size() == 1 && args[0]->is_tensor()) {
           py::object shape = args[0]->tensor().example.attr("shape");
           if (py::len(shape) == 0) unsupported("len() of a 0-d tensor");
-          return Value::constant(shape[py::int_(0)]);
+          return metadata_value(args[0], "size", {Value::constant(py::int_(0))}, shape[py::int_(0)]);
         }
         if (name == "isinstance" && args.size() == 2 && args[0]->is_tensor() && kwargs.empty()) {
           // The class argument: a class, or a tuple of classes (nested tuples flattened, as isinstance does).
@@ -498,7 +512,7 @@ ValuePtr Tracer::call_torch(py::handle fn, std::vector<ValuePtr> args,
     gkwargs.emplace_back(kv.first, to_arg(kv.second));
     if (kv.first == "device" && kv.second->is_const() && !kv.second->obj.is_none()) {
       device = refs.torch_device(kv.second->obj);
-      mkw["device"] = refs.meta_device;
+      mkw["device"] = dynamic() ? device : refs.meta_device;  // fake tensors keep their real device
     } else {
       mkw[py::str(kv.first)] = to_example(kv.second);
     }
@@ -512,14 +526,15 @@ ValuePtr Tracer::call_torch(py::handle fn, std::vector<ValuePtr> args,
     if (!device) {
       // A tensor created from nothing lands on torch's default device.
       device = refs.torch.attr("get_default_device")();
-      mkw["device"] = refs.meta_device;
+      mkw["device"] = dynamic() ? device : refs.meta_device;
     }
   }
   std::string name = callable_name(fn);
   // Memoized shape propagation for torch's own (process-lifetime) functions; never for in-place ones.
   std::optional<MetaKey> key;
   CallKind kind = classify_callable(fn);
-  if ((kind == CallKind::TorchOp || kind == CallKind::TorchFactory) && !name.empty() && name.back() != '_') {
+  if ((kind == CallKind::TorchOp || kind == CallKind::TorchFactory) && !name.empty() && name.back() != '_' &&
+      !dynamic()) {
     key.emplace("F" + std::to_string(reinterpret_cast<uintptr_t>(fn.ptr())));
     for (const auto& a : args) key->add(a);
     for (const auto& kv : kwargs) key->add_kw(kv.first, kv.second);
@@ -554,7 +569,7 @@ ValuePtr Tracer::call_tensor_method(const ValuePtr& self, const std::string& nam
     gargs.push_back(to_arg(a));
     if (name == "to" && a->is_const() && is_device_like(a->obj)) {
       device = refs.torch_device(a->obj);  // device moves are recorded, not propagated on meta
-      continue;
+      if (!dynamic()) continue;            // (fake tensors move)
     }
     if (name == "to" && a->is_tensor()) device = a->tensor().device;
     margs.append(to_example(a));
@@ -566,15 +581,17 @@ ValuePtr Tracer::call_tensor_method(const ValuePtr& self, const std::string& nam
     if (kv.first == "device" && kv.second->is_const() && !kv.second->obj.is_none()) {
       if (name == "to") {
         device = refs.torch_device(kv.second->obj);
+        if (!dynamic()) continue;
+        mkw["device"] = device;
         continue;
       }
-      mkw["device"] = refs.meta_device;
+      mkw["device"] = dynamic() ? refs.torch_device(kv.second->obj) : refs.meta_device;
       continue;
     }
     mkw[py::str(kv.first)] = to_example(kv.second);
   }
   std::optional<MetaKey> key;
-  if (!name.empty() && name.back() != '_' && !tensor_method_metadata(name) && name != "to") {
+  if (!name.empty() && name.back() != '_' && !tensor_method_metadata(name) && name != "to" && !dynamic()) {
     key.emplace("M" + name);
     key->add(self);
     for (const auto& a : args) key->add(a);
@@ -591,10 +608,7 @@ ValuePtr Tracer::call_tensor_method(const ValuePtr& self, const std::string& nam
     result = run_meta(*this, "Tensor." + name, bound, py::tuple(margs), mkw, device);
     if (key) meta_cache_store(*key, result);
   }
-  if (tensor_method_metadata(name)) {
-    if (!is_constant_object(result)) unsupported("Tensor." + name + " returned a non-constant");
-    return Value::constant(result);
-  }
+  if (tensor_method_metadata(name)) return metadata_value(self, name, args, result);
   if (!tensor_method_allowed(name)) unsupported("Tensor." + name + "() is not supported in a graph");
   if (result.is_none() && name == "__setitem__") unsupported("Tensor.__setitem__ through a call");
   if (!guards::is_tensor(result.ptr()) && !PyTuple_Check(result.ptr()) && !PyList_Check(result.ptr()))
@@ -621,17 +635,19 @@ ValuePtr Tracer::apply_operator(py::handle op, std::vector<ValuePtr> args) {
       if (ValuePtr r = container_operator(name, args[0], args[1])) return r;
   }
   if (!tensors) {
+    for (const auto& a : args)
+      if (a->is_sym()) return sym_operator(op, args);
     return fold_call(op, "operator." + name, args, {});
   }
   // An index tuple may hold tensors (advanced indexing: mask[batch_idx, kv_idx]).
   auto index_tuple = [&](const ValuePtr& a) {
     if (name != "getitem" || a != args.back() || a->kind != VKind::Tuple || a->obj) return false;
     for (const auto& i : a->items)
-      if (!i->is_tensor() && !i->is_constant_like()) return false;
+      if (!i->is_tensor() && !i->is_constant_like() && !i->is_sym() && i->kind != VKind::Slice) return false;
     return true;
   };
   for (const auto& a : args)
-    if (!a->is_tensor() && !a->is_constant_like() && !index_tuple(a))
+    if (!a->is_tensor() && !a->is_constant_like() && !a->is_sym() && a->kind != VKind::Slice && !index_tuple(a))
       unsupported("operator." + name + " between a tensor and " + a->describe());
   std::vector<graph::Arg> gargs;
   py::tuple margs(args.size());
@@ -643,7 +659,7 @@ ValuePtr Tracer::apply_operator(py::handle op, std::vector<ValuePtr> args) {
   }
   // In-place operators (iadd, imul, ...) mutate their example and are never memoized.
   std::optional<MetaKey> key;
-  if (!name.empty() && name[0] != 'i') {
+  if (!name.empty() && name[0] != 'i' && !dynamic()) {
     // Elementwise arithmetic and comparisons: a scalar operand's value does not change the result's
     // metadata (x * 1.001 + i in an unrolled loop hits the memo for every i).
     static const char* const by_kind[] = {"add", "sub", "mul", "truediv", "lt", "le", "eq", "ne", "gt", "ge"};

@@ -138,6 +138,11 @@ void build_string(Tracer& t, const Instruction& i) {
 }  // namespace
 
 ValuePtr slice_of(Tracer& t, const ValuePtr& start, const ValuePtr& stop, const ValuePtr& step) {
+  if (start->is_sym() || stop->is_sym() || (step && step->is_sym())) {
+    for (const ValuePtr* p : {&start, &stop, &step})
+      if (*p && !(*p)->is_const() && !(*p)->is_sym()) t.unsupported("slice bound " + (*p)->describe() + " is not a number");
+    return Value::slice_value(SliceOf{start, stop, step ? step : Value::constant(py::none())});
+  }
   for (const ValuePtr* p : {&start, &stop, &step})
     if (*p && !(*p)->is_const()) t.unsupported("slice bound " + (*p)->describe() + " is not a constant");
   PyObject* s = PySlice_New(start->obj.ptr(), stop->obj.ptr(), step ? step->obj.ptr() : nullptr);  // new reference

@@ -31,6 +31,12 @@ bool truth(Tracer& t, const ValuePtr& v) {
   if (v->kind == VKind::Tuple || v->kind == VKind::List || v->kind == VKind::Dict) return !v->items.empty();
   if (v->kind == VKind::Set) return !v->keys.empty();  // lengths of containers from the frame are guarded
   if (v->kind == VKind::DictView) return !v->view_of().dict->keys.empty();
+  if (v->is_sym()) {
+    // A branch on sizes (`if x.shape[0] > 4`): the ShapeEnv guards the answer, as torch._dynamo does.
+    int r = PyObject_IsTrue(v->sym().example.ptr());
+    if (r < 0) throw py::error_already_set();
+    return r == 1;
+  }
   if (v->kind == VKind::Const || v->kind == VKind::Object) {
     int r = PyObject_IsTrue(v->obj.ptr());
     if (r < 0) throw py::error_already_set();

@@ -284,7 +284,12 @@ ValuePtr tensor_attr(Tracer& t, const ValuePtr& self, const std::string& name) {
                                                               "is_mkldnn", "is_complex", "itemsize", "nbytes", "is_nested"};
   static const std::unordered_set<std::string> node_attrs = {"T", "mT", "H", "mH", "real", "imag"};
   py::object ex = self->tensor().example;
-  if (const_attrs.count(name)) return Value::constant(ex.attr(name.c_str()));
+  if (const_attrs.count(name)) {
+    py::object r = ex.attr(name.c_str());
+    if (name == "shape") return t.metadata_value(self, name, {}, r);  // symbolic sizes in a dynamic trace
+    if (!is_constant_object(r)) t.unsupported("tensor attribute '" + name + "' is symbolic");
+    return Value::constant(r);
+  }
   if (name == "device") return Value::constant(self->tensor().device);
   if (name == "is_cuda" || name == "is_cpu" || name == "is_meta") {
     std::string type = self->tensor().device.attr("type").cast<std::string>();

@@ -438,6 +438,11 @@ void Tracer::execute_one() {
   std::vector<ValuePtr> used(stack.end() - static_cast<long>(nuse), stack.end());
   size_t before = pc;
   size_t nodes = graph.mark();
+  // Dynamic shapes: what the instruction may change before it fails, to run it again on plain numbers.
+  std::vector<ValuePtr> stack_before = dynamic() ? stack : std::vector<ValuePtr>{};
+  py::object kw_before = kw_names;
+  std::string reason_before = stop_.reason;
+  size_t undo_before = undo_.size(), stores_before = attr_stores.size(), mutated_before = mutated.size();
   try {
     h(*this, inst);
   } catch (const TracedRaise&) {
@@ -451,6 +456,29 @@ void Tracer::execute_one() {
       ops_in_try = true;
     }
     throw;
+  } catch (const Unsupported&) {
+    // An instruction the trace cannot run on a symbolic number (a fold, an index, a slice bound, a call it
+    // cannot inline) runs once more on the plain numbers its operands have now: the ShapeEnv guards them, so
+    // the size is specialised (as torch._dynamo specialises) rather than the graph broken. Only when the
+    // failed attempt changed nothing the trace cannot take back.
+    if (!dynamic() || undo_.size() != undo_before || attr_stores.size() != stores_before ||
+        mutated.size() != mutated_before)
+      throw;
+    bool any = false;
+    for (size_t k = stack_before.size() - nuse; k < stack_before.size(); ++k) {
+      ValuePtr c = specialize(stack_before[k]);
+      if (c != stack_before[k]) {
+        stack_before[k] = c;
+        any = true;
+      }
+    }
+    if (!any) throw;
+    stack = std::move(stack_before);
+    kw_names = kw_before;
+    stop_.reason = reason_before;
+    graph.rollback(nodes);
+    pc = before;
+    h(*this, inst);
   }
   for (const auto& v : used) realize(v);
   // A graph op that raises at run time (an error shape propagation cannot see, such as max() of an empty
@@ -741,6 +769,62 @@ std::string placeholder_name(const guards::Source& s) {
 }
 }  // namespace
 
+std::string shape_source_name(const guards::Source& s) {
+  using K = guards::Source::Kind;
+  switch (s.kind) {
+    case K::Local:
+    case K::Closure: return "L['" + s.name + "']";
+    case K::Global: return "G['" + s.name + "']";
+    case K::Attr: return shape_source_name(*s.base) + "." + s.name;
+    case K::Item: return shape_source_name(*s.base) + "[" + std::to_string(s.index) + "]";
+    case K::DictItem: return s.owner ? s.describe() : shape_source_name(*s.base) + "['" + s.name + "']";
+    default: return s.describe();
+  }
+}
+
+namespace {
+py::object& dynamic_module() {
+  static py::object* m = new py::object(py::module_::import("cdynamo._dynamic"));  // process lifetime
+  return *m;
+}
+}  // namespace
+
+bool Tracer::code_dynamic_probe(const char* probe, py::handle value, const guards::Source& src) {
+  py::object r = dynamic_module().attr(probe)(py::handle(reinterpret_cast<PyObject*>(code)), cb_dynamic, value,
+                                                 shape_source_name(src));
+  return r.cast<bool>();
+}
+
+void Tracer::restart_with_fake_tensors(const guards::Source& src) {
+  restart_dynamic = true;
+  unsupported("input " + shape_source_name(src) + " is dynamic now (traced again with symbolic sizes)");
+}
+
+
+ValuePtr Tracer::specialize(const ValuePtr& v) {
+  if (v->is_sym()) return Value::constant(plain_number(v->sym().example));
+  if (v->kind == VKind::Slice) {
+    const SliceOf& s = v->slice();
+    py::object a = specialize(s.start)->obj, b = specialize(s.stop)->obj, c = specialize(s.step)->obj;
+    PyObject* sl = PySlice_New(a.ptr(), b.ptr(), c.ptr());  // new reference
+    if (!sl) throw py::error_already_set();
+    return Value::constant(py::reinterpret_steal<py::object>(sl));
+  }
+  if (v->kind == VKind::Tuple && !v->source) {
+    std::vector<ValuePtr> items;
+    bool changed = false;
+    for (const auto& i : v->items) {
+      items.push_back(specialize(i));
+      changed |= items.back() != i;
+    }
+    if (!changed) return v;
+    ValuePtr out = Value::tuple(std::move(items));
+    out->obj = v->obj;
+    return out;
+  }
+  return v;
+}
+
 namespace {
 // A plain instance (of a Python class, or a C object such as a context-variable token), not a class,
 // module, function, method or nn.Module: its identity is guarded only once the trace uses the object (see
@@ -780,13 +864,34 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
         return Value::tensor(in.node, in.node->example_value, value.attr("device"), src);
       }
     }
-    py::object meta = py::reinterpret_steal<py::object>(guards::make_meta(v));
-    if (!meta) throw py::error_already_set();
+    py::object example;
+    if (dynamic()) {
+      example = shapes.attr("fake")(value, shape_source_name(*src));  // dimensions symbolic where dynamic
+    } else {
+      if (code_dynamic_probe("observe_tensor", value, *src)) restart_with_fake_tensors(*src);
+      example = py::reinterpret_steal<py::object>(guards::make_meta(v));
+      if (!example) throw py::error_already_set();
+    }
     std::string name = placeholder_name(*src);
-    graph::Node* n = graph.placeholder(name, meta);
+    graph::Node* n = graph.placeholder(name, example);
     inputs.push_back(Input{src, n, py::reinterpret_borrow<py::object>(value)});
-    guards.add(guards::tensor_match(src, v));
-    return Value::tensor(n, meta, value.attr("device"), src);
+    if (!dynamic()) guards.add(guards::tensor_match(src, v));  // dynamic: after the trace (add_shape_guards)
+    return Value::tensor(n, example, value.attr("device"), src);
+  }
+  if (PyLong_CheckExact(v) && src->kind == guards::Source::Kind::Local) {
+    // An int argument: symbolic once it changed between compiles (or under compile(dynamic=True)).
+    py::object example;
+    if (dynamic()) {
+      example = shapes.attr("symint")(value, shape_source_name(*src));
+    } else if (code_dynamic_probe("observe_int", value, *src)) {
+      restart_with_fake_tensors(*src);
+    }
+    if (example && !PyLong_CheckExact(example.ptr())) {
+      guards.add(guards::type_match(src, v));  // its value: the SHAPE_ENV guard (add_shape_guards)
+      graph::Node* n = graph.placeholder(placeholder_name(*src), example);
+      inputs.push_back(Input{src, n, py::reinterpret_borrow<py::object>(value)});
+      return Value::sym_num(n, example, src);
+    }
   }
   if (is_constant_object(value)) {
     guards.add(v == Py_None || PyBool_Check(v) || is_typing_form(value) ? guards::id_match(src, v)
@@ -1062,6 +1167,11 @@ ValuePtr Tracer::load_attr(const ValuePtr& obj, const std::string& name) {
 graph::Arg Tracer::to_arg(const ValuePtr& v) {
   switch (v->kind) {
     case VKind::Tensor: return graph::Arg::ref(v->tensor().node);
+    case VKind::SymNum: return graph::Arg::ref(v->sym().node);
+    case VKind::Slice: {
+      const SliceOf& s = v->slice();
+      return graph::Arg::slice(to_arg(s.start), to_arg(s.stop), to_arg(s.step));
+    }
     case VKind::Const: return graph::Arg::constant(v->obj);
     case VKind::Tuple:
     case VKind::List: {
@@ -1077,6 +1187,14 @@ graph::Arg Tracer::to_arg(const ValuePtr& v) {
 py::object Tracer::to_example(const ValuePtr& v) {
   switch (v->kind) {
     case VKind::Tensor: return v->tensor().example;
+    case VKind::SymNum: return v->sym().example;
+    case VKind::Slice: {
+      const SliceOf& s = v->slice();
+      py::object a = to_example(s.start), b = to_example(s.stop), c = to_example(s.step);
+      PyObject* sl = PySlice_New(a.ptr(), b.ptr(), c.ptr());  // new reference
+      if (!sl) throw py::error_already_set();
+      return py::reinterpret_steal<py::object>(sl);
+    }
     case VKind::Const: return v->obj;
     case VKind::Tuple: {
       py::tuple t(v->items.size());
@@ -1095,7 +1213,8 @@ py::object Tracer::to_example(const ValuePtr& v) {
 
 ValuePtr Tracer::wrap_result(graph::Node* node, py::handle result, py::object device) {
   if (guards::is_tensor(result.ptr())) {
-    if (!guards::is_meta_tensor(result.ptr())) unsupported("operation produced a non-meta tensor during tracing");
+    if (!dynamic() && !guards::is_meta_tensor(result.ptr()))
+      unsupported("operation produced a non-meta tensor during tracing");
     return Value::tensor(node, py::reinterpret_borrow<py::object>(result), device);
   }
   if (PyTuple_Check(result.ptr()) || PyList_Check(result.ptr())) {

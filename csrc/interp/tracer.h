@@ -110,6 +110,13 @@ ValuePtr slice_of(Tracer& t, const ValuePtr& start, const ValuePtr& stop, const 
 // Pushes the Cell of cell/free slot `slot` (LOAD_CLOSURE; 3.13: LOAD_FAST of such a slot), made on first capture.
 void push_closure_cell(Tracer& t, int slot);
 
+// A source as torch._dynamo and its ShapeEnv name it in guards: L['x'], L['self'].weight, G['table'][0].
+std::string shape_source_name(const guards::Source& s);
+
+// The plain number a symbolic one (torch.SymInt / SymBool / SymFloat, borrowed) has now: bool(), int() or
+// float() of it, which makes its ShapeEnv record the guard that keeps the answer true. New reference.
+py::object plain_number(py::handle example);
+
 class Tracer {
  public:
   // Returned: traced to RETURN_VALUE. Break: stopped before bc.insts[pc] with the stack as it was before
@@ -178,6 +185,23 @@ class Tracer {
   // compile-only path (torch.optim's _stack_if_compiling stacks what its compiled caller made tensors), so no graph
   // break may follow one: the frame runs as Python instead, where the query is False throughout.
   int compiling_folds = 0;
+  // Dynamic shapes (cdynamo._dynamic): the callback's `dynamic` argument (None, True or False), and for a trace with
+  // fake tensors its TraceShapes (ShapeEnv + FakeTensorMode); empty for a static trace (meta examples).
+  py::object cb_dynamic = py::none();
+  py::object shapes;
+  bool dynamic() const { return static_cast<bool>(shapes); }
+  // A static trace met an input that is dynamic now: translate traces the frame again with fake tensors.
+  bool restart_dynamic = false;
+  // The plain Python number a SymNum stands for now (the ShapeEnv records the guard that keeps it so); a Tuple
+  // holding SymNums with them replaced; any other value unchanged.
+  ValuePtr specialize(const ValuePtr& v);
+  // An operator (operator.add, operator.lt, ...) on symbolic numbers and constants: a graph node and a SymNum,
+  // or a constant when the result is a plain number.
+  ValuePtr sym_operator(py::handle op, const std::vector<ValuePtr>& args);
+  // The value of a metadata query `name` (size, stride, numel, shape, ...) of tensor `self` whose answer on the
+  // example is `result`: a constant when it holds no symbol; else SymNum values read by graph nodes.
+  ValuePtr metadata_value(const ValuePtr& self, const std::string& name, const std::vector<ValuePtr>& args,
+                          py::handle result);
   // Tensors the graph holds as constants (get_attr targets, assume_constant_result): set on the GraphModule's root.
   std::vector<std::pair<std::string, py::object>> graph_attrs;
   bool at_window_end(size_t index) const { return index < window_end.size() && window_end[index] >= 0; }
@@ -213,6 +237,11 @@ class Tracer {
   ValuePtr load_local(int slot);
   // Wraps a real Python value seen at `src` into a symbolic value and installs the guards it needs.
   ValuePtr wrap(py::handle value, SourcePtr src);
+  // Dynamic shapes: asks cdynamo._dynamic.<probe>(code, cb_dynamic, name, value) whether an input of a static
+  // trace is dynamic now (it records the value in the code's frame state).
+  bool code_dynamic_probe(const char* probe, py::handle value, const guards::Source& src);
+  // Stops a static trace so that translate traces the frame again with fake tensors.
+  [[noreturn]] void restart_with_fake_tensors(const guards::Source& src);
   // wrap() of an exact list, str-keyed dict or set of constants: a container value with a Source and the
   // real object, its items wrapped; nullptr when the object is not one of those.
   ValuePtr wrap_container(py::handle value, SourcePtr src);

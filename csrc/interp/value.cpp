@@ -120,6 +120,31 @@ ValuePtr Value::grad_exit_value(py::object exit, int mode, SourcePtr src) {
   return v;
 }
 
+ValuePtr Value::sym_num(graph::Node* n, py::object example, SourcePtr src) {
+  auto v = std::make_shared<Value>();
+  v->kind = VKind::SymNum;
+  v->source = std::move(src);
+  v->payload = SymOf{n, std::move(example)};
+  return v;
+}
+
+ValuePtr Value::slice_value(SliceOf s) {
+  auto v = std::make_shared<Value>();
+  v->kind = VKind::Slice;
+  v->payload = std::move(s);
+  return v;
+}
+
+const SliceOf& Value::slice() const {
+  if (const SliceOf* s = std::get_if<SliceOf>(&payload)) return *s;
+  throw std::logic_error("Value::slice() on " + describe());
+}
+
+const SymOf& Value::sym() const {
+  if (const SymOf* s = std::get_if<SymOf>(&payload)) return *s;
+  throw std::logic_error("Value::sym() on " + describe());
+}
+
 const TensorOf& Value::tensor() const {
   if (const TensorOf* t = kind == VKind::Tensor ? std::get_if<TensorOf>(&payload) : nullptr) return *t;
   throw std::logic_error("Value::tensor() on " + describe());
@@ -355,6 +380,11 @@ std::string Value::describe() const {
       return "Tensor(" + (t && t->node ? t->node->name : std::string("?")) + ")";
     }
     case VKind::Const: return "const " + short_repr(obj);
+    case VKind::Slice: return "slice with a symbolic bound";
+    case VKind::SymNum: {
+      const SymOf* s = std::get_if<SymOf>(&payload);
+      return "symbolic " + (s && s->node ? s->node->name : std::string("?"));
+    }
     case VKind::Object: return short_repr(obj);
     case VKind::Tuple:
       if (obj) return "namedtuple " + py::str(obj.attr("__name__")).cast<std::string>();
@@ -459,6 +489,11 @@ bool is_constant_object(py::handle o) {
   if (r < 0) {
     PyErr_Clear();
     return false;
+  }
+  if (r == 1 && PyTuple_Check(o.ptr())) {
+    // torch.Size: constant when its sizes are ints (a fake tensor's symbolic sizes are not).
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o.ptr()); ++i)
+      if (!PyLong_Check(PyTuple_GET_ITEM(o.ptr(), i))) return false;
   }
   return r == 1;
 }

@@ -55,6 +55,10 @@ enum class VKind {
   Set,     // a set of constants (`keys`, insertion ordered); from the frame when it has a Source (and `obj`)
   DictView,  // d.keys() / d.values() / d.items() of a Dict value: live (reads see later changes of the dict);
              // DictViewOf
+  SymNum,    // a symbolic int / bool / float of a trace with dynamic shapes (SymOf): a size, arithmetic on sizes,
+             // a dynamic int argument; computed by a graph node
+  Slice,     // a slice with a symbolic bound (SliceOf): x[: x.shape[0] // 2] in a trace with dynamic shapes; a slice
+             // of constants is a Const
 };
 
 struct Value;
@@ -90,6 +94,20 @@ struct TensorOf {
   graph::Node* node = nullptr;  // the graph node (a placeholder for a tensor of the frame)
   py::object example;           // its meta example value (shapes, dtype, strides)
   py::object device;            // the torch.device it has at run time (meta examples live on "meta")
+};
+
+// A symbolic number (VKind::SymNum): the graph node that computes it (x.size(0), operator.add(size, 1), an int
+// placeholder) and its example, a torch.SymInt / SymBool / SymFloat of the trace's ShapeEnv. Where the trace
+// needs a plain Python number (a fold, a branch, a graph break), it asks the example for one: the ShapeEnv then
+// records the guard that keeps the answer true (Tracer::specialize).
+struct SymOf {
+  graph::Node* node = nullptr;
+  py::object example;
+};
+
+// A slice with a symbolic bound (VKind::Slice): its bounds, each a SymNum or a Const (None when left out).
+struct SliceOf {
+  ValuePtr start, stop, step;
 };
 
 // An iterator over values known at trace time (VKind::Iter); loops unroll over it.
@@ -171,7 +189,7 @@ const char* slot_method_name(Slot s);  // "get", "__getitem__", "__contains__" f
 struct ExceptionOf {};
 
 using Payload = std::variant<std::monostate, TensorOf, IterOf, CellOf, InstanceOf, DictViewOf, BoundOf, FunctionOf,
-                             GradExitOf, PartialOf, SuperOf, SlotOf, ExceptionOf>;
+                             GradExitOf, PartialOf, SuperOf, SlotOf, ExceptionOf, SymOf, SliceOf>;
 
 struct Value {
   VKind kind = VKind::Const;
@@ -188,7 +206,7 @@ struct Value {
   // (locals, stack, tuples, a continuation, the return) needs only its type (TYPE_MATCH, installed at
   // once); the first use that may depend on which object it is installs this (Tracer::realize).
   std::shared_ptr<guards::Guard> pending_id;
-  // Tensor: TensorOf; Iter: IterOf; Cell: CellOf; Instance / Record: InstanceOf; DictView: DictViewOf;
+  // Tensor: TensorOf; SymNum: SymOf; Iter: IterOf; Cell: CellOf; Instance / Record: InstanceOf; DictView: DictViewOf;
   // Method: BoundOf; Object: BoundOf for a bound method, FunctionOf for a function made in the trace, else (a
   // Const for Slot::Noop) what the trace models in place of `obj`, if anything (GradExitOf, PartialOf, SuperOf,
   // SlotOf, ExceptionOf); monostate otherwise.
@@ -201,6 +219,10 @@ struct Value {
   const TensorOf& tensor() const;
   // A DictView's payload; throws std::logic_error for any other kind.
   const DictViewOf& view_of() const;
+  // A SymNum's payload; throws std::logic_error for any other kind.
+  const SymOf& sym() const;
+  // A Slice's payload; throws std::logic_error for any other kind.
+  const SliceOf& slice() const;
   // An Iter's payload; throws std::logic_error for any other kind.
   IterOf& iter();
   const IterOf& iter() const;
@@ -235,6 +257,8 @@ struct Value {
   ValuePtr receiver() const;
 
   static ValuePtr tensor(graph::Node* n, py::object example, py::object device, SourcePtr src = nullptr);
+  static ValuePtr sym_num(graph::Node* n, py::object example, SourcePtr src = nullptr);
+  static ValuePtr slice_value(SliceOf s);
   static ValuePtr constant(py::object o, SourcePtr src = nullptr);
   static ValuePtr object(py::object o, SourcePtr src = nullptr);
   static ValuePtr tuple(std::vector<ValuePtr> items);
@@ -261,6 +285,7 @@ struct Value {
   std::vector<ValuePtr> view_items() const;
 
   bool is_tensor() const { return kind == VKind::Tensor; }
+  bool is_sym() const { return kind == VKind::SymNum; }
   bool is_const() const { return kind == VKind::Const; }
   // A list, dict or set (an object whose contents can change in place).
   bool is_container() const { return kind == VKind::List || kind == VKind::Dict || kind == VKind::Set; }

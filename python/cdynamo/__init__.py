@@ -12,12 +12,14 @@ from .backends.registry import list_backends, lookup_backend, register_backend
 from .eval_frame import OptimizedModule, assume_constant_result, compile, disable, optimize, reset, run, skip
 from ._explain import ExplainOutput, explain
 from ._export import ExportResult, export
+from ._dynamic import mark_dynamic, mark_static, maybe_mark_dynamic
 
 __version__ = "0.1.0"
 
 __all__ = [
     "OptimizedModule", "allow_in_graph", "assume_constant_result", "compile", "config", "disable",
-    "disallow_in_graph", "exc", "explain", "export", "graph_break", "list_backends", "lookup_backend", "optimize", "register_backend",
+    "disallow_in_graph", "exc", "explain", "export", "graph_break", "list_backends", "lookup_backend", "mark_dynamic", "mark_static",
+    "maybe_mark_dynamic", "optimize", "register_backend",
     "reset", "run", "skip", "testing", "utils", "ExplainOutput", "ExportResult",
 ]
 

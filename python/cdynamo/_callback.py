@@ -4,7 +4,7 @@ import collections
 import time
 import warnings
 
-from . import _core, _dealias, _logging, _verify, config, utils
+from . import _core, _dealias, _dynamic, _logging, _verify, config, utils
 from .exc import BackendCompilerFailed, CdynamoWarning
 
 GuardFail = collections.namedtuple("GuardFail", ["reason", "orig_code"])
@@ -69,7 +69,8 @@ class Callback:
         if _logging.is_enabled("graph"):
             _logging.emit("graph", _logging.format_graph(info, gm))
         # Read before the backend runs: it may rewrite gm.
-        reference = _verify.eager_reference(gm, example_inputs) if config.verify_correctness else None
+        verify = config.verify_correctness and not _dynamic.has_fake(example_inputs)
+        reference = _verify.eager_reference(gm, example_inputs) if verify else None
         t0 = time.perf_counter()
         try:
             compiled = self._call_backend(gm, example_inputs)
@@ -97,6 +98,10 @@ class Callback:
     def _call_backend(self, gm, example_inputs):
         """The backend's callable for ``gm``; a graph that changes an input sharing its storage with another input
         goes through ``_dealias`` first (aot_autograd's synthetic-base path is wrong on torch 2.13)."""
+        if _dynamic.has_fake(example_inputs):
+            # Dynamic shapes: fake examples have no real storages to compare (aliasing inputs are not rewritten).
+            _dynamic.drop_dead_sym_nodes(gm)
+            return self.backend(gm, list(example_inputs))
         todo = _dealias.plan(gm, example_inputs)
         if todo is None:
             return self.backend(gm, list(example_inputs))

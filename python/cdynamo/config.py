@@ -32,6 +32,11 @@ _OPTIONS = {
     "enable_dynamo_decompositions": (bool, True, "addcmul_/addcdiv_ with value= and add_ with a tensor alpha= are "
                                     "traced as torch._dynamo decomposes them (mul/div, prims.fma, copy_): torch.optim's "
                                     "tensor step sizes stay in the graph; read while tracing"),
+    "automatic_dynamic_shapes": (bool, True, "a recompile caused by a changed size (or int argument) makes that "
+                                 "dimension (or int) dynamic: the frame compiles once more with symbolic sizes"),
+    "assume_static_by_default": (bool, True, "dimensions are static until their size changes or they are marked "
+                                 "dynamic; False: every dimension (and int argument) is dynamic from the first "
+                                 "compile, as compile(dynamic=True)"),
     "traceable_tensor_subclasses": (set, set(), "accepted, not read (deprecated and unused in torch._dynamo too)"),
 }
 _ALIASES = {"cache_size_limit": "recompile_limit", "accumulated_cache_size_limit": "accumulated_recompile_limit"}

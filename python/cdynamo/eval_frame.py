@@ -6,7 +6,7 @@ import types
 
 import torch
 
-from . import _callback, _core
+from . import _callback, _core, _dynamic
 from .backends.registry import lookup_backend
 
 
@@ -342,6 +342,7 @@ def reset():
     cdynamo.utils.counters are kept, as torch._dynamo.reset() keeps torch._dynamo.utils.counters."""
     _core.C().reset()
     _callback.clear_state()
+    _dynamic.clear_state()
 
 
 class OptimizedModule(torch.nn.Module):

@@ -1,0 +1,96 @@
+// symbolic.cpp — owns symbolic numbers of traces with dynamic shapes: sizes read from fake tensors as graph nodes
+// (x.size(0), x.numel()) and operators on them (SymNum values).
+#include "interp/torch_rules.h"
+#include "interp/tracer.h"
+
+namespace cdynamo::interp {
+
+namespace {
+
+// True for torch.SymInt / SymBool / SymFloat objects (borrowed).
+bool is_symbolic_number(py::handle o) {
+  auto& refs = PyRefs::get();
+  static PyObject* types = py::make_tuple(refs.torch.attr("SymInt"), refs.torch.attr("SymBool"),
+                                          refs.torch.attr("SymFloat")).release().ptr();  // process lifetime
+  return PyObject_IsInstance(o.ptr(), types) == 1;
+}
+
+bool is_plain_number(const ValuePtr& v) {
+  if (!v->is_const()) return false;
+  PyObject* o = v->obj.ptr();
+  return PyLong_Check(o) || PyFloat_Check(o);  // bool is an int
+}
+
+}  // namespace
+// The plain number a symbolic one has now: bool(SymBool), int(SymInt), float(SymFloat); the ShapeEnv guards it.
+py::object plain_number(py::handle example) {
+  auto& refs = PyRefs::get();
+  static PyObject* sym_bool = py::object(refs.torch.attr("SymBool")).release().ptr();    // process lifetime
+  static PyObject* sym_float = py::object(refs.torch.attr("SymFloat")).release().ptr();  // process lifetime
+  if (PyObject_IsInstance(example.ptr(), sym_bool) == 1) {
+    int r = PyObject_IsTrue(example.ptr());
+    if (r < 0) throw py::error_already_set();
+    return py::bool_(r == 1);
+  }
+  if (PyObject_IsInstance(example.ptr(), sym_float) == 1) return py::reinterpret_steal<py::object>(PyNumber_Float(example.ptr()));
+  PyObject* i = PyNumber_Index(example.ptr());  // new reference
+  if (!i) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(i);
+}
+
+ValuePtr Tracer::sym_operator(py::handle op, const std::vector<ValuePtr>& args) {
+  std::string name = py::str(op.attr("__name__")).cast<std::string>();
+  std::vector<graph::Arg> gargs;
+  py::tuple ex(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!args[i]->is_sym() && !is_plain_number(args[i]))
+      unsupported("operator." + name + " between a symbolic size and " + args[i]->describe());
+    gargs.push_back(to_arg(args[i]));
+    ex[i] = to_example(args[i]);
+  }
+  py::object result;
+  try {
+    result = op(*ex);
+  } catch (py::error_already_set& e) {
+    unsupported("operator." + name + " on symbolic sizes: " + std::string(e.what()));
+  }
+  if (!is_symbolic_number(result)) {
+    if (!is_constant_object(result)) unsupported("operator." + name + " on symbolic sizes returned a non-constant");
+    return Value::constant(result);
+  }
+  graph::Node* n = graph.call_function(py::reinterpret_borrow<py::object>(op), std::move(gargs), {}, result);
+  return Value::sym_num(n, result);
+}
+
+ValuePtr Tracer::metadata_value(const ValuePtr& self, const std::string& name, const std::vector<ValuePtr>& args,
+                                py::handle result) {
+  if (is_constant_object(result)) return Value::constant(py::reinterpret_borrow<py::object>(result));
+  if (!dynamic() || !self->is_tensor()) unsupported("Tensor." + name + " returned a non-constant");
+  // x.size() / x.shape / x.stride(): a tuple of per-dimension values, each a constant or read by x.size(d).
+  const bool per_dim = name == "size" || name == "shape" || name == "stride";
+  if (per_dim && args.empty() && PyTuple_Check(result.ptr())) {
+    const std::string method = name == "shape" ? "size" : name;
+    std::vector<ValuePtr> items;
+    py::tuple t = py::reinterpret_borrow<py::tuple>(result);
+    for (size_t d = 0; d < t.size(); ++d) {
+      py::object item = t[d];
+      if (!is_symbolic_number(item)) {
+        items.push_back(Value::constant(item));
+        continue;
+      }
+      graph::Node* n = graph.call_method(method, {to_arg(self), graph::Arg::constant(py::int_(d))}, {}, item);
+      items.push_back(Value::sym_num(n, item));
+    }
+    return Value::tuple(std::move(items));
+  }
+  if (is_symbolic_number(result)) {
+    std::vector<graph::Arg> gargs{to_arg(self)};
+    for (const auto& a : args) gargs.push_back(to_arg(a));
+    const std::string method = name == "shape" ? "size" : name;
+    graph::Node* n = graph.call_method(method, std::move(gargs), {}, py::reinterpret_borrow<py::object>(result));
+    return Value::sym_num(n, py::reinterpret_borrow<py::object>(result));
+  }
+  unsupported("Tensor." + name + " returned " + std::string(Py_TYPE(result.ptr())->tp_name) + " with symbolic sizes");
+}
+
+}  // namespace cdynamo::interp

@@ -1,0 +1,400 @@
+# _dynamic.py — owns dynamic shapes on the Python side: which dimensions are dynamic (automatic dynamic frame state,
+# mark_dynamic / mark_static, compile(dynamic=...)), fake tensors under torch's ShapeEnv for one trace, and the
+# SHAPE_ENV guard spec made from that ShapeEnv after the trace.
+"""Dynamic shapes, as torch._dynamo has them.
+
+A frame is traced with static shapes (meta examples) until one of its inputs shows a dimension whose size changed
+between compiles (``config.automatic_dynamic_shapes``), a dimension marked with :func:`mark_dynamic`, or
+``compile(dynamic=True)``. Such a frame is traced with fake tensors whose dynamic sizes are symbols of a
+``torch.fx.experimental.symbolic_shapes.ShapeEnv``; what the trace decided about them (``s0 > 4`` in a branch,
+``s0 == s1`` in a ``cat``) is guarded after it.
+"""
+import dataclasses
+import weakref
+
+import torch
+
+from . import config
+
+# (file, first line, name) of a code object -> {source name: _SeenTensor | _SeenInt}; cleared by cdynamo.reset().
+# Keyed by name, not identity: a recompiled frame makes its continuations (__resume_at_<offset>_c<n>) anew.
+_frame_state = {}
+
+
+def _code_key(code):
+    return (code.co_filename, code.co_firstlineno, code.co_name)
+
+
+def clear_state():
+    _frame_state.clear()
+
+
+@dataclasses.dataclass
+class _SeenTensor:
+    sizes: list  # per dimension: the size seen at every compile so far, or None once it changed (dynamic)
+
+
+@dataclasses.dataclass
+class _SeenInt:
+    value: object  # the int seen at every compile so far, or None once it changed (dynamic)
+
+
+# --- marks on tensors (torch._dynamo's attribute names, so torch._dynamo.mark_dynamic is honoured too) ---
+
+def _check_dim(t, dim):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"expected a torch.Tensor, got {type(t).__name__}")
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise TypeError(f"dim must be an int, got {type(dim).__name__}")
+    if not -t.dim() <= dim < max(t.dim(), 1):
+        raise IndexError(f"dimension {dim} out of range for a tensor of {t.dim()} dimensions")
+    return dim % t.dim()
+
+
+def _dims(t, index):
+    if isinstance(index, (list, tuple)):
+        return [_check_dim(t, d) for d in index]
+    return [_check_dim(t, index)]
+
+
+def mark_dynamic(t, index, *, min=None, max=None):
+    """Mark dimension(s) ``index`` of ``t`` dynamic: the first compile that sees ``t`` gives them symbolic sizes
+    (never specialised on 0/1 by duck sizing), with ``min`` / ``max`` as the symbol's range when given."""
+    for d in _dims(t, index):
+        if not hasattr(t, "_dynamo_dynamic_indices"):
+            t._dynamo_dynamic_indices = set()
+        t._dynamo_dynamic_indices.add(d)
+        if min is not None or max is not None:
+            if not hasattr(t, "_cdynamo_dynamic_range"):
+                t._cdynamo_dynamic_range = {}
+            t._cdynamo_dynamic_range[d] = (min, max)
+
+
+def maybe_mark_dynamic(t, index):
+    """Mark dimension(s) ``index`` of ``t`` dynamic if the trace lets it be; a trace that needs a static size
+    specialises it without error."""
+    for d in _dims(t, index):
+        if not hasattr(t, "_dynamo_weak_dynamic_indices"):
+            t._dynamo_weak_dynamic_indices = set()
+        t._dynamo_weak_dynamic_indices.add(d)
+
+
+def mark_static(t, index=None):
+    """Keep dimension(s) ``index`` of ``t`` (all of them when None) static, even after its size changed."""
+    dims = range(t.dim()) if index is None else _dims(t, index)
+    if not hasattr(t, "_dynamo_static_indices"):
+        t._dynamo_static_indices = set()
+    t._dynamo_static_indices.update(dims)
+
+
+def _marked(t, attr):
+    return getattr(t, attr, None) or ()
+
+
+# --- which dimensions of an input are dynamic ---
+
+def _wants_dynamic(cb_dynamic):
+    return cb_dynamic is True or (cb_dynamic is None and not config.assume_static_by_default)
+
+
+def _dims_for(code, cb_dynamic, name, t):
+    """Per dimension of tensor input ``name``: "static", "auto" (automatic dynamic), "duck" (dynamic=True) or
+    "dynamic" (mark_dynamic); records what this compile saw of it in the code's frame state."""
+    state = _frame_state.setdefault(_code_key(code), {})
+    sizes = list(t.shape)
+    seen = state.get(name)
+    if not isinstance(seen, _SeenTensor) or len(seen.sizes) != len(sizes):
+        seen = state[name] = _SeenTensor(list(sizes))
+    elif cb_dynamic is not False and config.automatic_dynamic_shapes:
+        seen.sizes = [None if old is None or old != new else old for old, new in zip(seen.sizes, sizes)]
+    marked = set(_marked(t, "_dynamo_dynamic_indices")) | set(_marked(t, "_dynamo_weak_dynamic_indices"))
+    static = set(_marked(t, "_dynamo_static_indices"))
+    out = []
+    for d in range(len(sizes)):
+        if d in static or cb_dynamic is False:
+            out.append("static")
+        elif d in marked:
+            out.append("dynamic")
+        elif _wants_dynamic(cb_dynamic):
+            out.append("duck")  # dynamic=True: equal sizes share a symbol (duck sizing), as in torch._dynamo
+        elif seen.sizes[d] is None:
+            out.append("auto")  # automatic dynamic: a symbol of its own (torch._dynamo does not duck-size these)
+        else:
+            out.append("static")
+    return out
+
+
+def observe_tensor(code, cb_dynamic, t, name):
+    """For a static trace: records ``t`` (tensor input ``name``) in the frame state; True when some dimension of it
+    is dynamic now (the trace must start again with fake tensors)."""
+    return any(k != "static" for k in _dims_for(code, cb_dynamic, name, t))
+
+
+def _int_dynamic(code, cb_dynamic, name, value):
+    state = _frame_state.setdefault(_code_key(code), {})
+    seen = state.get(name)
+    if not isinstance(seen, _SeenInt):
+        state[name] = _SeenInt(value)
+        return _wants_dynamic(cb_dynamic)
+    if cb_dynamic is not False and config.automatic_dynamic_shapes and seen.value != value:
+        seen.value = None
+    return cb_dynamic is not False and (seen.value is None or _wants_dynamic(cb_dynamic))
+
+
+def observe_int(code, cb_dynamic, value, name):
+    """For a static trace: records int input ``name``; True when it is dynamic now."""
+    return _int_dynamic(code, cb_dynamic, name, value)
+
+
+def frame_is_dynamic(code, cb_dynamic):
+    """Whether a trace of ``code`` starts with fake tensors: some input of it was dynamic in an earlier compile,
+    or compile(dynamic=True)."""
+    if cb_dynamic is False:
+        return False
+    if _wants_dynamic(cb_dynamic):
+        return True
+    state = _frame_state.get(_code_key(code))
+    if not state:
+        return False
+    for seen in state.values():
+        if isinstance(seen, _SeenTensor) and None in seen.sizes:
+            return True
+        if isinstance(seen, _SeenInt) and seen.value is None:
+            return True
+    return False
+
+
+def has_fake(values):
+    """Whether some of ``values`` is a fake tensor or a symbolic number (the example inputs of a dynamic graph)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return any(isinstance(v, (FakeTensor, torch.SymInt, torch.SymFloat, torch.SymBool)) for v in values)
+
+
+def drop_dead_sym_nodes(gm):
+    """Removes the graph's size computations nothing uses (a comparison the trace only branched on, a size read for
+    a slice that became a constant), as torch._dynamo's dead-code pass does; returns how many."""
+    dropped = 0
+    for node in reversed(list(gm.graph.nodes)):
+        if node.op in ("call_function", "call_method") and not node.users and \
+                isinstance(node.meta.get("example_value"), (torch.SymInt, torch.SymBool, torch.SymFloat)):
+            gm.graph.erase_node(node)
+            dropped += 1
+    if dropped:
+        gm.recompile()
+    return dropped
+
+
+# --- one trace with fake tensors ---
+
+class _Source(torch._guards.Source):
+    """A frame source as torch's ShapeEnv names it in guards and messages ("L['x']")."""
+
+    def __init__(self, text):
+        self._text = text
+
+    @property
+    def name(self):
+        return self._text
+
+    def guard_source(self):
+        return torch._guards.GuardSource.LOCAL
+
+    def __eq__(self, other):
+        return isinstance(other, _Source) and other._text == self._text
+
+    def __hash__(self):
+        return hash(self._text)
+
+    def __repr__(self):
+        return self._text
+
+
+class TraceShapes:
+    """The ShapeEnv and fake mode of one trace of ``code``; the C++ tracer asks it for the fake example of each
+    tensor input (``fake``), the symbol of each dynamic int input (``symint``), and after the trace for the guards
+    (``guard_spec``)."""
+
+    def __init__(self, code, cb_dynamic):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+        self.code = code
+        self.cb_dynamic = cb_dynamic
+        self.shape_env = ShapeEnv()
+        self.fake_mode = FakeTensorMode(shape_env=self.shape_env, allow_non_fake_inputs=True)
+        self.inputs = []  # (kind "tensor" | "int", fake or SymInt or int) per graph input, in C++'s order
+
+    def fake(self, t, name):
+        """The fake example of tensor input ``name`` (its dynamic dimensions symbolic)."""
+        from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
+
+        kinds = _dims_for(self.code, self.cb_dynamic, name, t)
+        table = {"static": DimDynamic.STATIC, "duck": DimDynamic.DUCK, "auto": DimDynamic.DYNAMIC,
+                 "dynamic": DimDynamic.DYNAMIC}
+        ctx = StatelessSymbolicContext(dynamic_sizes=[table[k] for k in kinds])
+        fake = self.fake_mode.from_tensor(t, symbolic_context=ctx, source=_Source(name))
+        ranges = getattr(t, "_cdynamo_dynamic_range", None)
+        if ranges:
+            for d, (lo, hi) in ranges.items():
+                s = fake.shape[d]
+                if isinstance(s, torch.SymInt):
+                    self._constrain(s, lo, hi)
+        return fake
+
+    def _constrain(self, s, lo, hi):
+        from torch.fx.experimental.symbolic_shapes import ValueRanges
+        import sympy
+
+        sym = s.node.expr
+        if not isinstance(sym, sympy.Symbol):
+            return
+        vr = self.shape_env.var_to_range[sym]
+        lower = vr.lower if lo is None else max(vr.lower, lo)
+        upper = vr.upper if hi is None else min(vr.upper, hi)
+        self.shape_env.var_to_range[sym] = ValueRanges(lower, upper)
+
+    def symint(self, value, name):
+        """A SymInt for dynamic int input ``name`` (0 and 1 stay constants, as in torch._dynamo), or the int."""
+        from torch.fx.experimental.symbolic_shapes import DimDynamic
+
+        if not _int_dynamic(self.code, self.cb_dynamic, name, value):
+            return value
+        return self.shape_env.create_unspecified_symint_and_symbol(value, _Source(name), DimDynamic.DYNAMIC)
+
+    def enter(self):
+        return self.fake_mode.__enter__()
+
+    def exit(self):
+        self.fake_mode.__exit__(None, None, None)
+
+    def guard_spec(self, inputs):
+        """The SHAPE_ENV guard of this trace, over ``inputs``: per graph input (in C++'s order) a (source text,
+        example) pair, the example a fake tensor, a SymInt or an int. Returns (slots, programs, fallback, texts,
+        masks): slots are (input index, "size" | "stride" | "offset" | "int", dim); every program must hold (on
+        the slots' values); `fallback` checks what could not be lowered (or None); masks are per input the
+        (sizes, strides) bit masks of the dimensions TENSOR_MATCH must not check."""
+        from ._shape_lower import lower
+        import sympy
+
+        slots, slot_exprs, texts_of_slot = [], [], []
+        symbol_slot = {}
+        masks = []
+
+        def add_slot(i, kind, dim, value, text):
+            # The input's own expression (its symbol), before the ShapeEnv's replacements: the guards speak of
+            # the symbols as they were made (s1 == s0 is a guard, not a renaming).
+            expr = value.node._expr if isinstance(value, torch.SymInt) else sympy.Integer(value)
+            k = len(slots)
+            slots.append((i, kind, dim))
+            slot_exprs.append(expr)
+            texts_of_slot.append(text)
+            if isinstance(expr, sympy.Symbol) and expr not in symbol_slot:
+                symbol_slot[expr] = k
+            return k
+
+        for i, (name, ex) in enumerate(inputs):
+            size_mask = stride_mask = 0
+            if isinstance(ex, torch.Tensor):
+                for d, s in enumerate(ex.shape):
+                    if isinstance(s, torch.SymInt):
+                        size_mask |= 1 << d
+                        add_slot(i, "size", d, s, f"{name}.size()[{d}]")
+                for d, s in enumerate(ex.stride()):
+                    if isinstance(s, torch.SymInt):
+                        stride_mask |= 1 << d
+                        add_slot(i, "stride", d, s, f"{name}.stride()[{d}]")
+                off = ex.storage_offset()
+                if isinstance(off, torch.SymInt):
+                    add_slot(i, "offset", 0, off, f"{name}.storage_offset()")
+            elif isinstance(ex, torch.SymInt):
+                add_slot(i, "int", 0, ex, name)
+            masks.append((size_mask, stride_mask))
+
+        names = {sym: texts_of_slot[k] for sym, k in symbol_slot.items()}
+
+        def show(expr):
+            return str(expr.xreplace({sym: sympy.Symbol(n) for sym, n in names.items()}))
+
+        exprs, texts, leftover = [], [], []
+
+        def need(expr, text):
+            prog = lower(expr, symbol_slot)
+            if prog is None:
+                leftover.append(expr)
+            else:
+                exprs.append(prog)
+            texts.append(text)
+
+        # Each slot whose value is not the symbol it defines: its value relates to the symbols (duck sizing,
+        # strides of a contiguous tensor, a dimension specialised to a constant).
+        for k, expr in enumerate(slot_exprs):
+            if symbol_slot.get(expr) == k:
+                continue
+            prog = lower(expr, symbol_slot)
+            text = f"{texts_of_slot[k]} == {show(expr)}"
+            if prog is None:
+                leftover.append(("slot", k, expr))
+            else:
+                exprs.append(("eq", ("slot", k), prog))
+            texts.append(text)
+        # Each symbol's range (2 <= s0 after 0/1 specialisation; mark_dynamic's min / max).
+        for sym, k in symbol_slot.items():
+            vr = self.shape_env.var_to_range.get(sym)
+            if vr is None:
+                continue
+            lo, hi = vr.lower, vr.upper
+            if isinstance(lo, sympy.Integer) and int(lo) > -(2 ** 62):
+                exprs.append(("le", ("int", int(lo)), ("slot", k)))
+                texts.append(f"{int(lo)} <= {texts_of_slot[k]}")
+            if isinstance(hi, sympy.Integer) and int(hi) < 2 ** 62:
+                exprs.append(("le", ("slot", k), ("int", int(hi))))
+                texts.append(f"{texts_of_slot[k]} <= {int(hi)}")
+        # What the trace decided about the symbols (branches, broadcasting, specialisations).
+        for g in self.shape_env.guards:
+            expr = g.expr
+            if expr is sympy.true:
+                continue
+            need(expr, show(expr))
+
+        fallback = None
+        if leftover:
+            fallback = _make_fallback(leftover, symbol_slot)
+        return slots, exprs, fallback, texts, masks
+
+
+def _no_capture(fn):
+    """``fn`` run with capture off: a guard's fallback runs sympy inside the frame hook, whose frames must not be
+    compiled."""
+    from .eval_frame import disable
+
+    return disable(fn)
+
+
+def _make_fallback(leftover, symbol_slot):
+    """A check of the expressions ``lower`` could not turn into programs, by sympy substitution (slow, rare)."""
+    import sympy
+
+    @_no_capture
+    def check(values):
+        env = {sym: sympy.Integer(values[k]) for sym, k in symbol_slot.items()}
+        for item in leftover:
+            if isinstance(item, tuple):
+                _, k, expr = item
+                if sympy.Integer(values[k]) != expr.xreplace(env):
+                    return False
+            elif not bool(item.xreplace(env)):
+                return False
+        return True
+
+    return check
+
+
+def begin(code, cb_dynamic):
+    """A TraceShapes for a trace of ``code`` that starts with fake tensors, or None for a static trace."""
+    return TraceShapes(code, cb_dynamic) if frame_is_dynamic(code, cb_dynamic) else None
+
+
+def begin_restart(code, cb_dynamic):
+    """A TraceShapes for a trace started again because a static trace met a dynamic input."""
+    return TraceShapes(code, cb_dynamic)
