@@ -144,6 +144,8 @@ bool foldable(const ValuePtr& v) {
 
 ValuePtr Tracer::fold_call(py::handle f, const std::string& what, const std::vector<ValuePtr>& args,
                            const std::vector<std::pair<std::string, ValuePtr>>& kwargs) {
+  if (kwargs.empty())
+    if (ValuePtr r = sym_builtin(f, args)) return r;  // int(), max(), math.sqrt() of a symbolic size
   // Only values that cannot change or be consumed by the call (constants, classes, functions, modules)
   // are folded: an iterator, a user object or a dict folded at trace time would be used up or go stale
   // (`list(enumerate(...))`, a global dict read by the graph).
@@ -626,6 +628,8 @@ ValuePtr Tracer::apply_operator(py::handle op, std::vector<ValuePtr> args) {
   bool tensors = false;
   for (const auto& a : args) tensors |= any_tensor(a);
   std::string name = py::str(op.attr("__name__")).cast<std::string>();
+  if (args.size() == 2 && (name == "eq" || name == "ne"))
+    if (ValuePtr r = sym_tuple_compare(name, args[0], args[1])) return r;
   if (args.size() == 2) {
     bool containers = false;
     for (const auto& a : args)

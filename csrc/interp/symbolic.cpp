@@ -62,6 +62,66 @@ ValuePtr Tracer::sym_operator(py::handle op, const std::vector<ValuePtr>& args) 
   return Value::sym_num(n, result);
 }
 
+ValuePtr Tracer::sym_builtin(py::handle f, const std::vector<ValuePtr>& args) {
+  bool any = false;
+  for (const auto& a : args) any |= a->is_sym();
+  if (!any) return nullptr;
+  auto& refs = PyRefs::get();
+  static const struct {
+    const char* module;
+    const char* name;
+    const char* torch_fn;  // torch's symbolic version
+    size_t nargs;
+  } table[] = {{"builtins", "int", "sym_int", 1},   {"builtins", "float", "sym_float", 1},
+               {"builtins", "max", "sym_max", 2},   {"builtins", "min", "sym_min", 2},
+               {"math", "sqrt", "_sym_sqrt", 1}};
+  for (const auto& e : table) {
+    if (args.size() != e.nargs) continue;
+    py::object real = py::module_::import(e.module).attr(e.name);
+    if (!real.is(f)) continue;
+    if (e.nargs == 1 && std::string(e.name) == "int" && args[0]->is_sym() &&
+        PyObject_IsInstance(args[0]->sym().example.ptr(), py::object(refs.torch.attr("SymInt")).ptr()) == 1)
+      return args[0];  // int() of a SymInt is itself
+    for (const auto& a : args)
+      if (!a->is_sym() && !is_plain_number(a)) return nullptr;
+    return sym_operator(refs.torch.attr(e.torch_fn), args);
+  }
+  if (args.size() == 1 && f.is(refs.builtins.attr("abs"))) return sym_operator(refs.operator_mod.attr("abs"), args);
+  return nullptr;
+}
+
+ValuePtr Tracer::sym_tuple_compare(const std::string& name, const ValuePtr& a, const ValuePtr& b) {
+  auto items_of = [](const ValuePtr& v, std::vector<ValuePtr>& out) {
+    if (v->kind == VKind::Tuple) {
+      out = v->items;
+      return true;
+    }
+    if (v->is_const() && PyTuple_Check(v->obj.ptr())) {
+      for (auto i : py::reinterpret_borrow<py::tuple>(v->obj)) out.push_back(Value::constant(py::reinterpret_borrow<py::object>(i)));
+      return true;
+    }
+    return false;
+  };
+  std::vector<ValuePtr> x, y;
+  if (!items_of(a, x) || !items_of(b, y)) return nullptr;
+  bool any = false;
+  for (const auto* side : {&x, &y})
+    for (const auto& i : *side) {
+      if (!i->is_sym() && !is_plain_number(i)) return nullptr;
+      any |= i->is_sym();
+    }
+  if (!any) return nullptr;
+  bool equal = x.size() == y.size();
+  for (size_t k = 0; equal && k < x.size(); ++k) {
+    py::object r = to_example(x[k]).attr("__eq__")(to_example(y[k]));
+    if (r.is(py::handle(Py_NotImplemented))) r = to_example(y[k]).attr("__eq__")(to_example(x[k]));
+    int t = PyObject_IsTrue(r.ptr());  // a SymBool: the ShapeEnv guards the answer
+    if (t < 0) throw py::error_already_set();
+    equal = t == 1;
+  }
+  return Value::constant(py::bool_(name == "eq" ? equal : !equal));
+}
+
 ValuePtr Tracer::metadata_value(const ValuePtr& self, const std::string& name, const std::vector<ValuePtr>& args,
                                 py::handle result) {
   if (is_constant_object(result)) return Value::constant(py::reinterpret_borrow<py::object>(result));
@@ -81,7 +141,9 @@ ValuePtr Tracer::metadata_value(const ValuePtr& self, const std::string& name, c
       graph::Node* n = graph.call_method(method, {to_arg(self), graph::Arg::constant(py::int_(d))}, {}, item);
       items.push_back(Value::sym_num(n, item));
     }
-    return Value::tuple(std::move(items));
+    ValuePtr out = Value::tuple(std::move(items));
+    if (name != "stride") out->obj = PyRefs::get().torch.attr("Size");  // rebuilt as torch.Size((...))
+    return out;
   }
   if (is_symbolic_number(result)) {
     std::vector<graph::Arg> gargs{to_arg(self)};

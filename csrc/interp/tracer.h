@@ -198,6 +198,12 @@ class Tracer {
   // An operator (operator.add, operator.lt, ...) on symbolic numbers and constants: a graph node and a SymNum,
   // or a constant when the result is a plain number.
   ValuePtr sym_operator(py::handle op, const std::vector<ValuePtr>& args);
+  // int() / float() / max() / min() / abs() / math.sqrt() with a symbolic argument: torch's symbolic versions
+  // (torch.sym_int, ...) as graph nodes; nullptr when `f` is none of them or no argument is symbolic.
+  ValuePtr sym_builtin(py::handle f, const std::vector<ValuePtr>& args);
+  // x.shape == y.shape (eq / ne of two tuples holding symbolic sizes): compared item by item on the examples (the
+  // ShapeEnv guards each answer); nullptr when the operands are not such tuples.
+  ValuePtr sym_tuple_compare(const std::string& name, const ValuePtr& a, const ValuePtr& b);
   // The value of a metadata query `name` (size, stride, numel, shape, ...) of tensor `self` whose answer on the
   // example is `result`: a constant when it holds no symbol; else SymNum values read by graph nodes.
   ValuePtr metadata_value(const ValuePtr& self, const std::string& name, const std::vector<ValuePtr>& args,

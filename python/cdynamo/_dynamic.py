@@ -171,6 +171,29 @@ def has_fake(values):
     return any(isinstance(v, (FakeTensor, torch.SymInt, torch.SymFloat, torch.SymBool)) for v in values)
 
 
+def without_donated_buffers(backend, gm, example_inputs):
+    """``backend(gm, example_inputs)`` with aot_autograd's donated buffers off while it compiles (at the backend call
+    and at the first call of what it returns): for graphs with symbolic inputs aot_autograd donates saved buffers to
+    the backward, and a backward(retain_graph=True) then raises where eager does not (fuzz seed 800)."""
+    import torch._functorch.config as functorch_config
+
+    with functorch_config.patch(donated_buffer=False):
+        compiled = backend(gm, example_inputs)
+    first = [True]
+
+    def call(*args):
+        if first[0]:
+            with functorch_config.patch(donated_buffer=False):
+                out = compiled(*args)
+            first[0] = False
+            return out
+        return compiled(*args)
+
+    if hasattr(compiled, "_boxed_call"):
+        call._boxed_call = compiled._boxed_call
+    return call if callable(compiled) else compiled
+
+
 def drop_dead_sym_nodes(gm):
     """Removes the graph's size computations nothing uses (a comparison the trace only branched on, a size read for
     a slice that became a constant), as torch._dynamo's dead-code pass does; returns how many."""

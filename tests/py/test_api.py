@@ -637,7 +637,8 @@ def test_recompile_calls_guard_fail_fn_and_limit_warns():
     fails = []
     cnt = CompileCounter()
     opt = cdynamo.optimize(cnt, guard_fail_fn=fails.append)(toy)
-    with config.patch(recompile_limit=2), warnings.catch_warnings(record=True) as w:
+    # automatic dynamic shapes off: each new size is a recompile (with it, the second size compiles a dynamic graph)
+    with config.patch(recompile_limit=2, automatic_dynamic_shapes=False), warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         for n in (2, 3, 4, 5):
             x = torch.randn(n)

@@ -120,7 +120,8 @@ def test_guard_fail_fn_receives_reason():
 def test_recompile_limit_falls_back_with_one_warning():
     cdynamo.config.recompile_limit = 2
     opt, cnt = compiled(add_one)
-    with warnings.catch_warnings(record=True) as caught:
+    # automatic dynamic shapes off: each new size is a recompile (with it, the second size compiles a dynamic graph)
+    with cdynamo.config.patch(automatic_dynamic_shapes=False), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for n in range(1, 7):
             x = torch.randn(n)
