@@ -374,6 +374,13 @@ std::shared_ptr<CacheEntry> translate_impl(compat::Frame* frame, PyObject* cb, C
       status = tracer->run();
     }
     interp::Tracer& t = *tracer;
+    if (t.user_error) {  // raised to the caller, as torch._dynamo raises it
+      py::tuple e = t.user_error;
+      py::object type = e[0], value = e[1], tb = e[2];
+      // PyErr_Restore steals the three references (release()); a None traceback is passed as NULL.
+      PyErr_Restore(type.release().ptr(), value.release().ptr(), tb.is_none() ? nullptr : tb.release().ptr());
+      return nullptr;
+    }
     if (status == interp::Tracer::Status::Unsupported) {
       const auto& stop = t.stop_info();
       if (strict && t.internal_error) {
@@ -539,7 +546,8 @@ std::shared_ptr<CacheEntry> translate_impl(compat::Frame* frame, PyObject* cb, C
     report(cb, "on_compiled", info);
     return e;
   } catch (py::error_already_set& err) {
-    if (!is_exception(err)) {
+    if (!is_exception(err) ||
+        py::module_::import("cdynamo._dynamic").attr("is_user_error")(err.value()).cast<bool>()) {
       err.restore();
       return nullptr;
     }

@@ -135,6 +135,9 @@ Tracer::Status Tracer::run() {
       stop_.reason = std::string("Python error during tracing: ") + e.what();
       stop_.lineno = lineno_;
       internal_error = true;
+      // An error of the user's request (a mark_dynamic constraint that cannot hold) reaches the caller.
+      if (dynamic() && py::module_::import("cdynamo._dynamic").attr("is_user_error")(e.value()).cast<bool>())
+        user_error = py::make_tuple(e.type(), e.value(), e.trace());
     } catch (const std::exception& e) {
       status_ = Status::Unsupported;
       stop_.reason = std::string("internal error: ") + e.what();

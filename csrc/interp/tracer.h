@@ -192,6 +192,8 @@ class Tracer {
   bool dynamic() const { return static_cast<bool>(shapes); }
   // A static trace met an input that is dynamic now: translate traces the frame again with fake tensors.
   bool restart_dynamic = false;
+  // (type, value, traceback) of an error the compile must raise to the caller (ConstraintViolationError), or empty.
+  py::object user_error;
   // The plain Python number a SymNum stands for now (the ShapeEnv records the guard that keeps it so); a Tuple
   // holding SymNums with them replaced; any other value unchanged.
   ValuePtr specialize(const ValuePtr& v);

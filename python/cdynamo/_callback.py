@@ -101,9 +101,7 @@ class Callback:
         if _dynamic.has_fake(example_inputs):
             # Dynamic shapes: fake examples have no real storages to compare (aliasing inputs are not rewritten).
             _dynamic.drop_dead_sym_nodes(gm)
-            # aot_autograd donates saved buffers to the backward of graphs with symbolic inputs (fuzz seed 800),
-            # which makes backward(retain_graph=True) raise where eager does not: off while this graph compiles.
-            return _dynamic.without_donated_buffers(self.backend, gm, list(example_inputs))
+            return self.backend(gm, list(example_inputs))
         todo = _dealias.plan(gm, example_inputs)
         if todo is None:
             return self.backend(gm, list(example_inputs))

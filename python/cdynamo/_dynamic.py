@@ -171,29 +171,6 @@ def has_fake(values):
     return any(isinstance(v, (FakeTensor, torch.SymInt, torch.SymFloat, torch.SymBool)) for v in values)
 
 
-def without_donated_buffers(backend, gm, example_inputs):
-    """``backend(gm, example_inputs)`` with aot_autograd's donated buffers off while it compiles (at the backend call
-    and at the first call of what it returns): for graphs with symbolic inputs aot_autograd donates saved buffers to
-    the backward, and a backward(retain_graph=True) then raises where eager does not (fuzz seed 800)."""
-    import torch._functorch.config as functorch_config
-
-    with functorch_config.patch(donated_buffer=False):
-        compiled = backend(gm, example_inputs)
-    first = [True]
-
-    def call(*args):
-        if first[0]:
-            with functorch_config.patch(donated_buffer=False):
-                out = compiled(*args)
-            first[0] = False
-            return out
-        return compiled(*args)
-
-    if hasattr(compiled, "_boxed_call"):
-        call._boxed_call = compiled._boxed_call
-    return call if callable(compiled) else compiled
-
-
 def drop_dead_sym_nodes(gm):
     """Removes the graph's size computations nothing uses (a comparison the trace only branched on, a size read for
     a slice that became a constant), as torch._dynamo's dead-code pass does; returns how many."""
@@ -247,6 +224,7 @@ class TraceShapes:
         self.shape_env = ShapeEnv()
         self.fake_mode = FakeTensorMode(shape_env=self.shape_env, allow_non_fake_inputs=True)
         self.inputs = []  # (kind "tensor" | "int", fake or SymInt or int) per graph input, in C++'s order
+        self._marked = []  # (source name, dim, its size on the fake) for each mark_dynamic dimension
 
     def fake(self, t, name):
         """The fake example of tensor input ``name`` (its dynamic dimensions symbolic)."""
@@ -256,13 +234,18 @@ class TraceShapes:
         table = {"static": DimDynamic.STATIC, "duck": DimDynamic.DUCK, "auto": DimDynamic.DYNAMIC,
                  "dynamic": DimDynamic.DYNAMIC}
         ctx = StatelessSymbolicContext(dynamic_sizes=[table[k] for k in kinds])
+        ranges = getattr(t, "_cdynamo_dynamic_range", None) or {}
+        for d, (lo, hi) in ranges.items():
+            size = t.shape[d]
+            if (lo is not None and size < lo) or (hi is not None and size > hi):
+                raise _constraint_error(f"{name}.size()[{d}] = {size} is not in range [{lo}, {hi}] given to "
+                                        f"mark_dynamic")
         fake = self.fake_mode.from_tensor(t, symbolic_context=ctx, source=_Source(name))
-        ranges = getattr(t, "_cdynamo_dynamic_range", None)
-        if ranges:
-            for d, (lo, hi) in ranges.items():
-                s = fake.shape[d]
-                if isinstance(s, torch.SymInt):
-                    self._constrain(s, lo, hi)
+        for d, (lo, hi) in ranges.items():
+            s = fake.shape[d]
+            if isinstance(s, torch.SymInt):
+                self._constrain(s, lo, hi)
+        self._marked.extend((name, d, fake.shape[d]) for d, k in enumerate(kinds) if k == "dynamic")
         return fake
 
     def _constrain(self, s, lo, hi):
@@ -276,6 +259,24 @@ class TraceShapes:
         lower = vr.lower if lo is None else max(vr.lower, lo)
         upper = vr.upper if hi is None else min(vr.upper, hi)
         self.shape_env.var_to_range[sym] = ValueRanges(lower, upper)
+
+    def _check_marked(self):
+        """mark_dynamic dimensions the trace made static (a branch on `x.shape[0] == 4`, a view needing one size)
+        raise ConstraintViolationError, as under torch._dynamo."""
+        import sympy
+
+        for name, d, s in self._marked:
+            if not isinstance(s, torch.SymInt):
+                raise _constraint_error(f"{name}.size()[{d}] was marked dynamic but is {s} (sizes 0 and 1 are "
+                                        f"specialised)")
+            sym = s.node._expr
+            value = self.shape_env.replacements.get(sym) if isinstance(sym, sympy.Symbol) else None
+            vr = self.shape_env.var_to_range.get(sym) if isinstance(sym, sympy.Symbol) else None
+            if isinstance(value, sympy.Integer) or (vr is not None and vr.lower == vr.upper):
+                fixed = value if value is not None else vr.lower
+                raise _constraint_error(f"{name}.size()[{d}] was marked dynamic, but the traced code specialised it "
+                                        f"to the constant {fixed}; remove mark_dynamic or the code that needs a "
+                                        f"static size")
 
     def symint(self, value, name):
         """A SymInt for dynamic int input ``name`` (0 and 1 stay constants, as in torch._dynamo), or the int."""
@@ -300,6 +301,7 @@ class TraceShapes:
         from ._shape_lower import lower
         import sympy
 
+        self._check_marked()
         slots, slot_exprs, texts_of_slot = [], [], []
         symbol_slot = {}
         masks = []
@@ -384,6 +386,19 @@ class TraceShapes:
         if leftover:
             fallback = _make_fallback(leftover, symbol_slot)
         return slots, exprs, fallback, texts, masks
+
+
+def _constraint_error(msg):
+    from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
+
+    return ConstraintViolationError(msg)
+
+
+def is_user_error(exc):
+    """Errors of the user's request that a compile reports to the caller instead of running the frame as Python."""
+    from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
+
+    return isinstance(exc, ConstraintViolationError)
 
 
 def _no_capture(fn):

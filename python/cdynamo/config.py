@@ -32,10 +32,8 @@ _OPTIONS = {
     "enable_dynamo_decompositions": (bool, True, "addcmul_/addcdiv_ with value= and add_ with a tensor alpha= are "
                                     "traced as torch._dynamo decomposes them (mul/div, prims.fma, copy_): torch.optim's "
                                     "tensor step sizes stay in the graph; read while tracing"),
-    "automatic_dynamic_shapes": (bool, False, "a recompile caused by a changed size (or int argument) makes that "
-                                 "dimension (or int) dynamic: the frame compiles once more with symbolic sizes. "
-                                 "torch._dynamo's default is True; cdynamo's stays False until the aot_eager fuzz "
-                                 "failure with symbolic graphs (seed 800, issue 14 note) is fixed"),
+    "automatic_dynamic_shapes": (bool, True, "a recompile caused by a changed size (or int argument) makes that "
+                                 "dimension (or int) dynamic: the frame compiles once more with symbolic sizes"),
     "assume_static_by_default": (bool, True, "dimensions are static until their size changes or they are marked "
                                  "dynamic; False: every dimension (and int argument) is dynamic from the first "
                                  "compile, as compile(dynamic=True)"),

@@ -43,8 +43,6 @@ KNOWN_GAPS = {
     "capture_scalar_outputs": "config.capture_scalar_outputs is not honoured: .item() is a graph break",
     "reshape_raises_for_odd": "a frame whose graph raised is recompiled where torch._dynamo keeps its entry",
     "returns_shape": "counters['frames']['ok'] counts the dynamic recompile differently from torch._dynamo",
-    "forced_specialisation": "mark_dynamic does not raise ConstraintViolationError when the trace specialises",
-    "size_above_max": "mark_dynamic(max=) is a guard, not a ConstraintViolationError on the first call",
 }
 
 
