@@ -22,7 +22,10 @@ _frame_state = {}
 
 
 def _code_key(code):
-    return (code.co_filename, code.co_firstlineno, code.co_name)
+    name = code.co_name
+    if name.startswith("__resume_at_"):  # __resume_at_<offset>_c<n>: <n> counts compiles, the offset is the place
+        name = name.rsplit("_c", 1)[0]
+    return (code.co_filename, code.co_firstlineno, name)
 
 
 def clear_state():

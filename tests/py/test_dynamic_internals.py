@@ -1,0 +1,191 @@
+# test_dynamic_internals.py — owns tests of how cdynamo's dynamic shapes work inside: the graph a dynamic frame
+# gives its backend (size nodes, symbolic slices, int placeholders, sizes as outputs), the guards it installs
+# (TENSOR_MATCH masks, SHAPE_ENV relations and their failure reasons), specialisation, and the frame state.
+import torch
+import torch._dynamo
+import torch._dynamo.testing
+
+import cdynamo
+from cdynamo import _dynamic
+
+
+class Graphs:
+    """A backend that keeps each graph and its example inputs and runs the graph as it is."""
+
+    def __init__(self):
+        self.gms, self.examples = [], []
+
+    def __call__(self, gm, example_inputs):
+        self.gms.append(gm)
+        self.examples.append(list(example_inputs))
+        return gm.forward
+
+
+def dynamo_count(fn, calls):
+    torch._dynamo.reset()
+    cnt = torch._dynamo.testing.CompileCounter()
+    opt = torch.compile(fn, backend=cnt)
+    for args in calls:
+        opt(*args)
+    torch._dynamo.reset()
+    return cnt.frame_count
+
+
+def run(fn, calls, **kw):
+    cdynamo.reset()
+    g = Graphs()
+    opt = cdynamo.optimize(g, **kw)(fn)
+    for args in calls:
+        torch.testing.assert_close(opt(*args), fn(*args))
+    return g
+
+
+def half(x):
+    return x[: x.shape[0] // 2] * 2
+
+
+def test_slice_by_size_is_symbolic_in_the_second_graph():
+    calls = [(torch.randn(n, 3),) for n in (4, 6, 8, 10, 12)]
+    g = run(half, calls)
+    assert len(g.gms) == 2 == dynamo_count(half, calls)
+    code = g.gms[1].code
+    assert "size = x.size(0)" in code and "floordiv" in code and "slice(None, floordiv, None)" in code, code
+    # the first graph is static: the slice bound is a constant
+    assert "slice(None, 2, None)" in g.gms[0].code, g.gms[0].code
+
+
+def test_dynamic_graph_gets_fake_examples_with_symbolic_sizes():
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    g = run(half, [(torch.randn(n, 3),) for n in (4, 6)])
+    (ex,) = g.examples[1]
+    assert isinstance(ex, FakeTensor)
+    assert isinstance(ex.shape[0], torch.SymInt) and ex.shape[1] == 3
+    ph = next(n for n in g.gms[1].graph.nodes if n.op == "placeholder")
+    assert isinstance(ph.meta["example_value"].shape[0], torch.SymInt)
+    # the static first graph gets the real tensor
+    assert not isinstance(g.examples[0][0], FakeTensor)
+
+
+def scaled(x, n):
+    return x * n + n
+
+
+def test_int_argument_becomes_a_symint_placeholder():
+    calls = [(torch.randn(3), n) for n in (2, 3, 4, 5)]
+    g = run(scaled, calls)
+    assert len(g.gms) == 2 == dynamo_count(scaled, calls)
+    phs = [n for n in g.gms[1].graph.nodes if n.op == "placeholder"]
+    assert [p.name for p in phs] == ["x", "n"]
+    assert isinstance(phs[1].meta["example_value"], torch.SymInt)
+    # 1 after the dynamic graph: the int symbol's range allows it (torch._dynamo compiles as many times)
+    more = calls + [(torch.randn(3), 1), (torch.randn(3), 7)]
+    g2 = run(scaled, more)
+    assert len(g2.gms) == dynamo_count(scaled, more)
+
+
+def size_across_break(x):
+    b = x.size(0)
+    torch._dynamo.graph_break()
+    return x.reshape(b, -1) + b
+
+
+def size_across_cdynamo_break(x):
+    b = x.size(0)
+    cdynamo.graph_break()
+    return x.reshape(b, -1) + b
+
+
+def test_size_held_across_a_break_is_a_graph_output():
+    calls = [(torch.randn(n, 3),) for n in (4, 5, 6, 7, 8)]
+    g = run(size_across_cdynamo_break, calls)
+    # the dynamic graph before the break returns the size; the continuation takes it as an int argument
+    assert any("return (size,)" in gm.code for gm in g.gms), [gm.code for gm in g.gms]
+    assert len(g.gms) == dynamo_count(size_across_break, calls) == 3
+
+
+def returns_shape(x):
+    return x.sum(), x.shape, x.size(0) * 2
+
+
+def test_returned_shape_is_a_torch_size_of_ints():
+    g = run(returns_shape, [(torch.randn(n, 2),) for n in (3, 4, 5)])
+    out = cdynamo.optimize(g)(returns_shape)(torch.randn(9, 2))
+    assert type(out[1]) is torch.Size and out[1] == torch.Size([9, 2])
+    assert type(out[2]) is int and out[2] == 18
+
+
+def branch(x):
+    if x.shape[0] > 4:
+        return x + 1
+    return x - 1
+
+
+def test_branch_on_a_size_is_a_shape_guard_that_recompiles_when_it_flips():
+    cdynamo.reset()
+    g = Graphs()
+    reasons = []
+    opt = cdynamo.optimize(g, guard_fail_fn=lambda f: reasons.append(f.reason))(branch)
+    for n in (5, 6, 7, 8):
+        x = torch.randn(n)
+        torch.testing.assert_close(opt(x), branch(x))
+    assert len(g.gms) == 2
+    x = torch.randn(3)
+    torch.testing.assert_close(opt(x), x - 1)
+    assert len(g.gms) == 3
+    assert any("SHAPE_ENV" in r and "L['x'].size()[0]" in r for r in reasons), reasons
+
+
+def pair(x, y):
+    return x + y
+
+
+def test_tensor_match_leaves_dynamic_dims_out_and_shape_env_keeps_relations():
+    cdynamo.reset()
+    g = Graphs()
+    reasons = []
+    opt = cdynamo.optimize(g, guard_fail_fn=lambda f: reasons.append(f.reason), dynamic=True)(pair)
+    opt(torch.randn(4, 3), torch.randn(4, 3))
+    opt(torch.randn(6, 3), torch.randn(6, 3))  # duck sizing: x and y share one symbol
+    assert len(g.gms) == 1
+    # the relation x.size(0) == y.size(0) fails: a recompile with eager's broadcasting error or result
+    opt(torch.randn(6, 3), torch.randn(1, 3))
+    assert len(g.gms) == 2
+    assert reasons and ("SHAPE_ENV" in reasons[-1] or "TENSOR_MATCH" in reasons[-1]), reasons
+
+
+def test_dynamic_false_recompiles_per_size():
+    calls = [(torch.randn(n, 3),) for n in (4, 6, 8)]
+    g = run(half, calls, dynamic=False)
+    assert len(g.gms) == 3
+
+
+def test_frame_state_is_kept_per_code_name_and_cleared_by_reset():
+    run(half, [(torch.randn(n, 3),) for n in (4, 6)])
+    key = _dynamic._code_key(half.__code__)
+    assert _dynamic._frame_state[key]["L['x']"].sizes == [None, 3]
+    cdynamo.reset()
+    assert key not in _dynamic._frame_state
+
+
+def view_b(x):
+    return x.view(x.shape[0], -1)
+
+
+def test_mark_dynamic_compiles_dynamic_at_once_and_mark_static_keeps_a_dim_static():
+    x = torch.randn(4, 3, 2)
+    cdynamo.mark_dynamic(x, 0)
+    g = run(view_b, [(x,)])
+    assert isinstance(g.examples[0][0].shape[0], torch.SymInt)
+    y = torch.randn(4, 3, 2)
+    cdynamo.mark_static(y, 0)
+    g = run(view_b, [(y,)], dynamic=True)
+    ex = g.examples[0][0]
+    assert ex.shape[0] == 4 and not isinstance(ex.shape[0], torch.SymInt)
+    assert isinstance(ex.shape[1], torch.SymInt)
+
+
+def test_drop_dead_sym_nodes_keeps_used_sizes():
+    g = run(branch, [(torch.randn(n),) for n in (5, 6)])
+    code = g.gms[1].code
+    assert "gt" not in code, code  # the comparison was only branched on
