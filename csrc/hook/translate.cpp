@@ -34,7 +34,7 @@ py::dict base_info(PyCodeObject* code) {
 
 int recompile_limit() {
   try {
-    return py::module_::import("cdynamo.config").attr("recompile_limit").cast<int>();
+    return interp::loaded_module("cdynamo.config").attr("recompile_limit").cast<int>();
   } catch (py::error_already_set&) {
     return 8;
   } catch (py::cast_error&) {
@@ -69,7 +69,7 @@ bool is_exception(const py::error_already_set& err) {
 // Raises cdynamo.exc.Unsupported(message) as the current Python error.
 void raise_unsupported(const std::string& message) {
   try {
-    py::object exc = py::module_::import("cdynamo.exc").attr("Unsupported");
+    py::object exc = interp::loaded_module("cdynamo.exc").attr("Unsupported");
     PyErr_SetString(exc.ptr(), message.c_str());
   } catch (py::error_already_set& e) {
     e.restore();
@@ -82,7 +82,7 @@ void raise_internal(PyCodeObject* code, std::string what, py::error_already_set*
   size_t at = what.find("\n\nAt:");  // pybind11's traceback listing: the cause carries the traceback itself
   if (at != std::string::npos) what.resize(at);
   try {
-    py::object exc = py::module_::import("cdynamo.exc").attr("InternalError");
+    py::object exc = interp::loaded_module("cdynamo.exc").attr("InternalError");
     py::object err = exc("cdynamo internal error while compiling " + py::str(code->co_name).cast<std::string>() + " (" +
                          py::str(code->co_filename).cast<std::string>() + ":" + std::to_string(code->co_firstlineno) +
                          "): " + what);
@@ -105,7 +105,7 @@ void raise_internal(PyCodeObject* code, std::string what, py::error_already_set*
 // config.suppress_errors: a backend failure runs the frame as Python instead of raising BackendCompilerFailed.
 bool suppress_errors() {
   try {
-    return py::module_::import("cdynamo.config").attr("suppress_errors").cast<bool>();
+    return interp::loaded_module("cdynamo.config").attr("suppress_errors").cast<bool>();
   } catch (py::error_already_set&) {
     return false;
   } catch (py::cast_error&) {
@@ -342,7 +342,7 @@ std::shared_ptr<CacheEntry> translate_impl(compat::Frame* frame, PyObject* cb, C
     // Dynamic shapes: a trace starts with fake tensors when an earlier compile found a dynamic input (or under
     // compile(dynamic=True)); a static trace that meets one now is run again with them.
     py::object cb_dynamic = py::getattr(py::handle(cb), "dynamic", py::none());
-    py::object dynamic_mod = py::module_::import("cdynamo._dynamic");
+    py::handle dynamic_mod = interp::dynamic_module();
     bool fake_trace = dynamic_mod.attr("frame_is_dynamic")(py::handle(reinterpret_cast<PyObject*>(code)), cb_dynamic)
                           .cast<bool>();
     auto make_tracer = [&](int break_at, const std::string& reason) {
@@ -436,7 +436,7 @@ std::shared_ptr<CacheEntry> translate_impl(compat::Frame* frame, PyObject* cb, C
       // "_c": never one of torch._dynamo's names (__compiled_fn_<n>, __resume_at_<offset>_<n>), which it
       // injects into the same module globals when both compile functions of one module.
       name = "__compiled_fn_c" + std::to_string(g_compiled_counter++);
-      py::object root = py::module_::import("torch.nn").attr("Module")();
+      py::object root = interp::loaded_module("torch.nn").attr("Module")();
       for (const auto& [attr, value] : t.graph_attrs) root.attr("register_buffer")(attr, value);
       py::object gm = t.graph.to_fx(root, "GraphModule", meta);
       py::list example_inputs;  // the real inputs; with dynamic shapes their fake examples, as torch.compile's
@@ -449,7 +449,7 @@ std::shared_ptr<CacheEntry> translate_impl(compat::Frame* frame, PyObject* cb, C
       }
       ginfo["op_count"] = t.graph.op_count();
       // Read before the backend runs (it may rewrite the module): what a failed call of this graph changes.
-      py::module_ graph_call_py = py::module_::import("cdynamo._graph_call");
+      py::object graph_call_py = interp::loaded_module("cdynamo._graph_call");
       py::tuple policy = graph_call_py.attr("error_policy")(gm, codegen::Rebuilder::has_effects(t));
       if (t.ops_in_try && static_cast<GraphErrorPolicy>(policy[0].cast<int>()) != GraphErrorPolicy::Clean)
         return translate_impl(frame, cb, extra, false);  // its failure could skip a handler: keep them out
@@ -547,7 +547,7 @@ std::shared_ptr<CacheEntry> translate_impl(compat::Frame* frame, PyObject* cb, C
     return e;
   } catch (py::error_already_set& err) {
     if (!is_exception(err) ||
-        py::module_::import("cdynamo._dynamic").attr("is_user_error")(err.value()).cast<bool>()) {
+        interp::is_user_error(err.value())) {
       err.restore();
       return nullptr;
     }

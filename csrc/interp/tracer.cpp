@@ -136,7 +136,7 @@ Tracer::Status Tracer::run() {
       stop_.lineno = lineno_;
       internal_error = true;
       // An error of the user's request (a mark_dynamic constraint that cannot hold) reaches the caller.
-      if (dynamic() && py::module_::import("cdynamo._dynamic").attr("is_user_error")(e.value()).cast<bool>())
+      if (dynamic() && is_user_error(e.value()))
         user_error = py::make_tuple(e.type(), e.value(), e.trace());
     } catch (const std::exception& e) {
       status_ = Status::Unsupported;
@@ -155,7 +155,7 @@ Tracer::Status Tracer::run() {
   if (status_ != Status::Returned) {
     stop_.filename = py::str(code->co_filename).cast<std::string>();
     try {
-      py::object line = py::module_::import("linecache").attr("getline")(stop_.filename, stop_.lineno);
+      py::object line = loaded_module("linecache").attr("getline")(stop_.filename, stop_.lineno);
       stop_.line = py::str(line).cast<std::string>();
       while (!stop_.line.empty() && (stop_.line.back() == '\n' || stop_.line.back() == ' ')) stop_.line.pop_back();
       size_t s = stop_.line.find_first_not_of(' ');
@@ -785,12 +785,43 @@ std::string shape_source_name(const guards::Source& s) {
   }
 }
 
-namespace {
-py::object& dynamic_module() {
-  static py::object* m = new py::object(py::module_::import("cdynamo._dynamic"));  // process lifetime
-  return *m;
+py::handle dynamic_module() {
+  // From sys.modules (cdynamo imports it): no __import__ call, which a frame with odd builtins could make fail.
+  static PyObject* m = nullptr;  // process lifetime
+  if (!m) {
+    PyObject* name = PyUnicode_FromString("cdynamo._dynamic");  // new
+    if (!name) throw py::error_already_set();
+    m = PyImport_GetModule(name);  // new reference, kept
+    Py_DECREF(name);
+    if (!m) {
+      if (PyErr_Occurred()) throw py::error_already_set();
+      m = PyImport_ImportModule("cdynamo._dynamic");  // new reference, kept
+      if (!m) throw py::error_already_set();
+    }
+  }
+  return m;
 }
-}  // namespace
+
+py::object loaded_module(const char* name) {
+  PyObject* n = PyUnicode_FromString(name);  // new
+  if (!n) throw py::error_already_set();
+  PyObject* m = PyImport_GetModule(n);  // new reference or NULL
+  Py_DECREF(n);
+  if (!m) {
+    if (PyErr_Occurred()) throw py::error_already_set();
+    m = PyImport_ImportModule(name);  // new reference
+    if (!m) throw py::error_already_set();
+  }
+  return py::reinterpret_steal<py::object>(m);
+}
+
+bool is_user_error(py::handle exc) {
+  try {
+    return dynamic_module().attr("is_user_error")(exc).cast<bool>();
+  } catch (py::error_already_set&) {
+    return false;
+  }
+}
 
 bool Tracer::code_dynamic_probe(const char* probe, py::handle value, const guards::Source& src) {
   py::object r = dynamic_module().attr(probe)(py::handle(reinterpret_cast<PyObject*>(code)), cb_dynamic, value,

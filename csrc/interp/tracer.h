@@ -110,6 +110,15 @@ ValuePtr slice_of(Tracer& t, const ValuePtr& start, const ValuePtr& stop, const 
 // Pushes the Cell of cell/free slot `slot` (LOAD_CLOSURE; 3.13: LOAD_FAST of such a slot), made on first capture.
 void push_closure_cell(Tracer& t, int slot);
 
+// cdynamo._dynamic (borrowed, process lifetime), found in sys.modules.
+py::handle dynamic_module();
+// The module `name` from sys.modules, imported only when missing: an import through the running frame's
+// __import__ fails in a frame whose builtins lack it (a function made with globals without __builtins__).
+py::object loaded_module(const char* name);
+// Whether `exc` (borrowed) is an error of the user's request a compile raises to the caller (ConstraintViolationError);
+// never throws.
+bool is_user_error(py::handle exc);
+
 // A source as torch._dynamo and its ShapeEnv name it in guards: L['x'], L['self'].weight, G['table'][0].
 std::string shape_source_name(const guards::Source& s);
 

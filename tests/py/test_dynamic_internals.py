@@ -189,3 +189,4 @@ def test_drop_dead_sym_nodes_keeps_used_sizes():
     g = run(branch, [(torch.randn(n),) for n in (5, 6)])
     code = g.gms[1].code
     assert "gt" not in code, code  # the comparison was only branched on
+
