@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/gpu_run.sh — owns the GPU-machine run (no downloads there): build the extension against the machine's torch with cmake, stage the package on PYTHONPATH, then run the named step (cuda | suite | bench) writing logs under $OUT.
+# scripts/gpu_run.sh — owns the GPU-machine run (no downloads there): build the extension against the machine's torch with cmake, stage the package on PYTHONPATH, then run the named step (cuda | dynamic | suite | bench) writing logs under $OUT.
 set -uo pipefail
 step="${1:-cuda}"
 OUT="${OUT:-/tmp/gpu_out}"
@@ -18,6 +18,9 @@ export PYTHONPATH="$SITE"
 case "$step" in
   cuda)
     "$PY" -m pytest -q -p no:cacheprovider tests/py/test_cuda.py 2>&1 | tee "$OUT/test_cuda.log" | tail -15 ;;
+  dynamic)
+    "$PY" -m pytest -q -p no:cacheprovider tests/py/test_dynamic_shapes.py tests/py/test_dynamic_internals.py \
+      tests/py/test_shape_guard.py tests/py/test_cuda.py 2>&1 | tee "$OUT/test_dynamic.log" | tail -25 ;;
   bench)
     (cd benchmarks && "$PY" bench_gpu.py) 2>&1 | tee "$OUT/bench_gpu.log" | grep -v Warning | tail -40 ;;
   suite)

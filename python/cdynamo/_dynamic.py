@@ -190,11 +190,18 @@ def drop_dead_sym_nodes(gm):
 
 # --- one trace with fake tensors ---
 
+class _Name(str):
+    """A source's name: torch 2.13 reads ``source.name`` as a property, older torch calls ``source.name()``."""
+
+    def __call__(self):
+        return str(self)
+
+
 class _Source(torch._guards.Source):
     """A frame source as torch's ShapeEnv names it in guards and messages ("L['x']")."""
 
     def __init__(self, text):
-        self._text = text
+        self._text = _Name(text)
 
     @property
     def name(self):

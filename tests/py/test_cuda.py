@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import cdynamo
-from cdynamo.testing import CompileCounter
+from cdynamo.testing import CompileCounter, CompileCounterWithBackend
 
 pytestmark = [pytest.mark.usefixtures("cdynamo_reset"),
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -106,3 +106,20 @@ def test_timm_model_on_cuda_equals_eager():
     with torch.no_grad():
         torch.testing.assert_close(opt(x), m(x), atol=1e-4, rtol=1e-4)
     assert cnt.frame_count == 1
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_dynamic_shapes_on_cuda_compile_twice_and_equal_eager(backend):
+    """Automatic dynamic shapes on CUDA: the second length compiles a graph with symbolic sizes (fake CUDA tensors,
+    inductor's dynamic kernels), every later length hits it."""
+    def attn(x):
+        b, t, d = x.shape
+        s = (x @ x.transpose(1, 2)) / d ** 0.5
+        return torch.softmax(s, -1) @ x[:, : t // 2 * 2].reshape(b, t, d)
+
+    cnt = CompileCounterWithBackend(backend)
+    opt = cdynamo.optimize(cnt)(attn)
+    for t in (6, 8, 10, 12, 14):
+        x = torch.randn(2, t, 16, device="cuda")
+        torch.testing.assert_close(opt(x), attn(x), rtol=1e-4, atol=1e-4)
+    assert cnt.frame_count == 2
