@@ -115,6 +115,10 @@ ValuePtr Tracer::make_namedtuple(py::handle cls, const std::vector<ValuePtr>& ar
 }
 
 ValuePtr Tracer::namedtuple_attr(const ValuePtr& nt, const std::string& name) {
+  // A torch.Size of symbolic sizes (symbolic.cpp) has no fields: its methods run on its plain value (the trace
+  // specialises it, Tracer::execute_one).
+  if (!is_structseq_class(nt->obj) && !py::hasattr(nt->obj, "_fields"))
+    unsupported("attribute '" + name + "' of a " + callable_name(nt->obj) + " of symbolic sizes");
   py::tuple fields = tuple_field_names(nt->obj);
   for (size_t i = 0; i < fields.size(); ++i)
     if (py::str(fields[i]).cast<std::string>() == name) return nt->items[i];

@@ -425,7 +425,8 @@ py::tuple tuple_field_names(py::handle cls) {
 }
 
 py::object tuple_maker(py::handle cls) {
-  if (is_structseq_class(cls)) return py::reinterpret_borrow<py::object>(cls);
+  // A struct sequence, or torch.Size (a shape with symbolic sizes, symbolic.cpp), takes one tuple itself.
+  if (is_structseq_class(cls) || !py::hasattr(cls, "_make")) return py::reinterpret_borrow<py::object>(cls);
   return cls.attr("_make");
 }
 

@@ -307,7 +307,8 @@ bool is_typing_form(py::handle o);
 bool is_structseq_class(py::handle cls);
 // Field names of a Tuple value's class (a namedtuple's _fields, a struct sequence's __match_args__).
 py::tuple tuple_field_names(py::handle cls);
-// The callable that makes an instance of a Tuple value's class from one tuple: cls._make or cls itself.
+// The callable that makes an instance of a Tuple value's class from one tuple: a namedtuple's cls._make, else cls
+// itself (a struct sequence, torch.Size).
 py::object tuple_maker(py::handle cls);
 
 }  // namespace cdynamo::interp

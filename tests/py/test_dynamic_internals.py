@@ -190,3 +190,18 @@ def test_drop_dead_sym_nodes_keeps_used_sizes():
     code = g.gms[1].code
     assert "gt" not in code, code  # the comparison was only branched on
 
+
+
+def shape_methods(x):
+    s = x.shape
+    return x.sum(), s, s.numel(), s[1:]
+
+
+def test_methods_of_a_symbolic_shape_and_its_rebuild():
+    """torch.Size of symbolic sizes: rebuilt as torch.Size (not a namedtuple: it has no _make); its methods run on
+    its plain value."""
+    g = run(shape_methods, [(torch.randn(n, 2),) for n in (3, 4, 5, 6)])
+    opt = cdynamo.optimize(g)(shape_methods)
+    out = opt(torch.randn(7, 2))
+    assert type(out[1]) is torch.Size and out[1] == torch.Size([7, 2]) and out[2] == 14
+    assert type(out[3]) is torch.Size and out[3] == torch.Size([2])
