@@ -558,6 +558,9 @@ ValuePtr Tracer::call_tensor_method(const ValuePtr& self, const std::string& nam
   auto& refs = PyRefs::get();
   py::object device = self->is_tensor() ? self->tensor().device : py::object();
   if (name == "type") return tensor_type(self, args, kwargs);
+  if (name == "item" && args.empty() && kwargs.empty() && self->is_tensor() &&
+      loaded_module("cdynamo.config").attr("capture_scalar_outputs").cast<bool>())
+    return scalar_output(self);
   if (ValuePtr r = optimizer_op_decomposition(self, name, args, kwargs)) return r;  // optimizer.cpp
   if (!tensor_method_allowed(name) && !tensor_method_metadata(name) && name != "cpu")
     unsupported("Tensor." + name + "() needs real tensor data (not supported in a graph)");

@@ -32,10 +32,9 @@ bool truth(Tracer& t, const ValuePtr& v) {
   if (v->kind == VKind::Set) return !v->keys.empty();  // lengths of containers from the frame are guarded
   if (v->kind == VKind::DictView) return !v->view_of().dict->keys.empty();
   if (v->is_sym()) {
-    // A branch on sizes (`if x.shape[0] > 4`): the ShapeEnv guards the answer, as torch._dynamo does.
-    int r = PyObject_IsTrue(v->sym().example.ptr());
-    if (r < 0) throw py::error_already_set();
-    return r == 1;
+    // A branch on sizes (`if x.shape[0] > 4`): the ShapeEnv guards the answer, as torch._dynamo does (a value
+    // from tensor data has none at trace time: a graph break).
+    return plain_number(v->sym().example).cast<bool>();
   }
   if (v->kind == VKind::Const || v->kind == VKind::Object) {
     int r = PyObject_IsTrue(v->obj.ptr());

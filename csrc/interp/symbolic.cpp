@@ -23,7 +23,26 @@ bool is_plain_number(const ValuePtr& v) {
 
 }  // namespace
 // The plain number a symbolic one has now: bool(SymBool), int(SymInt), float(SymFloat); the ShapeEnv guards it.
+namespace {
+// Runs `f` (a conversion of a symbolic number to a plain one); a value computed from tensor data (an unbacked
+// symbol, x.item() under capture_scalar_outputs) has no plain value at trace time: Unsupported (a graph break).
+template <typename F>
+py::object plain_or_unsupported(F f) {
+  try {
+    return f();
+  } catch (py::error_already_set& e) {
+    if (!e.matches(PyExc_RuntimeError)) throw;
+    throw Unsupported(std::string("a Python number computed from tensor data (.item()) is needed at trace time: ") +
+                      e.what());
+  }
+}
+}  // namespace
+
 py::object plain_number(py::handle example) {
+  return plain_or_unsupported([&] { return plain_number_now(example); });
+}
+
+py::object plain_number_now(py::handle example) {
   auto& refs = PyRefs::get();
   static PyObject* sym_bool = py::object(refs.torch.attr("SymBool")).release().ptr();    // process lifetime
   static PyObject* sym_float = py::object(refs.torch.attr("SymFloat")).release().ptr();  // process lifetime
@@ -60,6 +79,17 @@ ValuePtr Tracer::sym_operator(py::handle op, const std::vector<ValuePtr>& args) 
   }
   graph::Node* n = graph.call_function(py::reinterpret_borrow<py::object>(op), std::move(gargs), {}, result);
   return Value::sym_num(n, result);
+}
+
+ValuePtr Tracer::scalar_output(const ValuePtr& self) {
+  if (!dynamic()) {
+    dynamic_module().attr("need_fake_tensors")(py::handle(reinterpret_cast<PyObject*>(code)));
+    restart_dynamic = true;
+    unsupported("Tensor.item() under capture_scalar_outputs (traced again with fake tensors)");
+  }
+  py::object ex = shapes.attr("unbacked_scalar")(self->tensor().example);
+  graph::Node* n = graph.call_method("item", {to_arg(self)}, {}, ex);
+  return Value::sym_num(n, ex);
 }
 
 ValuePtr Tracer::sym_builtin(py::handle f, const std::vector<ValuePtr>& args) {

@@ -625,7 +625,7 @@ bool Tracer::breakable(size_t index, std::string* why) const {
   std::string name = bytecode::opname(inst->opcode);
   if (name.find("POP_JUMP") == 0) {
     bool on_truth = name.find("_IF_TRUE") != std::string::npos || name.find("_IF_FALSE") != std::string::npos;
-    if (!on_truth || stack.empty() || !stack.back()->is_tensor()) {
+    if (!on_truth || stack.empty() || (!stack.back()->is_tensor() && !stack.back()->is_sym())) {
       *why = "jump on a value that cannot be rebuilt";
       return false;
     }

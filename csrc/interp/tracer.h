@@ -125,6 +125,8 @@ std::string shape_source_name(const guards::Source& s);
 // The plain number a symbolic one (torch.SymInt / SymBool / SymFloat, borrowed) has now: bool(), int() or
 // float() of it, which makes its ShapeEnv record the guard that keeps the answer true. New reference.
 py::object plain_number(py::handle example);
+// plain_number without mapping a data-dependent error to Unsupported (throws py::error_already_set).
+py::object plain_number_now(py::handle example);
 
 class Tracer {
  public:
@@ -209,6 +211,9 @@ class Tracer {
   // An operator (operator.add, operator.lt, ...) on symbolic numbers and constants: a graph node and a SymNum,
   // or a constant when the result is a plain number.
   ValuePtr sym_operator(py::handle op, const std::vector<ValuePtr>& args);
+  // x.item() under config.capture_scalar_outputs: a graph node whose value is an unbacked symbol of the trace's
+  // ShapeEnv (a static trace starts again with fake tensors first).
+  ValuePtr scalar_output(const ValuePtr& self);
   // int() / float() / max() / min() / abs() / math.sqrt() with a symbolic argument: torch's symbolic versions
   // (torch.sym_int, ...) as graph nodes; nullptr when `f` is none of them or no argument is symbolic.
   ValuePtr sym_builtin(py::handle f, const std::vector<ValuePtr>& args);

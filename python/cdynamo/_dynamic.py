@@ -149,6 +149,15 @@ def observe_int(code, cb_dynamic, value, name):
     return _int_dynamic(code, cb_dynamic, name, value)
 
 
+class _NeedsFake:
+    """Frame state marker: the frame calls Tensor.item() under capture_scalar_outputs (needs fake tensors)."""
+
+
+def need_fake_tensors(code):
+    """Traces of ``code`` start with fake tensors from now on."""
+    _frame_state.setdefault(_code_key(code), {})["<scalar outputs>"] = _NeedsFake()
+
+
 def frame_is_dynamic(code, cb_dynamic):
     """Whether a trace of ``code`` starts with fake tensors: some input of it was dynamic in an earlier compile,
     or compile(dynamic=True)."""
@@ -163,6 +172,8 @@ def frame_is_dynamic(code, cb_dynamic):
         if isinstance(seen, _SeenTensor) and None in seen.sizes:
             return True
         if isinstance(seen, _SeenInt) and seen.value is None:
+            return True
+        if isinstance(seen, _NeedsFake):
             return True
     return False
 
@@ -231,7 +242,7 @@ class TraceShapes:
 
         self.code = code
         self.cb_dynamic = cb_dynamic
-        self.shape_env = ShapeEnv()
+        self.shape_env = ShapeEnv(allow_scalar_outputs=config.capture_scalar_outputs)
         self.fake_mode = FakeTensorMode(shape_env=self.shape_env, allow_non_fake_inputs=True)
         self.inputs = []  # (kind "tensor" | "int", fake or SymInt or int) per graph input, in C++'s order
         self._marked = []  # (source name, dim, its size on the fake) for each mark_dynamic dimension
@@ -295,6 +306,21 @@ class TraceShapes:
         if not _int_dynamic(self.code, self.cb_dynamic, name, value):
             return value
         return self.shape_env.create_unspecified_symint_and_symbol(value, _Source(name), DimDynamic.DYNAMIC)
+
+    def unbacked_scalar(self, t):
+        """The example of ``t.item()``: an unbacked SymFloat / SymInt / SymBool by ``t``'s dtype. The symbol is bound
+        to the graph node that makes it (the item() call), so it is no longer pending in the ShapeEnv (a backend
+        tracing the graph again in this fake mode would find it unaccounted for)."""
+        if t.dtype.is_complex:
+            raise NotImplementedError("Tensor.item() of a complex tensor is not captured")
+        if t.dtype.is_floating_point:
+            s = self.shape_env.create_unbacked_symfloat()
+        elif t.dtype is torch.bool:
+            s = self.shape_env.create_unbacked_symbool()
+        else:
+            s = self.shape_env.create_unbacked_symint()
+        self.shape_env.pending_fresh_unbacked_symbols.clear()
+        return s
 
     def enter(self):
         return self.fake_mode.__enter__()
@@ -389,6 +415,10 @@ class TraceShapes:
         for g in self.shape_env.guards:
             expr = g.expr
             if expr is sympy.true:
+                continue
+            if any(s not in symbol_slot for s in expr.free_symbols):
+                # About a value computed from tensor data (.item()): not an input's property, nothing to check
+                # before the call (torch._dynamo makes it a run-time assert in the graph).
                 continue
             need(expr, show(expr))
 

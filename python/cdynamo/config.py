@@ -7,9 +7,9 @@ An alias (``cache_size_limit``) and its option (``recompile_limit``) are one val
 ``config.patch(...)`` changes options for a ``with`` block or a decorated function. The C++ core reads
 ``recompile_limit`` on each recompile, ``suppress_errors`` on a backend failure and ``enable_dynamo_decompositions``
 while tracing; the Python callback reads
-``verbose`` and ``verify_correctness`` on each event. ``accumulated_recompile_limit``, ``capture_scalar_outputs``,
-``capture_dynamic_output_shape_ops`` and ``traceable_tensor_subclasses`` are accepted and not read yet (see
-docs/python_api.md).
+``verbose`` and ``verify_correctness`` on each event; ``automatic_dynamic_shapes``, ``assume_static_by_default`` and
+``capture_scalar_outputs`` on each compile. ``accumulated_recompile_limit``, ``capture_dynamic_output_shape_ops`` and
+``traceable_tensor_subclasses`` are accepted and not read yet (see docs/python_api.md).
 """
 import contextlib
 import sys
@@ -25,8 +25,9 @@ _OPTIONS = {
     "verbose": (bool, False, "keep full multi-line reasons (tracebacks) in fallback warnings and errors"),
     "verify_correctness": (bool, False, "run each captured graph as is and compiled by the backend on copies of "
                            "its example inputs at compile time; a mismatch is a BackendCompilerFailed"),
-    "capture_scalar_outputs": (bool, False, "accepted, not read yet: Tensor.item() and friends graph-break "
-                               "(honoured by the dynamic-shapes work)"),
+    "capture_scalar_outputs": (bool, False, "Tensor.item() is a graph node whose value is an unbacked symbol (the "
+                               "frame is traced with fake tensors); a branch on it is a graph break. Off: .item() is a "
+                               "graph break; read while tracing"),
     "capture_dynamic_output_shape_ops": (bool, False, "accepted, not read yet: ops with data-dependent output "
                                          "shapes (nonzero, unique) graph-break (honoured by the dynamic-shapes work)"),
     "enable_dynamo_decompositions": (bool, True, "addcmul_/addcdiv_ with value= and add_ with a tensor alpha= are "

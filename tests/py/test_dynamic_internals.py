@@ -205,3 +205,30 @@ def test_methods_of_a_symbolic_shape_and_its_rebuild():
     out = opt(torch.randn(7, 2))
     assert type(out[1]) is torch.Size and out[1] == torch.Size([7, 2]) and out[2] == 14
     assert type(out[3]) is torch.Size and out[3] == torch.Size([2])
+
+
+def item_scale(x):
+    return x * x.max().item()
+
+
+def item_branch(x):
+    m = x.max().item()
+    if m > 0:
+        return x + m
+    return x - m
+
+
+def test_capture_scalar_outputs_puts_item_in_the_graph():
+    with cdynamo.config.patch(capture_scalar_outputs=True):
+        g = run(item_scale, [(torch.randn(4),)])
+    assert len(g.gms) == 1 and "item = max_1.item()" in g.gms[0].code, g.gms[0].code
+    # off (the default): .item() is a graph break, no item node
+    g = run(item_scale, [(torch.randn(4),)])
+    assert all(".item()" not in gm.code for gm in g.gms)
+
+
+def test_capture_scalar_outputs_branch_on_the_item_breaks_and_equals_eager():
+    with cdynamo.config.patch(capture_scalar_outputs=True):
+        g = run(item_branch, [(torch.randn(4),), (-torch.rand(4),), (torch.rand(5),)])
+    first = g.gms[0].code
+    assert "item = max_1.item()" in first and "gt = item > 0" in first, first

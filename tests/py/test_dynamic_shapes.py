@@ -40,9 +40,7 @@ def automatic_dynamic_on():
 # results equal eager in all of them, the counts or errors differ from torch._dynamo's.
 KNOWN_GAPS = {
     "float_arg_changes": "float arguments are not unspecialised (torch._dynamo: symbolic floats): one compile per value",
-    "capture_scalar_outputs": "config.capture_scalar_outputs is not honoured: .item() is a graph break",
     "reshape_raises_for_odd": "a frame whose graph raised is recompiled where torch._dynamo keeps its entry",
-    "returns_shape": "counters['frames']['ok'] counts the dynamic recompile differently from torch._dynamo",
 }
 
 
