@@ -97,6 +97,14 @@ ValuePtr Tracer::sym_builtin(py::handle f, const std::vector<ValuePtr>& args) {
   for (const auto& a : args) any |= a->is_sym();
   if (!any) return nullptr;
   auto& refs = PyRefs::get();
+  if (args.size() == 2 && args[0]->is_sym() && !args[1]->is_sym() && f.is(refs.builtins.attr("isinstance"))) {
+    // isinstance(n, cls) of a symbolic number: decided by its Python type (int, float or bool), not its value.
+    py::handle ex = args[0]->sym().example;
+    py::object proxy = PyObject_IsInstance(ex.ptr(), py::object(refs.torch.attr("SymBool")).ptr()) == 1 ? py::object(py::bool_(false))
+                       : PyObject_IsInstance(ex.ptr(), py::object(refs.torch.attr("SymFloat")).ptr()) == 1 ? py::object(py::float_(0.0))
+                                                                                                   : py::object(py::int_(0));
+    return fold_call(f, "isinstance", {Value::constant(proxy), args[1]}, {});
+  }
   static const struct {
     const char* module;
     const char* name;

@@ -927,6 +927,24 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
       return Value::sym_num(n, example, src);
     }
   }
+  if (PyFloat_CheckExact(v) && (src->kind == guards::Source::Kind::Local || src->kind == guards::Source::Kind::Item ||
+                                 src->kind == guards::Source::Kind::DictItem)) {
+    // A float argument (or a float in a list or dict of the frame: an optimizer's lr): once it changed between
+    // compiles, a graph input whose example is an unbacked SymFloat; the graph does not depend on its value (a
+    // branch on it is a graph break), so only its type is guarded.
+    py::object example;
+    if (dynamic()) {
+      example = shapes.attr("symfloat")(value, shape_source_name(*src));
+    } else if (code_dynamic_probe("observe_float", value, *src)) {
+      restart_with_fake_tensors(*src);
+    }
+    if (example && !PyFloat_CheckExact(example.ptr())) {
+      guards.add(guards::type_match(src, v));
+      graph::Node* n = graph.placeholder(placeholder_name(*src), example);
+      inputs.push_back(Input{src, n, py::reinterpret_borrow<py::object>(value)});
+      return Value::sym_num(n, example, src);
+    }
+  }
   if (is_constant_object(value)) {
     guards.add(v == Py_None || PyBool_Check(v) || is_typing_form(value) ? guards::id_match(src, v)
                                                                         : guards::equals_match(src, v));

@@ -149,6 +149,12 @@ def observe_int(code, cb_dynamic, value, name):
     return _int_dynamic(code, cb_dynamic, name, value)
 
 
+def observe_float(code, cb_dynamic, value, name):
+    """For a static trace: records float input ``name``; True when it is dynamic now (it changed between compiles,
+    or compile(dynamic=True))."""
+    return _int_dynamic(code, cb_dynamic, name, value)
+
+
 class _NeedsFake:
     """Frame state marker: the frame calls Tensor.item() under capture_scalar_outputs (needs fake tensors)."""
 
@@ -306,6 +312,15 @@ class TraceShapes:
         if not _int_dynamic(self.code, self.cb_dynamic, name, value):
             return value
         return self.shape_env.create_unspecified_symint_and_symbol(value, _Source(name), DimDynamic.DYNAMIC)
+
+    def symfloat(self, value, name):
+        """For dynamic float input ``name``: an unbacked SymFloat (the graph cannot depend on its value: a guard on
+        it raises, which the trace turns into a graph break), or the float itself while it is static."""
+        if not _int_dynamic(self.code, self.cb_dynamic, name, value):
+            return value
+        s = self.shape_env.create_unbacked_symfloat()
+        self.shape_env.pending_fresh_unbacked_symbols.clear()
+        return s
 
     def unbacked_scalar(self, t):
         """The example of ``t.item()``: an unbacked SymFloat / SymInt / SymBool by ``t``'s dtype. The symbol is bound

@@ -232,3 +232,51 @@ def test_capture_scalar_outputs_branch_on_the_item_breaks_and_equals_eager():
         g = run(item_branch, [(torch.randn(4),), (-torch.rand(4),), (torch.rand(5),)])
     first = g.gms[0].code
     assert "item = max_1.item()" in first and "gt = item > 0" in first, first
+
+
+def _sgd_with_step_lr(compile_step):
+    torch.manual_seed(0)
+    m = torch.nn.Linear(4, 4)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5)
+    step = compile_step(opt.step)
+    for _ in range(12):
+        m.weight.grad = torch.ones_like(m.weight)
+        m.bias.grad = torch.ones_like(m.bias)
+        step()
+        sched.step()
+    return m.weight.detach().clone()
+
+
+def test_lr_scheduler_float_is_unspecialised_two_graphs_like_dynamo():
+    """The lr float of a param group changes every step: the second compile takes it as a graph input (an unbacked
+    SymFloat), as torch._dynamo does; 12 graphs before."""
+    eager = _sgd_with_step_lr(lambda f: f)
+    cdynamo.reset()
+    cnt = cdynamo.testing.CompileCounterWithBackend("eager")
+    got = _sgd_with_step_lr(lambda f: cdynamo.optimize(cnt)(f))
+    torch.testing.assert_close(got, eager)
+    torch._dynamo.reset()
+    dcnt = torch._dynamo.testing.CompileCounter()
+    _sgd_with_step_lr(lambda f: torch.compile(f, backend=dcnt))
+    torch._dynamo.reset()
+    assert cnt.frame_count == dcnt.frame_count == 2
+
+
+def float_kinds(x, s):
+    if isinstance(s, float):
+        return x * s
+    return x
+
+
+def test_float_argument_symbolic_keeps_its_python_type_and_a_branch_on_it_breaks():
+    calls = [(torch.randn(3), s) for s in (0.5, 0.25, 0.125, 2.0)]
+    g = run(float_kinds, calls)
+    assert len(g.gms) == 2 and any(isinstance(e, torch.SymFloat) for e in g.examples[1])
+
+    def branchy(x, s):
+        if s > 1.0:
+            return x * s
+        return x - s
+
+    run(branchy, [(torch.randn(3), s) for s in (0.5, 0.25, 2.0, 3.0, 0.1)])  # equal to eager (run() checks)

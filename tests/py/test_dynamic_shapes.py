@@ -39,7 +39,6 @@ def automatic_dynamic_on():
 # Known gaps of issue 14, each a strict xfail (it must fail; a fix turns it into an error to remove from here):
 # results equal eager in all of them, the counts or errors differ from torch._dynamo's.
 KNOWN_GAPS = {
-    "float_arg_changes": "float arguments are not unspecialised (torch._dynamo: symbolic floats): one compile per value",
     "reshape_raises_for_odd": "a frame whose graph raised is recompiled where torch._dynamo keeps its entry",
 }
 
