@@ -51,7 +51,11 @@ py::object plain_number_now(py::handle example) {
     if (r < 0) throw py::error_already_set();
     return py::bool_(r == 1);
   }
-  if (PyObject_IsInstance(example.ptr(), sym_float) == 1) return py::reinterpret_steal<py::object>(PyNumber_Float(example.ptr()));
+  if (PyObject_IsInstance(example.ptr(), sym_float) == 1) {
+    PyObject* f = PyNumber_Float(example.ptr());  // new reference, or NULL with the error set (an unbacked float)
+    if (!f) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(f);
+  }
   PyObject* i = PyNumber_Index(example.ptr());  // new reference
   if (!i) throw py::error_already_set();
   return py::reinterpret_steal<py::object>(i);

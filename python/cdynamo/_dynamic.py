@@ -338,10 +338,20 @@ class TraceShapes:
         return s
 
     def enter(self):
+        """Shape propagation of one op: under the fake mode and torch's Python dispatcher, as torch._dynamo
+        propagates (the Python decompositions and meta functions keep symbolic sizes symbolic where some C++ meta
+        kernels specialise them: torch 2.11's matmul guards its batch size to a constant otherwise)."""
+        from torch._dispatch.python import enable_python_dispatcher
+
+        self._dispatcher = enable_python_dispatcher()
+        self._dispatcher.__enter__()
         return self.fake_mode.__enter__()
 
     def exit(self):
-        self.fake_mode.__exit__(None, None, None)
+        try:
+            self.fake_mode.__exit__(None, None, None)
+        finally:
+            self._dispatcher.__exit__(None, None, None)
 
     def guard_spec(self, inputs):
         """The SHAPE_ENV guard of this trace, over ``inputs``: per graph input (in C++'s order) a (source text,

@@ -280,3 +280,13 @@ def test_float_argument_symbolic_keeps_its_python_type_and_a_branch_on_it_breaks
         return x - s
 
     run(branchy, [(torch.randn(3), s) for s in (0.5, 0.25, 2.0, 3.0, 0.1)])  # equal to eager (run() checks)
+
+
+def float_round(x, s):
+    return x * round(s, 2)
+
+
+def test_plain_value_of_a_symbolic_float_is_a_graph_break_not_a_null_constant():
+    """round() of a dynamic float argument needs its plain value, which an unbacked SymFloat has not at trace time:
+    float() of it failed and its NULL result became a constant (fuzz seeds 12, 47, 59, 133: a segfault)."""
+    run(float_round, [(torch.randn(3), s) for s in (0.123, 0.456, 0.789, 1.234)])  # run() compares with eager
