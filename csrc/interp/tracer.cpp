@@ -823,6 +823,19 @@ bool is_user_error(py::handle exc) {
   }
 }
 
+namespace {
+// Where a float that changes becomes a graph input: an argument, or an item of a list / dict (an optimizer's
+// param_groups[0]['lr']); not an object's attribute (read through its __dict__: a config object's constant).
+bool dynamic_float_source(const guards::Source& s) {
+  using K = guards::Source::Kind;
+  if (s.kind == K::Local) return true;
+  if (s.kind != K::Item && s.kind != K::DictItem) return false;
+  for (const guards::Source* b = s.base.get(); b; b = b->base.get())
+    if ((b->kind == K::Attr || b->kind == K::GenericAttr) && b->name == "__dict__") return false;
+  return true;
+}
+}  // namespace
+
 bool Tracer::code_dynamic_probe(const char* probe, py::handle value, const guards::Source& src) {
   py::object r = dynamic_module().attr(probe)(py::handle(reinterpret_cast<PyObject*>(code)), cb_dynamic, value,
                                                  shape_source_name(src));
@@ -927,8 +940,7 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
       return Value::sym_num(n, example, src);
     }
   }
-  if (PyFloat_CheckExact(v) && (src->kind == guards::Source::Kind::Local || src->kind == guards::Source::Kind::Item ||
-                                 src->kind == guards::Source::Kind::DictItem)) {
+  if (PyFloat_CheckExact(v) && dynamic_float_source(*src)) {
     // A float argument (or a float in a list or dict of the frame: an optimizer's lr): once it changed between
     // compiles, a graph input whose example is an unbacked SymFloat; the graph does not depend on its value (a
     // branch on it is a graph break), so only its type is guarded.
