@@ -78,6 +78,14 @@ py::object run_meta(Tracer& t, const std::string& what, py::handle fn, py::tuple
     return fn(*args, **kwargs);
   } catch (py::error_already_set& e) {
     std::string msg = e.what();
+    if (!t.dynamic() && loaded_module("cdynamo.config").attr("capture_dynamic_output_shape_ops").cast<bool>()) {
+      // An op whose output shape depends on the data (nonzero, unique, masked indexing) has no meta result: under
+      // capture_dynamic_output_shape_ops the frame is traced again with fake tensors, where its sizes are
+      // unbacked symbols.
+      dynamic_module().attr("need_fake_tensors")(py::handle(reinterpret_cast<PyObject*>(t.code)));
+      t.restart_dynamic = true;
+      t.unsupported(what + " under capture_dynamic_output_shape_ops (traced again with fake tensors)");
+    }
     if (device && e.matches(PyExc_NotImplementedError) && msg.find("Meta") != std::string::npos) {
       try {
         // new reference: meta tensors (or a tuple/list of them) with the real kernel's output metadata

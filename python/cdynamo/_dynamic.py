@@ -248,7 +248,8 @@ class TraceShapes:
 
         self.code = code
         self.cb_dynamic = cb_dynamic
-        self.shape_env = ShapeEnv(allow_scalar_outputs=config.capture_scalar_outputs)
+        self.shape_env = ShapeEnv(allow_scalar_outputs=config.capture_scalar_outputs,
+                                  allow_dynamic_output_shape_ops=config.capture_dynamic_output_shape_ops)
         self.fake_mode = FakeTensorMode(shape_env=self.shape_env, allow_non_fake_inputs=True)
         self.inputs = []  # (kind "tensor" | "int", fake or SymInt or int) per graph input, in C++'s order
         self._marked = []  # (source name, dim, its size on the fake) for each mark_dynamic dimension
@@ -352,6 +353,9 @@ class TraceShapes:
             self.fake_mode.__exit__(None, None, None)
         finally:
             self._dispatcher.__exit__(None, None, None)
+        # Unbacked sizes an op made (nonzero's row count) are bound to its graph node; none stays pending (a backend
+        # tracing the graph again in this fake mode would find them unaccounted for).
+        self.shape_env.pending_fresh_unbacked_symbols.clear()
 
     def guard_spec(self, inputs):
         """The SHAPE_ENV guard of this trace, over ``inputs``: per graph input (in C++'s order) a (source text,

@@ -8,7 +8,7 @@ An alias (``cache_size_limit``) and its option (``recompile_limit``) are one val
 ``recompile_limit`` on each recompile, ``suppress_errors`` on a backend failure and ``enable_dynamo_decompositions``
 while tracing; the Python callback reads
 ``verbose`` and ``verify_correctness`` on each event; ``automatic_dynamic_shapes``, ``assume_static_by_default`` and
-``capture_scalar_outputs`` on each compile. ``accumulated_recompile_limit``, ``capture_dynamic_output_shape_ops`` and
+``capture_scalar_outputs`` / ``capture_dynamic_output_shape_ops`` on each compile. ``accumulated_recompile_limit`` and
 ``traceable_tensor_subclasses`` are accepted and not read yet (see docs/python_api.md).
 """
 import contextlib
@@ -28,8 +28,9 @@ _OPTIONS = {
     "capture_scalar_outputs": (bool, False, "Tensor.item() is a graph node whose value is an unbacked symbol (the "
                                "frame is traced with fake tensors); a branch on it is a graph break. Off: .item() is a "
                                "graph break; read while tracing"),
-    "capture_dynamic_output_shape_ops": (bool, False, "accepted, not read yet: ops with data-dependent output "
-                                         "shapes (nonzero, unique) graph-break (honoured by the dynamic-shapes work)"),
+    "capture_dynamic_output_shape_ops": (bool, False, "ops whose output shape depends on the data (nonzero, unique, "
+                                         "masked indexing) are graph nodes with unbacked sizes (the frame is traced "
+                                         "with fake tensors). Off: they are graph breaks; read while tracing"),
     "enable_dynamo_decompositions": (bool, True, "addcmul_/addcdiv_ with value= and add_ with a tensor alpha= are "
                                     "traced as torch._dynamo decomposes them (mul/div, prims.fma, copy_): torch.optim's "
                                     "tensor step sizes stay in the graph; read while tracing"),

@@ -290,3 +290,24 @@ def test_plain_value_of_a_symbolic_float_is_a_graph_break_not_a_null_constant():
     """round() of a dynamic float argument needs its plain value, which an unbacked SymFloat has not at trace time:
     float() of it failed and its NULL result became a constant (fuzz seeds 12, 47, 59, 133: a segfault)."""
     run(float_round, [(torch.randn(3), s) for s in (0.123, 0.456, 0.789, 1.234)])  # run() compares with eager
+
+
+def masked(x):
+    idx = torch.nonzero(x > 0)
+    return idx.float().sum() + x[x > 0].sum() * 2
+
+
+def test_capture_dynamic_output_shape_ops_keeps_nonzero_and_masks_in_the_graph():
+    calls = [(torch.randn(n, 3),) for n in (4, 5, 6, 7)]
+    with cdynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        g = run(masked, calls)
+    assert len(g.gms) == 2, [gm.code for gm in g.gms]
+    assert "torch.nonzero(gt)" in g.gms[0].code and "x[gt_1]" in g.gms[0].code, g.gms[0].code
+    with cdynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        cdynamo.reset()
+        opt = cdynamo.optimize("aot_eager")(masked)
+        for (x,) in calls:
+            torch.testing.assert_close(opt(x), masked(x))
+    # off (the default): graph breaks, no nonzero node
+    g = run(masked, calls)
+    assert all("nonzero" not in gm.code for gm in g.gms)
