@@ -136,7 +136,8 @@ def observe_tensor(code, cb_dynamic, t, name):
 def _int_dynamic(code, cb_dynamic, name, value):
     state = _frame_state.setdefault(_code_key(code), {})
     seen = state.get(name)
-    if not isinstance(seen, _SeenInt):
+    if not isinstance(seen, _SeenInt) or (seen.value is not None and type(seen.value) is not type(value)):
+        # First seen, or seen as another type (an int, now a float: a new kind of call, not a changed value).
         state[name] = _SeenInt(value)
         return _wants_dynamic(cb_dynamic)
     if cb_dynamic is not False and config.automatic_dynamic_shapes and seen.value != value:
