@@ -109,17 +109,18 @@ ValuePtr Tracer::sym_builtin(py::handle f, const std::vector<ValuePtr>& args) {
                                                                                                    : py::object(py::int_(0));
     return fold_call(f, "isinstance", {Value::constant(proxy), args[1]}, {});
   }
-  static const struct {
-    const char* module;
+  struct Entry {
+    bool in_math;  // math.<name>, else builtins.<name>
     const char* name;
     const char* torch_fn;  // torch's symbolic version
     size_t nargs;
-  } table[] = {{"builtins", "int", "sym_int", 1},   {"builtins", "float", "sym_float", 1},
-               {"builtins", "max", "sym_max", 2},   {"builtins", "min", "sym_min", 2},
-               {"math", "sqrt", "_sym_sqrt", 1}};
+  };
+  static const Entry table[] = {{false, "int", "sym_int", 1},   {false, "float", "sym_float", 1},
+                                {false, "max", "sym_max", 2},   {false, "min", "sym_min", 2},
+                                {true, "sqrt", "_sym_sqrt", 1}};
   for (const auto& e : table) {
     if (args.size() != e.nargs) continue;
-    py::object real = py::module_::import(e.module).attr(e.name);
+    py::object real = (e.in_math ? refs.math : refs.builtins).attr(e.name);  // PyRefs: imported once
     if (!real.is(f)) continue;
     if (e.nargs == 1 && std::string(e.name) == "int" && args[0]->is_sym() &&
         PyObject_IsInstance(args[0]->sym().example.ptr(), py::object(refs.torch.attr("SymInt")).ptr()) == 1)

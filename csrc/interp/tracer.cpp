@@ -848,6 +848,19 @@ void Tracer::restart_with_fake_tensors(const guards::Source& src) {
 }
 
 
+ValuePtr Tracer::wrap_dynamic_scalar(py::handle value, const SourcePtr& src, const char* make) {
+  if (!dynamic()) {
+    if (code_dynamic_probe("observe_scalar", value, *src)) restart_with_fake_tensors(*src);
+    return nullptr;
+  }
+  py::object example = shapes.attr(make)(value, shape_source_name(*src));  // the value itself while static
+  if (Py_TYPE(example.ptr()) == Py_TYPE(value.ptr())) return nullptr;
+  guards.add(guards::type_match(src, value.ptr()));
+  graph::Node* n = graph.placeholder(placeholder_name(*src), example);
+  inputs.push_back(Input{src, n, py::reinterpret_borrow<py::object>(value)});
+  return Value::sym_num(n, example, src);
+}
+
 ValuePtr Tracer::specialize(const ValuePtr& v) {
   if (v->is_sym()) return Value::constant(plain_number(v->sym().example));
   if (v->kind == VKind::Slice) {
@@ -925,37 +938,13 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
     if (!dynamic()) guards.add(guards::tensor_match(src, v));  // dynamic: after the trace (add_shape_guards)
     return Value::tensor(n, example, value.attr("device"), src);
   }
+  // An int argument, or a float argument or float in a list or dict of the frame (an optimizer's lr): symbolic
+  // once it changed between compiles (or under compile(dynamic=True)). A float's example is an unbacked SymFloat:
+  // the graph does not depend on its value (a branch on it is a graph break).
   if (PyLong_CheckExact(v) && src->kind == guards::Source::Kind::Local) {
-    // An int argument: symbolic once it changed between compiles (or under compile(dynamic=True)).
-    py::object example;
-    if (dynamic()) {
-      example = shapes.attr("symint")(value, shape_source_name(*src));
-    } else if (code_dynamic_probe("observe_int", value, *src)) {
-      restart_with_fake_tensors(*src);
-    }
-    if (example && !PyLong_CheckExact(example.ptr())) {
-      guards.add(guards::type_match(src, v));  // its value: the SHAPE_ENV guard (add_shape_guards)
-      graph::Node* n = graph.placeholder(placeholder_name(*src), example);
-      inputs.push_back(Input{src, n, py::reinterpret_borrow<py::object>(value)});
-      return Value::sym_num(n, example, src);
-    }
-  }
-  if (PyFloat_CheckExact(v) && dynamic_float_source(*src)) {
-    // A float argument (or a float in a list or dict of the frame: an optimizer's lr): once it changed between
-    // compiles, a graph input whose example is an unbacked SymFloat; the graph does not depend on its value (a
-    // branch on it is a graph break), so only its type is guarded.
-    py::object example;
-    if (dynamic()) {
-      example = shapes.attr("symfloat")(value, shape_source_name(*src));
-    } else if (code_dynamic_probe("observe_float", value, *src)) {
-      restart_with_fake_tensors(*src);
-    }
-    if (example && !PyFloat_CheckExact(example.ptr())) {
-      guards.add(guards::type_match(src, v));
-      graph::Node* n = graph.placeholder(placeholder_name(*src), example);
-      inputs.push_back(Input{src, n, py::reinterpret_borrow<py::object>(value)});
-      return Value::sym_num(n, example, src);
-    }
+    if (ValuePtr s = wrap_dynamic_scalar(value, src, "symint")) return s;
+  } else if (PyFloat_CheckExact(v) && dynamic_float_source(*src)) {
+    if (ValuePtr s = wrap_dynamic_scalar(value, src, "symfloat")) return s;
   }
   if (is_constant_object(value)) {
     guards.add(v == Py_None || PyBool_Check(v) || is_typing_form(value) ? guards::id_match(src, v)

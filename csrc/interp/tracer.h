@@ -264,6 +264,10 @@ class Tracer {
   bool code_dynamic_probe(const char* probe, py::handle value, const guards::Source& src);
   // Stops a static trace so that translate traces the frame again with fake tensors.
   [[noreturn]] void restart_with_fake_tensors(const guards::Source& src);
+  // wrap() of an exact int or float input that may be dynamic: a placeholder whose example is what
+  // TraceShapes.<make> gives (a SymInt, or an unbacked SymFloat) and a SymNum, with only its type guarded (the
+  // value: the SHAPE_ENV guard); nullptr while it is static (the caller wraps the constant).
+  ValuePtr wrap_dynamic_scalar(py::handle value, const SourcePtr& src, const char* make);
   // wrap() of an exact list, str-keyed dict or set of constants: a container value with a Source and the
   // real object, its items wrapped; nullptr when the object is not one of those.
   ValuePtr wrap_container(py::handle value, SourcePtr src);

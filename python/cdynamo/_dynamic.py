@@ -16,7 +16,7 @@ import torch
 
 from . import config
 
-# (file, first line, name) of a code object -> {source name: _SeenTensor | _SeenInt}; cleared by cdynamo.reset().
+# (file, first line, name) of a code object -> {source name: _SeenTensor | _SeenScalar}; cleared by cdynamo.reset().
 # Keyed by name, not identity: a recompiled frame makes its continuations (__resume_at_<offset>_c<n>) anew.
 _frame_state = {}
 
@@ -38,8 +38,8 @@ class _SeenTensor:
 
 
 @dataclasses.dataclass
-class _SeenInt:
-    value: object  # the int seen at every compile so far, or None once it changed (dynamic)
+class _SeenScalar:
+    value: object  # the int or float seen at every compile so far, or None once it changed (dynamic)
 
 
 # --- marks on tensors (torch._dynamo's attribute names, so torch._dynamo.mark_dynamic is honoured too) ---
@@ -133,27 +133,24 @@ def observe_tensor(code, cb_dynamic, t, name):
     return any(k != "static" for k in _dims_for(code, cb_dynamic, name, t))
 
 
-def _int_dynamic(code, cb_dynamic, name, value):
+def _scalar_dynamic(code, cb_dynamic, name, value):
+    """Records int or float input ``name`` in the code's frame state; True when it is dynamic now: it changed between
+    compiles (automatic dynamic), or compile(dynamic=True)."""
     state = _frame_state.setdefault(_code_key(code), {})
     seen = state.get(name)
-    if not isinstance(seen, _SeenInt) or (seen.value is not None and type(seen.value) is not type(value)):
+    if not isinstance(seen, _SeenScalar) or (seen.value is not None and type(seen.value) is not type(value)):
         # First seen, or seen as another type (an int, now a float: a new kind of call, not a changed value).
-        state[name] = _SeenInt(value)
+        state[name] = _SeenScalar(value)
         return _wants_dynamic(cb_dynamic)
     if cb_dynamic is not False and config.automatic_dynamic_shapes and seen.value != value:
         seen.value = None
     return cb_dynamic is not False and (seen.value is None or _wants_dynamic(cb_dynamic))
 
 
-def observe_int(code, cb_dynamic, value, name):
-    """For a static trace: records int input ``name``; True when it is dynamic now."""
-    return _int_dynamic(code, cb_dynamic, name, value)
-
-
-def observe_float(code, cb_dynamic, value, name):
-    """For a static trace: records float input ``name``; True when it is dynamic now (it changed between compiles,
-    or compile(dynamic=True))."""
-    return _int_dynamic(code, cb_dynamic, name, value)
+def observe_scalar(code, cb_dynamic, value, name):
+    """For a static trace: records int or float input ``name``; True when it is dynamic now (the trace must start
+    again with fake tensors)."""
+    return _scalar_dynamic(code, cb_dynamic, name, value)
 
 
 class _NeedsFake:
@@ -178,7 +175,7 @@ def frame_is_dynamic(code, cb_dynamic):
     for seen in state.values():
         if isinstance(seen, _SeenTensor) and None in seen.sizes:
             return True
-        if isinstance(seen, _SeenInt) and seen.value is None:
+        if isinstance(seen, _SeenScalar) and seen.value is None:
             return True
         if isinstance(seen, _NeedsFake):
             return True
@@ -252,7 +249,6 @@ class TraceShapes:
         self.shape_env = ShapeEnv(allow_scalar_outputs=config.capture_scalar_outputs,
                                   allow_dynamic_output_shape_ops=config.capture_dynamic_output_shape_ops)
         self.fake_mode = FakeTensorMode(shape_env=self.shape_env, allow_non_fake_inputs=True)
-        self.inputs = []  # (kind "tensor" | "int", fake or SymInt or int) per graph input, in C++'s order
         self._marked = []  # (source name, dim, its size on the fake) for each mark_dynamic dimension
 
     def fake(self, t, name):
@@ -311,14 +307,14 @@ class TraceShapes:
         """A SymInt for dynamic int input ``name`` (0 and 1 stay constants, as in torch._dynamo), or the int."""
         from torch.fx.experimental.symbolic_shapes import DimDynamic
 
-        if not _int_dynamic(self.code, self.cb_dynamic, name, value):
+        if not _scalar_dynamic(self.code, self.cb_dynamic, name, value):
             return value
         return self.shape_env.create_unspecified_symint_and_symbol(value, _Source(name), DimDynamic.DYNAMIC)
 
     def symfloat(self, value, name):
         """For dynamic float input ``name``: an unbacked SymFloat (the graph cannot depend on its value: a guard on
         it raises, which the trace turns into a graph break), or the float itself while it is static."""
-        if not _int_dynamic(self.code, self.cb_dynamic, name, value):
+        if not _scalar_dynamic(self.code, self.cb_dynamic, name, value):
             return value
         s = self.shape_env.create_unbacked_symfloat()
         self.shape_env.pending_fresh_unbacked_symbols.clear()
