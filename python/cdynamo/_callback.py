@@ -99,9 +99,7 @@ class Callback:
         """The backend's callable for ``gm``; a graph that changes an input sharing its storage with another input
         goes through ``_dealias`` first (aot_autograd's synthetic-base path is wrong on torch 2.13)."""
         if _dynamic.has_fake(example_inputs):
-            # Dynamic shapes: fake examples have no real storages to compare (aliasing inputs are not rewritten).
-            _dynamic.drop_dead_sym_nodes(gm)
-            return self.backend(gm, list(example_inputs))
+            _dynamic.drop_dead_sym_nodes(gm)  # before the plan: it maps placeholders to example inputs
         todo = _dealias.plan(gm, example_inputs)
         if todo is None:
             return self.backend(gm, list(example_inputs))

@@ -65,7 +65,12 @@ def _roots(node, seen=None):
 
 
 def _storage_key(t):
+    """What tells ``t``'s storage apart: its device and data pointer; for a fake tensor (a dynamic-shape graph's
+    example) the storage object itself (fakes of views share their base's fake storage; their data pointer is 0)."""
+    from torch._subclasses.fake_tensor import FakeTensor
     try:
+        if isinstance(t, FakeTensor):
+            return ("fake", t.untyped_storage()._cdata)
         return (t.device, t.untyped_storage().data_ptr())
     except Exception:  # noqa: BLE001 - no storage (sparse, subclass): never grouped
         return None
@@ -77,7 +82,9 @@ def _covers_storage(t):
 
 
 def plan(gm, example_inputs):
-    """None when nothing to do; else ("eager", None) or ("rewrite", [(view_index, base_index), ...])."""
+    """None when nothing to do; else ("eager", None) or ("rewrite", [(view_index, base_index), ...]). Fake examples
+    (dynamic shapes) never get "rewrite": the as_strided sizes of a dropped view would be symbols no graph input
+    carries (aot_autograd raises "is not tracked with proxy"), so such a graph runs as captured."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(example_inputs) or len(example_inputs) < 2:
         return None
@@ -95,12 +102,13 @@ def plan(gm, example_inputs):
     for node in gm.graph.nodes:
         if _mutates(node):
             mutated.update(index[r] for r in _roots(node.args[0] if node.args else None))
+    dynamic = any(k[0] == "fake" for k in groups)
     pairs = []
     for g in shared:
         if not mutated.intersection(g):
             continue
         base = next((i for i in g if _covers_storage(example_inputs[i])), None)
-        if base is None or any(example_inputs[i].dtype != example_inputs[base].dtype for i in g):
+        if dynamic or base is None or any(example_inputs[i].dtype != example_inputs[base].dtype for i in g):
             return ("eager", None)
         pairs.extend((i, base) for i in g if i != base)
     return ("rewrite", sorted(pairs)) if pairs else None

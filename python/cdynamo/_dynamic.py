@@ -265,7 +265,11 @@ class TraceShapes:
             if (lo is not None and size < lo) or (hi is not None and size > hi):
                 raise _constraint_error(f"{name}.size()[{d}] = {size} is not in range [{lo}, {hi}] given to "
                                         f"mark_dynamic")
-        fake = self.fake_mode.from_tensor(t, symbolic_context=ctx, source=_Source(name))
+        # A 0-d CPU int / float64 tensor with a source gets a backed symbol for its value (its item() memo), which
+        # aot_autograd's tensorify pass then rejects (TensorifyScalarRestartAnalysis, a restart that only
+        # torch._dynamo handles): it has no sizes to make symbolic, so it goes without one (fuzz seed 232).
+        source = _Source(name) if t.dim() else None
+        fake = self.fake_mode.from_tensor(t, symbolic_context=ctx if t.dim() else None, source=source)
         for d, (lo, hi) in ranges.items():
             s = fake.shape[d]
             if isinstance(s, torch.SymInt):
