@@ -143,6 +143,28 @@ def test_no_recompile_on_same_shapes(name):
     assert first > 0 and cnt.frame_count == first
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_batch_sizes_compile_twice_as_dynamo(name):
+    """Batch 2, 3, 4, 5 (issue 14): the second size makes the batch dimension dynamic, so two compiles in all, as
+    torch._dynamo (counted live); every output equals eager."""
+    model, _ = _build(name)
+    model.eval()
+    from timm_zoo_models import _images
+
+    xs = [_images(b, batch=b)["x"] for b in (2, 3, 4, 5)]
+    cnt = CompileCounter()
+    cm = cdynamo.optimize(cnt)(model)
+    dcnt = torch._dynamo.testing.CompileCounter()
+    dm = torch.compile(model, backend=dcnt)
+    with torch.no_grad():
+        for x in xs:
+            ref = model(x)
+            torch.testing.assert_close(cm(x), ref, atol=1e-5, rtol=1e-5)
+            dm(x)
+    assert dcnt.frame_count == 2
+    assert cnt.frame_count == dcnt.frame_count
+
+
 def test_inductor_resnet18_equals_eager():
     # One small call: an inductor compile on a 2-core CI machine takes most of this file's time.
     model, _ = _build("resnet18")
