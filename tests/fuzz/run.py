@@ -512,6 +512,11 @@ def check_program(prog, backends):
             res["ops"] += fac.counter.op_count
         res["fallbacks"] += sum(1 for w in ws if "cdynamo" in type(w.message).__name__.lower()
                                 or "Cdynamo" in str(w.category))
+        # The runner sets suppress_errors, so a backend that refuses a graph is only a warning: kept per seed, so a
+        # new backend failure (a graph cdynamo hands over that the backend cannot take) is seen, not hidden.
+        failed = [str(w.message) for w in ws if str(w.message).startswith("cdynamo: backend failed in ")]
+        if failed:
+            res.setdefault("backend_failures", []).extend(f"[{be}] {m}"[:300] for m in failed[:3])
         if diff is not None:
             res["status"] = "fail"
             res["fails"].append([be, diff[0], diff[1]])
@@ -655,6 +660,10 @@ class Summary:
                 cats.setdefault(cat, []).append(s)
         return cats
 
+    def backend_failures(self):
+        """Seeds where cdynamo's backend refused a graph (it ran as Python: suppress_errors), and the first message."""
+        return {s: r["backend_failures"][0] for s, r in sorted(self.results.items()) if r.get("backend_failures")}
+
     def reason(self, seed):
         r = self.results[seed]
         return "; ".join(f"[{be}] {cat}: {why}" for be, cat, why in r["fails"])
@@ -671,6 +680,9 @@ class Summary:
         fb = sum(r.get("fallbacks", 0) for r in self.results.values())
         if fb:
             lines.append(f"  cdynamo warnings (fallbacks to Python): {fb}")
+        bf = self.backend_failures()
+        if bf:
+            lines.append(f"  backend failures (graph ran as Python): {len(bf)}  seeds {list(bf)[:20]}")
         for cat, seeds in sorted(self.by_category().items()):
             lines.append(f"  {cat}: {len(seeds)}  seeds {seeds[:20]}{' ...' if len(seeds) > 20 else ''}")
         for s in self.failures():
