@@ -14,6 +14,9 @@ if [ ! -f "$SITE/cdynamo/.built" ]; then
     touch "$SITE/cdynamo/.built"
 fi
 export PYTHONPATH="$SITE"
+# Inductor compiles in this process: on a cold machine its subprocess compile pool once hung a test_cuda inductor
+# compile past the 5-minute test limit (2026-11-26); in-process it passed in seconds.
+export TORCHINDUCTOR_COMPILE_THREADS="${TORCHINDUCTOR_COMPILE_THREADS:-1}"
 "$PY" -c "import cdynamo, torch; print('cdynamo ok; torch', torch.__version__, 'cuda', torch.cuda.is_available())"
 case "$step" in
   cuda)
