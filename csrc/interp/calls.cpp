@@ -95,6 +95,8 @@ py::object run_meta(Tracer& t, const std::string& what, py::handle fn, py::tuple
                       std::string(e2.what()) + ")");
       }
     }
+    if (t.dynamic() && dynamic_module().attr("op_error_is_genuine")(e.value()).cast<bool>())
+      t.op_raised(what + " failed during shape propagation: " + msg);
     t.unsupported(what + " failed during shape propagation: " + msg);
   }
 }

@@ -459,13 +459,13 @@ void Tracer::execute_one() {
       ops_in_try = true;
     }
     throw;
-  } catch (const Unsupported&) {
+  } catch (const Unsupported& e) {
     // An instruction the trace cannot run on a symbolic number (a fold, an index, a slice bound, a call it
     // cannot inline) runs once more on the plain numbers its operands have now: the ShapeEnv guards them, so
     // the size is specialised (as torch._dynamo specialises) rather than the graph broken. Only when the
     // failed attempt changed nothing the trace cannot take back.
-    if (!dynamic() || undo_.size() != undo_before || attr_stores.size() != stores_before ||
-        mutated.size() != mutated_before)
+    if (!dynamic() || dynamic_cast<const OpRaised*>(&e) || undo_.size() != undo_before ||
+        attr_stores.size() != stores_before || mutated.size() != mutated_before)
       throw;
     bool any = false;
     for (size_t k = stack_before.size() - nuse; k < stack_before.size(); ++k) {
@@ -716,6 +716,12 @@ void Tracer::unsupported(const std::string& reason) {
   stop_.reason = reason;
   stop_.lineno = lineno_;
   throw Unsupported(reason);
+}
+
+void Tracer::op_raised(const std::string& reason) {
+  stop_.reason = reason;
+  stop_.lineno = lineno_;
+  throw OpRaised(reason);
 }
 
 py::handle Tracer::const_at(int i) const { return PyTuple_GET_ITEM(code->co_consts, i); }  // borrowed

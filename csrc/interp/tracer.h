@@ -237,6 +237,8 @@ class Tracer {
   std::vector<ValuePtr> popn(size_t n);  // in stack order (deepest first)
   ValuePtr& peek(size_t depth = 1);      // 1 = top
   [[noreturn]] void unsupported(const std::string& reason);
+  // unsupported() for an op that raised during fake-tensor propagation (see OpRaised): no specialised retry.
+  [[noreturn]] void op_raised(const std::string& reason);
 
   // Argument resolution against the code object (borrowed).
   py::handle const_at(int i) const;

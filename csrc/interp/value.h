@@ -26,6 +26,13 @@ struct Unsupported : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Thrown where an op raised during shape propagation on fake tensors with an error of its own (a size check that
+// fails for the sizes the frame has now): eager raises there too, so the instruction is not run again on
+// specialised sizes (that would only add guards, one compile per failing size).
+struct OpRaised : Unsupported {
+  using Unsupported::Unsupported;
+};
+
 // Thrown by `raise` of a builtin exception in an inlined function, outside any handler of the functions
 // being inlined: `exc` is the exception Python raises there (made at trace time; builtin exceptions with
 // constant arguments have no side effects). A caller that models the handler (iteration of a

@@ -182,6 +182,19 @@ def frame_is_dynamic(code, cb_dynamic):
     return False
 
 
+def op_error_is_genuine(exc):
+    """Whether ``exc``, raised by an op on fake tensors, is the op's own error for the sizes the frame has now (a size
+    check: eager raises there too), not a limit of tracing with symbols (a data-dependent size or guard, an op
+    without a fake kernel, a SymInt where an int must be)."""
+    from torch._subclasses.fake_tensor import (DataDependentOutputException, DynamicOutputShapeException,
+                                               UnsupportedOperatorException)
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    limits = (GuardOnDataDependentSymNode, DataDependentOutputException, DynamicOutputShapeException,
+              UnsupportedOperatorException, NotImplementedError, TypeError)
+    return isinstance(exc, (RuntimeError, ValueError, IndexError)) and not isinstance(exc, limits)
+
+
 def has_fake(values):
     """Whether some of ``values`` is a fake tensor or a symbolic number (the example inputs of a dynamic graph)."""
     from torch._subclasses.fake_tensor import FakeTensor

@@ -1,6 +1,7 @@
 # test_dynamic_internals.py — owns tests of how cdynamo's dynamic shapes work inside: the graph a dynamic frame
 # gives its backend (size nodes, symbolic slices, int placeholders, sizes as outputs), the guards it installs
 # (TENSOR_MATCH masks, SHAPE_ENV relations and their failure reasons), specialisation, and the frame state.
+import pytest
 import torch
 import torch._dynamo
 import torch._dynamo.testing
@@ -363,3 +364,26 @@ def test_dynamic_frame_with_a_0d_float64_input_compiles_under_aot_eager():
     assert cnt.frame_count == 2
     assert dynamo_count(add_0d, [(torch.tensor(1.5, dtype=torch.float64), torch.randn(n, 3, dtype=torch.float64))
                                  for n in (4, 5, 6)]) == 2
+
+
+def view_pairs(x):
+    return x.view(x.shape[0] // 2, 2, -1) + 1
+
+
+def test_an_op_that_raises_for_some_sizes_compiles_once_for_all_of_them():
+    """view() of an odd row count raises (in eager too). The trace used to run the failing instruction again on
+    specialised sizes, so each odd size guarded its own value and compiled an entry of its own, until the
+    recompile limit sent the frame, even sizes included, to Python for good. Now the op's own error breaks the
+    graph without specialising: one entry serves every odd size (torch._dynamo: no entry, it raises from its
+    trace)."""
+    cdynamo.reset()
+    g = Graphs()
+    opt = cdynamo.optimize(g)(view_pairs)
+    for n in (2, 4, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 6, 8):
+        x = torch.randn(n, 3)
+        if n % 2:
+            with pytest.raises(RuntimeError):
+                opt(x)
+        else:
+            torch.testing.assert_close(opt(x), view_pairs(x))
+    assert len(g.gms) == 3, [gm.code for gm in g.gms]

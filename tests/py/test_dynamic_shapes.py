@@ -39,7 +39,9 @@ def automatic_dynamic_on():
 # Known gaps of issue 14, each a strict xfail (it must fail; a fix turns it into an error to remove from here):
 # results equal eager in all of them, the counts or errors differ from torch._dynamo's.
 KNOWN_GAPS = {
-    "reshape_raises_for_odd": "a frame whose graph raised is recompiled where torch._dynamo keeps its entry",
+    "reshape_raises_for_odd": "the first odd size compiles an entry that breaks before the view (eager raises "
+                              "there, as under cdynamo) where torch._dynamo raises from its trace and keeps none: "
+                              "3 compiles against 2",
 }
 
 
