@@ -60,15 +60,25 @@ int stack_effect(int opcode, int arg, bool jump) {
 
   using detail::Ref;
   const std::string what = std::string("dis.stack_effect(") + opname(opcode) + ", " + std::to_string(arg) + ")";
-  Ref dis(PyImport_ImportModule("dis"));  // new reference
-  if (!dis) detail::throw_python_error(what);
-  Ref fn(PyObject_GetAttrString(dis.get(), "stack_effect"));  // new reference
-  if (!fn) detail::throw_python_error(what);
+  // dis.stack_effect, looked up once: from sys.modules where dis is loaded (PyImport_ImportModule goes through
+  // the running frame's __import__, which a frame with its own builtins may lack).
+  static PyObject* stack_effect_fn = nullptr;  // strong reference, kept for the process lifetime
+  if (!stack_effect_fn) {
+    Ref name(PyUnicode_FromString("dis"));  // new reference
+    if (!name) detail::throw_python_error(what);
+    PyObject* loaded = PyImport_GetModule(name.get());  // new reference or nullptr
+    if (!loaded && !PyErr_Occurred()) loaded = PyImport_ImportModule("dis");  // new reference
+    Ref dis(loaded);
+    if (!dis) detail::throw_python_error(what);
+    stack_effect_fn = PyObject_GetAttrString(dis.get(), "stack_effect");  // new reference
+    if (!stack_effect_fn) detail::throw_python_error(what);
+  }
+  PyObject* fn = stack_effect_fn;  // borrowed
   // Py_BuildValue returns new references; "O" increments Py_None / Py_True / Py_False itself.
   Ref args(takes_arg ? Py_BuildValue("(ii)", opcode, arg) : Py_BuildValue("(iO)", opcode, Py_None));
   Ref kwargs(Py_BuildValue("{sO}", "jump", jump ? Py_True : Py_False));
   if (!args || !kwargs) detail::throw_python_error(what);
-  Ref res(PyObject_Call(fn.get(), args.get(), kwargs.get()));  // new reference
+  Ref res(PyObject_Call(fn, args.get(), kwargs.get()));  // new reference
   if (!res) detail::throw_python_error(what);
   const long effect = PyLong_AsLong(res.get());
   if (effect == -1 && PyErr_Occurred()) detail::throw_python_error(what);

@@ -22,14 +22,14 @@ struct AutogradRefs {
   static AutogradRefs& get() {
     static auto* r = [] {
       auto* refs = new AutogradRefs();  // process lifetime
-      py::module_ fn_mod = py::module_::import("torch.autograd.function");
+      py::object fn_mod = loaded_module("torch.autograd.function");
       refs->function_cls = fn_mod.attr("Function");
       refs->apply_func = refs->function_cls.attr("__dict__")["apply"].attr("__func__");
       refs->setup_context_default = fn_mod.attr("_SingleLevelFunction").attr("__dict__")["setup_context"];
       // The class of the ctx seen by the traced forward/backward: a plain class, so that attribute stores on
       // it meet no descriptor (FunctionCtx's C base has some).
-      refs->ctx_cls = py::module_::import("builtins").attr("type")("FunctionCtx", py::make_tuple(), py::dict());
-      refs->empty_like = py::module_::import("torch").attr("empty_like");
+      refs->ctx_cls = loaded_module("builtins").attr("type")("FunctionCtx", py::make_tuple(), py::dict());
+      refs->empty_like = loaded_module("torch").attr("empty_like");
       return refs;
     }();
     return *r;
@@ -214,7 +214,7 @@ ValuePtr Tracer::autograd_function_apply(const ValuePtr& fn, const std::vector<V
   std::vector<graph::Arg> gargs;
   for (const auto& a : args) gargs.push_back(to_arg(a));
   py::object result = tuple_out ? py::object(examples) : examples[0];
-  py::object target = py::module_::import("cdynamo._autograd").attr("FunctionApply")(cls);
+  py::object target = loaded_module("cdynamo._autograd").attr("FunctionApply")(cls);
   graph::Node* n = graph.call_function(target, std::move(gargs), {}, result);
   return wrap_result(n, result, device);
 }

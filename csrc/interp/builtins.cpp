@@ -32,7 +32,7 @@ bool only_kwargs(const Kwargs& kwargs, std::initializer_list<const char*> allowe
 // True if isinstance(obj, clsinfo) is decided by type(obj) alone (see the isinstance rule).
 bool type_only_instance_check(py::handle obj, py::handle clsinfo) {
   static PyObject* class_attr = PyUnicode_InternFromString("__class__");  // owned, process lifetime
-  static PyObject* abc_meta = py::object(py::module_::import("abc").attr("ABCMeta")).release().ptr();  // owned
+  static PyObject* abc_meta = py::object(loaded_module("abc").attr("ABCMeta")).release().ptr();  // owned
   if (_PyType_Lookup(Py_TYPE(obj.ptr()), class_attr) != _PyType_Lookup(&PyBaseObject_Type, class_attr)) return false;
   auto plain = [&](PyObject* c) {
     return PyType_Check(c) && (Py_IS_TYPE(c, &PyType_Type) || Py_TYPE(c) == reinterpret_cast<PyTypeObject*>(abc_meta));
@@ -227,13 +227,13 @@ ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector
     }
     if (name != "sorted") {
       if (items.empty()) unsupported(name + "() of an empty sequence (ValueError is raised by Python)");
-      py::object best = refs.builtins.attr(name.c_str())(py::module_::import("builtins").attr("range")(items.size()),
+      py::object best = refs.builtins.attr(name.c_str())(loaded_module("builtins").attr("range")(items.size()),
                                                         py::arg("key") = keys.attr("__getitem__"));
       return items[best.cast<size_t>()];
     }
     ValuePtr rev = kwarg(kwargs, "reverse");
     if (rev && !rev->is_const()) unsupported("sorted(reverse=...) that is not a constant");
-    py::object order = refs.builtins.attr("sorted")(py::module_::import("builtins").attr("range")(items.size()),
+    py::object order = refs.builtins.attr("sorted")(loaded_module("builtins").attr("range")(items.size()),
                                                    py::arg("key") = keys.attr("__getitem__"),
                                                    py::arg("reverse") = rev ? rev->obj : py::bool_(false));
     std::vector<ValuePtr> out;

@@ -89,7 +89,7 @@ py::object run_meta(Tracer& t, const std::string& what, py::handle fn, py::tuple
     if (device && e.matches(PyExc_NotImplementedError) && msg.find("Meta") != std::string::npos) {
       try {
         // new reference: meta tensors (or a tuple/list of them) with the real kernel's output metadata
-        return py::module_::import("cdynamo._meta_fallback").attr("run")(fn, args, kwargs, device);
+        return loaded_module("cdynamo._meta_fallback").attr("run")(fn, args, kwargs, device);
       } catch (py::error_already_set& e2) {
         t.unsupported(what + " failed during shape propagation: " + msg + " (and on zero-filled tensors: " +
                       std::string(e2.what()) + ")");
@@ -204,7 +204,7 @@ ValuePtr Tracer::signature_of(const ValuePtr& fn, const std::vector<ValuePtr>& a
                               const std::vector<std::pair<std::string, ValuePtr>>& kwargs) {
   // inspect.signature(f) of a Python function, or of a method bound to an object of the frame: computed
   // now (the function is guarded by identity, a method through its receiver's class), a constant.
-  static PyObject* signature = py::object(py::module_::import("inspect").attr("signature")).release().ptr();
+  static PyObject* signature = py::object(loaded_module("inspect").attr("signature")).release().ptr();
   if (fn->kind != VKind::Object || fn->obj.ptr() != signature || args.size() != 1 || !kwargs.empty()) return nullptr;
   const ValuePtr& f = args[0];
   if (f->kind != VKind::Object || !f->obj || !PyFunction_Check(f->obj.ptr()) || f->made_in_trace()) return nullptr;

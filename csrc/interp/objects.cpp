@@ -378,7 +378,7 @@ ValuePtr Tracer::call_module(const ValuePtr& mod, std::vector<ValuePtr> args,
   // their length), the global ones through torch.nn.modules.module's globals.
   py::handle f = mod->obj;
   // A torch.jit ScriptModule (torch.jit.trace / script's result) runs its TorchScript graph: Python, as dynamo.
-  static PyObject* script_module = py::object(py::module_::import("torch.jit").attr("ScriptModule")).release().ptr();  // process lifetime
+  static PyObject* script_module = py::object(loaded_module("torch.jit").attr("ScriptModule")).release().ptr();  // process lifetime
   int scripted = PyObject_IsInstance(f.ptr(), script_module);
   if (scripted < 0) throw py::error_already_set();
   if (scripted) unsupported("call to a torch.jit ScriptModule (" + std::string(Py_TYPE(f.ptr())->tp_name) + "): it runs as Python");

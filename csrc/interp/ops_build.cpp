@@ -87,7 +87,7 @@ void list_to_tuple(Tracer& t, const Instruction&) {
 py::object convert(py::object obj, int conv) {
   if (conv == compat::opargs::kConvertStr) return py::str(obj);
   if (conv == compat::opargs::kConvertRepr) return py::repr(obj);
-  if (conv == compat::opargs::kConvertAscii) return py::module_::import("builtins").attr("ascii")(obj);
+  if (conv == compat::opargs::kConvertAscii) return loaded_module("builtins").attr("ascii")(obj);
   return obj;
 }
 
@@ -97,7 +97,7 @@ void format_value(Tracer& t, const Instruction& i) {
   ValuePtr v = t.pop();
   if (!v->is_constant_like() || (spec && !spec->is_const())) t.unsupported("f-string of " + v->describe());
   py::object obj = convert(v->as_python(), i.arg & 0x03);
-  py::object out = py::module_::import("builtins").attr("format")(obj, spec ? spec->obj : py::str(""));
+  py::object out = loaded_module("builtins").attr("format")(obj, spec ? spec->obj : py::str(""));
   t.push(Value::constant(out));
 }
 
@@ -113,7 +113,7 @@ void convert_value(Tracer& t, const Instruction& i) {
 void format_with(Tracer& t, const ValuePtr& spec) {
   ValuePtr v = t.peek(1);
   if (!v->is_constant_like() || (spec && !spec->is_const())) t.unsupported("f-string of " + v->describe());
-  py::object out = py::module_::import("builtins").attr("format")(v->as_python(), spec ? spec->obj : py::str(""));
+  py::object out = loaded_module("builtins").attr("format")(v->as_python(), spec ? spec->obj : py::str(""));
   t.pop();
   t.push(Value::constant(out));
 }

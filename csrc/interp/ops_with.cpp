@@ -85,7 +85,7 @@ int grad_exit_mode(py::handle obj) {
 bool is_noop_context_class(py::handle fn) {
   auto load = [](const char* mod, const char* name) {
     try {
-      return py::object(py::module_::import(mod).attr(name)).release().ptr();  // owned for the process lifetime
+      return py::object(loaded_module(mod).attr(name)).release().ptr();  // owned for the process lifetime
     } catch (py::error_already_set&) {
       return static_cast<PyObject*>(nullptr);
     }
@@ -117,7 +117,7 @@ PyObject* decorate_context_code() {
       // eval with its own globals: without them it reads the calling Python frame's locals (PyEval_GetLocals),
       // which on 3.11/3.12 leaves a snapshot dict of the user's frame holding its objects until that frame ends.
       py::object wrapped = PyRefs::get().torch.attr("no_grad")()(
-          py::module_::import("builtins").attr("eval")("lambda: None", py::dict()));
+          loaded_module("builtins").attr("eval")("lambda: None", py::dict()));
       return py::object(wrapped.attr("__code__")).release().ptr();
     } catch (py::error_already_set&) {
       return static_cast<PyObject*>(nullptr);
@@ -147,7 +147,7 @@ ValuePtr Tracer::grad_decorated_call(const ValuePtr& fn, std::vector<ValuePtr>& 
   PyObject* ctx = PyCell_GET(PyTuple_GET_ITEM(closure, at_ctx));    // borrowed
   PyObject* func = PyCell_GET(PyTuple_GET_ITEM(closure, at_func));  // borrowed
   // @torch.no_grad() / @torch.enable_grad(): ctx_factory is the decorator object's own `clone`.
-  static PyObject* base_clone = py::object(py::module_::import("torch.utils._contextlib")
+  static PyObject* base_clone = py::object(loaded_module("torch.utils._contextlib")
                                                .attr("_DecoratorContextManager").attr("clone")).release().ptr();  // owned
   if (!ctx || !func || !PyMethod_Check(ctx) || PyMethod_GET_FUNCTION(ctx) != base_clone || !PyFunction_Check(func))
     unsupported("a function decorated with a torch context other than no_grad / enable_grad");

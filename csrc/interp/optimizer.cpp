@@ -17,7 +17,7 @@ bool ends_with(const std::string& s, const std::string& p) {
 py::handle optimizer_class() {
   static PyObject* cls = [] {
     try {
-      return py::object(py::module_::import("torch.optim").attr("Optimizer")).release().ptr();
+      return py::object(loaded_module("torch.optim").attr("Optimizer")).release().ptr();
     } catch (py::error_already_set&) {
       return py::none().release().ptr();
     }
@@ -170,7 +170,7 @@ namespace {
 py::handle fma_prim() {
   static PyObject* fma = [] {
     try {
-      return py::object(py::module_::import("torch._inductor.inductor_prims").attr("fma")).release().ptr();
+      return py::object(loaded_module("torch._inductor.inductor_prims").attr("fma")).release().ptr();
     } catch (py::error_already_set&) {
       return py::none().release().ptr();
     }
@@ -180,7 +180,7 @@ py::handle fma_prim() {
 
 bool decompositions_enabled() {
   try {
-    return py::module_::import("cdynamo.config").attr("enable_dynamo_decompositions").cast<bool>();
+    return loaded_module("cdynamo.config").attr("enable_dynamo_decompositions").cast<bool>();
   } catch (py::error_already_set&) {
     return false;
   } catch (py::cast_error&) {

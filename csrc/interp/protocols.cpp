@@ -13,14 +13,14 @@ constexpr long kMaxSequenceItems = 100000;
 // collections.abc.Sequence.__iter__, the mixin generator (a new reference kept for the process lifetime).
 PyObject* sequence_iter() {
   static PyObject* f =
-      py::object(py::module_::import("collections.abc").attr("Sequence").attr("__dict__")["__iter__"]).release().ptr();
+      py::object(loaded_module("collections.abc").attr("Sequence").attr("__dict__")["__iter__"]).release().ptr();
   return f;
 }
 
 // collections.abc.Mapping's `get` and `__contains__` mixins (new references kept for the process lifetime): both
 // call self[key] under `except KeyError`.
 PyObject* mapping_mixin(const char* name) {
-  return py::object(py::module_::import("collections.abc").attr("Mapping").attr("__dict__")[name]).release().ptr();
+  return py::object(loaded_module("collections.abc").attr("Mapping").attr("__dict__")[name]).release().ptr();
 }
 
 bool builtin_exception_class(py::handle cls) {

@@ -85,7 +85,7 @@ bool is_record_class(py::handle cls) {
 ValuePtr Tracer::make_record(const ValuePtr& cls, std::vector<ValuePtr> args,
                              std::vector<std::pair<std::string, ValuePtr>> kwargs) {
   const std::string what = describe_class(cls);
-  py::object dataclasses = py::module_::import("dataclasses");
+  py::object dataclasses = loaded_module("dataclasses");
   py::tuple fields = dataclasses.attr("fields")(cls->obj);
   py::object missing = dataclasses.attr("MISSING");
   if (fields.empty()) unsupported(what + " has no fields");

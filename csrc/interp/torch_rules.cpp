@@ -94,7 +94,7 @@ bool is_trusted_module(py::handle mod) {
 }
 
 bool is_stdlib_module(py::handle mod) {
-  static PyObject* names = py::object(py::module_::import("sys").attr("stdlib_module_names")).release().ptr();  // process lifetime
+  static PyObject* names = py::object(loaded_module("sys").attr("stdlib_module_names")).release().ptr();  // process lifetime
   std::string name = str_attr(mod, "__name__");
   py::str top(name.substr(0, name.find('.')));
   int r = PySet_Contains(names, top.ptr());
@@ -154,8 +154,8 @@ void clear_classification_cache() {
 }
 
 bool is_op_overload(py::handle fn) {
-  static PyObject* packet = py::object(py::module_::import("torch._ops").attr("OpOverloadPacket")).release().ptr();
-  static PyObject* overload = py::object(py::module_::import("torch._ops").attr("OpOverload")).release().ptr();
+  static PyObject* packet = py::object(loaded_module("torch._ops").attr("OpOverloadPacket")).release().ptr();
+  static PyObject* overload = py::object(loaded_module("torch._ops").attr("OpOverload")).release().ptr();
   auto* t = reinterpret_cast<PyObject*>(Py_TYPE(fn.ptr()));
   return t == packet || t == overload;
 }
@@ -164,11 +164,11 @@ CallKind classify_callable(py::handle fn) {
   auto* cache = g_classified;
   // allow_in_graph / disallow_in_graph registrations can change: check them before the cache.
   try {
-    py::module_ allowed = py::module_::import("cdynamo._allowed");
+    py::object allowed = loaded_module("cdynamo._allowed");
     py::object key = py::int_(reinterpret_cast<uintptr_t>(fn.ptr()));
     if (allowed.attr("disallowed").contains(key)) return CallKind::Disallowed;
     if (allowed.attr("allowed").contains(key)) return CallKind::AllowedInGraph;
-    py::object gb = py::module_::import("cdynamo").attr("graph_break");
+    py::object gb = loaded_module("cdynamo").attr("graph_break");
     if (gb.ptr() == fn.ptr()) return CallKind::GraphBreak;
   } catch (py::error_already_set&) {
   }
@@ -237,11 +237,11 @@ CallKind classify_callable(py::handle fn) {
     kind = CallKind::PureBuiltin;
   } else if (!is_class && mod == "typing" && (name == "get_origin" || name == "get_args")) {
     // Pure functions of a typing form (folded only on constants: typing forms, classes, None).
-    py::object real = py::module_::import("typing").attr(name.c_str());
+    py::object real = loaded_module("typing").attr(name.c_str());
     if (real.ptr() == fn.ptr()) kind = CallKind::PureBuiltin;
   } else if (mod == "builtins" && pure_builtins().count(name)) {
     // Only the real builtins (not a shadowing object with the same name).
-    py::object real = py::module_::import("builtins").attr(name.c_str());
+    py::object real = loaded_module("builtins").attr(name.c_str());
     if (real.ptr() == fn.ptr()) kind = CallKind::PureBuiltin;
   }
   remember_kind(fn, kind);
@@ -301,7 +301,7 @@ ValuePtr tensor_attr(Tracer& t, const ValuePtr& self, const std::string& name) {
     // function the attribute runs, torch._C._autograd._get_data_attr. Held for the process's lifetime
     // (a new reference never released: no destructor runs at interpreter exit).
     static PyObject* get_data_attr = [] {
-      py::object f = py::module_::import("torch").attr("_C").attr("_autograd").attr("_get_data_attr");
+      py::object f = loaded_module("torch").attr("_C").attr("_autograd").attr("_get_data_attr");
       return f.release().ptr();
     }();
     py::object result;

@@ -15,10 +15,10 @@ namespace cdynamo::interp {
 PyRefs& PyRefs::get() {
   static PyRefs* refs = [] {
     auto* r = new PyRefs();  // process lifetime: never destroyed (avoids teardown-order issues)
-    r->torch = py::module_::import("torch");
-    r->operator_mod = py::module_::import("operator");
-    r->builtins = py::module_::import("builtins");
-    r->math = py::module_::import("math");
+    r->torch = loaded_module("torch");
+    r->operator_mod = loaded_module("operator");
+    r->builtins = loaded_module("builtins");
+    r->math = loaded_module("math");
     r->getattr_fn = r->builtins.attr("getattr");
     r->torch_device = r->torch.attr("device");
     r->meta_device = r->torch_device("meta");
@@ -29,12 +29,12 @@ PyRefs& PyRefs::get() {
     r->nn_sequential = nn.attr("Sequential");
     r->nn_module_list = nn.attr("ModuleList");
     r->nn_module_dict = nn.attr("ModuleDict");
-    r->nn_module_module = py::module_::import("torch.nn.modules.module");
-    r->functools_partial = py::module_::import("functools").attr("partial");
-    r->copy_deepcopy = py::module_::import("copy").attr("deepcopy");
-    r->os_environ = py::module_::import("os").attr("environ");
-    r->abc_meta = py::module_::import("abc").attr("ABCMeta");
-    r->copyreg_dispatch = py::module_::import("copyreg").attr("dispatch_table");
+    r->nn_module_module = loaded_module("torch.nn.modules.module");
+    r->functools_partial = loaded_module("functools").attr("partial");
+    r->copy_deepcopy = loaded_module("copy").attr("deepcopy");
+    r->os_environ = loaded_module("os").attr("environ");
+    r->abc_meta = loaded_module("abc").attr("ABCMeta");
+    r->copyreg_dispatch = loaded_module("copyreg").attr("dispatch_table");
     r->graph_break_fn = py::none();
     return r;
   }();

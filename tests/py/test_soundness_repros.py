@@ -434,3 +434,36 @@ def test_in_place_on_a_non_dense_non_leaf_input_equals_eager(backend):
     ref.sum().backward()
     torch.testing.assert_close(got, ref)
     torch.testing.assert_close(b1.grad, b2.grad)
+
+
+_NO_IMPORT_SRC = '''
+def f(x):
+    s = f"{x.shape[0]:3d}" + ascii("e")
+    y = x * len(s)
+    order = sorted([3, 1, 2])
+    return y + order[0]
+'''
+
+
+def test_frame_whose_builtins_lack_import_is_still_traced():
+    """The trace used to import modules (builtins for format() / sorted(), dis for a stack effect it had not seen)
+    through the running frame's __import__; a frame with its own builtins lacking it (an exec'd sandbox) made the
+    trace fail with KeyError '__import__' (no graph). The compile path reads loaded modules from sys.modules."""
+    import builtins
+    import warnings
+
+    warm = CompileCounter()  # one-time caches (node meta, torch's Sym classes) filled from an ordinary frame
+
+    def ordinary(x):
+        return x.sin() * sorted([2, 1])[0]
+
+    cdynamo.optimize(warm)(ordinary)(torch.ones(2))
+    ns = {"__builtins__": {k: v for k, v in vars(builtins).items() if k != "__import__"}}
+    exec(_NO_IMPORT_SRC, ns)
+    cnt = CompileCounter()
+    with warnings.catch_warnings(record=True) as ws:
+        warnings.simplefilter("always")
+        got = cdynamo.optimize(cnt)(ns["f"])(torch.ones(3))
+    torch.testing.assert_close(got, ns["f"](torch.ones(3)))
+    assert cnt.frame_count == 1 and cnt.op_count == 2, (cnt.frame_count, cnt.op_count)
+    assert not [w for w in ws if "cdynamo" in str(w.message)], [str(w.message) for w in ws]
