@@ -664,6 +664,16 @@ class Summary:
         """Seeds where cdynamo's backend refused a graph (it ran as Python: suppress_errors), and the first message."""
         return {s: r["backend_failures"][0] for s, r in sorted(self.results.items()) if r.get("backend_failures")}
 
+    def check_backend_failures(self, known):
+        """Asserts that every seed whose backend refused a graph is in ``known`` (seed -> why), and that every
+        ``known`` seed this run reached still refuses (the fixed-range tests share this check)."""
+        refused = self.backend_failures()
+        new = {s: m for s, m in refused.items() if s not in known}
+        assert not new, "backends refused graphs (the frames ran as Python):\n" + "\n".join(
+            f"  seed {s}: {m}"[:400] for s, m in new.items())
+        accepted = [s for s in known if s in self.results and s not in refused]
+        assert not accepted, f"the backend takes these graphs now, remove them from KNOWN_BACKEND_FAILURES: {accepted}"
+
     def reason(self, seed):
         r = self.results[seed]
         return "; ".join(f"[{be}] {cat}: {why}" for be, cat, why in r["fails"])
