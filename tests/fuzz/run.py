@@ -44,6 +44,10 @@ import warnings
 _HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(_HERE))
 
+# A worker that reports nothing for this long is killed and its running program fails as a hang: a hang guard per
+# program (a program takes about a second; a slow, loaded machine several), never a limit on the range.
+SEED_TIMEOUT = 300
+
 CATEGORIES = ["crash", "hang", "wrong exception", "internal error", "wrong result", "identity",
               "wrong mutation", "wrong global", "wrong print", "runner error"]
 
@@ -703,13 +707,21 @@ class Summary:
         return "\n".join(lines)
 
 
-def run_seeds(start, count, backends=("eager",), aot_every=1, time_budget=None, chunk=100, seed_timeout=60,
-              confirm_crashes=True, progress=None, max_consecutive_crashes=8, gen=None):
-    """Runs seeds in worker subprocesses; stops launching work when time_budget (seconds) is used up.
+def run_seeds(start, count, backends=("eager",), aot_every=1, time_budget=None, chunk=100, seed_timeout=SEED_TIMEOUT,
+              confirm_crashes=True, progress=None, max_consecutive_crashes=8, gen=None, jobs=1):
+    """Runs seeds in worker subprocesses; stops launching work when time_budget (seconds) is used up (None: the
+    range runs whole, however long it takes; only a program that makes no progress for ``seed_timeout`` seconds
+    is stopped, and fails as a hang).
 
-    ``gen`` picks the program generator of the workers ("flat" or "modules"; default: this process's GEN).
+    ``jobs`` > 1 splits the range into that many contiguous parts, each run by its own sequence of workers at the
+    same time; the summary is the same as one sequence's (results by seed), only sooner on a machine with cores to
+    spare. ``gen`` picks the program generator of the workers ("flat" or "modules"; default: this process's GEN).
     A crash right after cdynamo was reinstalled (its extension's mtime changed) or a worker that cannot start
     is retried after a pause; many crashes in a row abort the run (``Summary.aborted``: a broken install)."""
+    if jobs > 1 and count > 1:
+        return _run_parallel(start, count, jobs, backends=backends, aot_every=aot_every, time_budget=time_budget,
+                             chunk=chunk, seed_timeout=seed_timeout, confirm_crashes=confirm_crashes,
+                             progress=progress, max_consecutive_crashes=max_consecutive_crashes, gen=gen)
     t0 = time.time()
     deadline = t0 + time_budget if time_budget else 0
     summ = Summary()
@@ -753,6 +765,44 @@ def run_seeds(start, count, backends=("eager",), aot_every=1, time_budget=None, 
     return summ
 
 
+def _run_parallel(start, count, jobs, **kw):
+    """run_seeds over ``jobs`` contiguous parts of [start, start+count), each in a thread of its own driving its
+    worker subprocesses; the parts' summaries are merged (an abort in any part aborts the whole)."""
+    import threading
+    jobs = min(jobs, count)
+    bounds = [start + count * j // jobs for j in range(jobs + 1)]
+    parts = [None] * jobs
+    lock = threading.Lock()
+    progress = kw.pop("progress", None)
+
+    def locked_progress(r):
+        with lock:
+            progress(r)
+
+    def part(j):
+        parts[j] = run_seeds(bounds[j], bounds[j + 1] - bounds[j], progress=locked_progress if progress else None,
+                             jobs=1, **kw)
+
+    t0 = time.time()
+    threads = [threading.Thread(target=part, args=(j,), daemon=True) for j in range(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    summ = Summary()
+    for p in parts:
+        if p is None:  # the thread died: report it rather than a short range
+            summ.aborted = summ.aborted or "a fuzz driver thread died"
+            continue
+        summ.aborted = summ.aborted or p.aborted
+        summ.results.update(p.results)
+        for be, n in p.backend_runs.items():
+            summ.backend_runs[be] = summ.backend_runs.get(be, 0) + n
+    summ.results = dict(sorted(summ.results.items()))
+    summ.elapsed = time.time() - t0
+    return summ
+
+
 # ---------------------------------------------------------------------------------------------- CLI
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m tests.fuzz.run", description=__doc__.split("\n\n")[0])
@@ -762,7 +812,8 @@ def main(argv=None):
     p.add_argument("--aot-every", type=int, default=1, help="aot_eager only on seeds divisible by this")
     p.add_argument("--time-budget", type=float, default=None)
     p.add_argument("--chunk", type=int, default=100)
-    p.add_argument("--seed-timeout", type=float, default=60)
+    p.add_argument("--seed-timeout", type=float, default=SEED_TIMEOUT)
+    p.add_argument("-j", "--jobs", type=int, default=1, help="run the range as this many parallel parts")
     p.add_argument("-v", "--verbose", action="store_true")
     p.add_argument("--gen", choices=["flat", "modules"], default=None,
                    help="program generator: flat (gen.py, default) or modules (gen_modules.py)")
@@ -792,7 +843,7 @@ def main(argv=None):
                 print(f"FAIL seed {r['seed']}: " + "; ".join(f"[{b}] {c}: {w}" for b, c, w in r["fails"])[:300],
                       flush=True)
     summ = run_seeds(a.start, a.count, backends, a.aot_every, a.time_budget, a.chunk, a.seed_timeout,
-                     progress=prog_cb)
+                     progress=prog_cb, jobs=a.jobs)
     print(summ.report(verbose=a.verbose))
     return 1 if summ.failures() or summ.aborted else 0
 

@@ -693,6 +693,7 @@ def _zoo_run(fe, model, calls, vocab):
     return outs, compiles, frames
 
 
+@pytest.mark.full_tier  # the HF zoo's models: full tier only, as the zoo files
 @pytest.mark.parametrize("batches", sorted(ZOO_CALLS))
 @pytest.mark.parametrize("name", ZOO_MODELS)
 def test_zoo_varying_batch_and_seq(name, batches):
