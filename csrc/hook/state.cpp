@@ -45,8 +45,41 @@ struct OptimizedCallable {
   vectorcallfunc vectorcall;
 };
 
+// torch.compile starts a new generation of inductor's CUDA-graph trees at every entry of a compiled callable
+// (torch._dynamo.mutation_guard.GenerationTracker.generation += 1): the trees may then reuse the memory of the
+// previous invocation's outputs, which they would otherwise keep apart while any of them is alive (a user's loop
+// that keeps the last output). cdynamo does the same at the entry of an OptimizedCallable that captures or runs
+// compiled code, once that module is loaded (inductor loads it; nothing is imported here). Never fails the call.
+void next_generation() {
+  static PyObject* module_name = PyUnicode_InternFromString("torch._dynamo.mutation_guard");  // kept forever
+  static PyObject* tracker_name = PyUnicode_InternFromString("GenerationTracker");            // kept forever
+  static PyObject* generation_name = PyUnicode_InternFromString("generation");                // kept forever
+  static PyObject* one = PyLong_FromLong(1);                                                   // kept forever
+  if (!module_name || !tracker_name || !generation_name || !one) {
+    PyErr_Clear();
+    return;
+  }
+  PyObject* modules = PyImport_GetModuleDict();                     // borrowed
+  PyObject* mod = PyDict_GetItemWithError(modules, module_name);    // borrowed
+  if (!mod) {
+    PyErr_Clear();
+    return;
+  }
+  PyObject* exc_type, *exc_value, *exc_tb;
+  PyErr_Fetch(&exc_type, &exc_value, &exc_tb);  // owned here (none expected; kept intact)
+  PyObject* tracker = PyObject_GetAttr(mod, tracker_name);                  // new reference
+  PyObject* gen = tracker ? PyObject_GetAttr(tracker, generation_name) : nullptr;  // new reference
+  PyObject* next = gen ? PyNumber_Add(gen, one) : nullptr;                  // new reference
+  if (!next || PyObject_SetAttr(tracker, generation_name, next) < 0) PyErr_Clear();
+  Py_XDECREF(next);
+  Py_XDECREF(gen);
+  Py_XDECREF(tracker);
+  PyErr_Restore(exc_type, exc_value, exc_tb);  // steals the three
+}
+
 PyObject* oc_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   auto* o = reinterpret_cast<OptimizedCallable*>(self);
+  if (o->cb != Py_None) next_generation();
   PyObject* prev = exchange_callback(o->cb);  // new reference (or NULL)
   PyObject* result = PyObject_Vectorcall(o->fn, args, nargsf, kwnames);  // new reference
   PyObject* mine = exchange_callback(prev);   // restores; returns our cb (new ref)

@@ -20,6 +20,22 @@ namespace py = pybind11;
 
 namespace {
 
+// Indices of the graph inputs read from an nn.Module's `_parameters` / `_buffers` dict (its parameters and buffers):
+// the inputs torch._dynamo marks static (node meta `tensor_dict['_dynamo_static_input_type']`), so inductor's CUDA
+// graphs read them in place instead of copying them into the graph's memory on every call.
+py::list module_tensor_inputs(const interp::Tracer& t) {
+  using K = guards::Source::Kind;
+  py::list out;
+  for (size_t i = 0; i < t.inputs.size(); ++i) {
+    const guards::Source* s = t.inputs[i].source.get();
+    if (!s || s->kind != K::DictItem || !s->base) continue;
+    const guards::Source& dict = *s->base;
+    if ((dict.kind == K::Attr || dict.kind == K::GenericAttr) && (dict.name == "_parameters" || dict.name == "_buffers"))
+      out.append(i);
+  }
+  return out;
+}
+
 int g_compiled_counter = 0;
 int g_resume_counter = 0;
 
@@ -448,6 +464,7 @@ std::shared_ptr<CacheEntry> translate_impl(compat::Frame* frame, PyObject* cb, C
         ginfo["graph_readable"] = t.graph.readable();
       }
       ginfo["op_count"] = t.graph.op_count();
+      ginfo["static_inputs"] = module_tensor_inputs(t);
       // Read before the backend runs (it may rewrite the module): what a failed call of this graph changes.
       py::object graph_call_py = interp::loaded_module("cdynamo._graph_call");
       py::tuple policy = graph_call_py.attr("error_policy")(gm, codegen::Rebuilder::has_effects(t));

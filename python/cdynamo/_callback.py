@@ -31,6 +31,16 @@ def _first_line(text):
     return text.splitlines()[0] if text else ""
 
 
+def _mark_static_inputs(gm, indices):
+    """Marks the placeholders of an nn.Module's parameters and buffers (``indices``, from the C++ side) as
+    torch._dynamo marks them, ``meta['tensor_dict']['_dynamo_static_input_type'] = 'unguarded'``: inductor's CUDA
+    graphs then read them in place (recording again if one moves) instead of copying them on every call."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i in indices:
+        if 0 <= i < len(placeholders):
+            placeholders[i].meta.setdefault("tensor_dict", {})["_dynamo_static_input_type"] = "unguarded"
+
+
 class Callback:
     """What the C++ hook calls while a thread runs inside an optimized callable.
 
@@ -68,6 +78,8 @@ class Callback:
         _core.refresh_disable_codes()  # torch._dynamo may have been imported since optimize()
         if _logging.is_enabled("graph"):
             _logging.emit("graph", _logging.format_graph(info, gm))
+        if info.get("static_inputs") and self.wants_node_meta:
+            _mark_static_inputs(gm, info["static_inputs"])
         # Read before the backend runs: it may rewrite gm.
         verify = config.verify_correctness and not _dynamic.has_fake(example_inputs)
         reference = _verify.eager_reference(gm, example_inputs) if verify else None
