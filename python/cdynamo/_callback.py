@@ -4,7 +4,7 @@ import collections
 import time
 import warnings
 
-from . import _core, _dealias, _dynamic, _logging, _verify, config, utils
+from . import _core, _dead_code, _dealias, _dynamic, _logging, _verify, config, utils
 from .exc import BackendCompilerFailed, CdynamoWarning
 
 GuardFail = collections.namedtuple("GuardFail", ["reason", "orig_code"])
@@ -78,6 +78,12 @@ class Callback:
         _core.refresh_disable_codes()  # torch._dynamo may have been imported since optimize()
         if _logging.is_enabled("graph"):
             _logging.emit("graph", _logging.format_graph(info, gm))
+        if config.dead_code_elimination:
+            removed = _dead_code.eliminate(gm)
+            if removed:
+                info["op_count"] = max(0, int(info.get("op_count", 0) or 0) - removed)
+                info.pop("graph_tabular", None)  # the graph log prints gm as it is now
+                info.pop("graph_readable", None)
         if info.get("static_inputs") and self.wants_node_meta:
             _mark_static_inputs(gm, info["static_inputs"])
         # Read before the backend runs: it may rewrite gm.

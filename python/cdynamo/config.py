@@ -40,6 +40,8 @@ _OPTIONS = {
                                  "dynamic; False: every dimension (and int argument) is dynamic from the first "
                                  "compile, as compile(dynamic=True)"),
     "traceable_tensor_subclasses": (set, set(), "accepted, not read (deprecated and unused in torch._dynamo too)"),
+    "dead_code_elimination": (bool, True, "a captured graph's pure nodes whose values nothing uses are dropped "
+                              "before the backend sees it (_dead_code.py); read on each compile"),
 }
 _ALIASES = {"cache_size_limit": "recompile_limit", "accumulated_cache_size_limit": "accumulated_recompile_limit"}
 
