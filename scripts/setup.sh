@@ -39,6 +39,9 @@ need=()
 "$PY" -c 'import pytest' >/dev/null 2>&1 || need+=(pytest)
 # pytest-xdist: scripts/test.sh runs the test files on two worker processes.
 "$PY" -c 'import xdist' >/dev/null 2>&1 || need+=("pytest-xdist==3.8.0")
+# tlparse (a binary beside the interpreter): tests/py/test_structured_trace.py renders a cdynamo trace with it.
+"$PY" -c 'import os, sys; sys.exit(not os.path.exists(os.path.join(os.path.dirname(sys.executable), "tlparse")))' \
+  >/dev/null 2>&1 || need+=("tlparse==0.4.3")
 "$PY" -c 'import numpy' >/dev/null 2>&1 || need+=(numpy)
 "$PY" -c 'import scipy' >/dev/null 2>&1 || need+=(scipy)
 # transformers: the model zoo's library models (tests/py/test_hf_zoo.py); it does not depend on torch.
@@ -58,7 +61,7 @@ if [ ${#need[@]} -gt 0 ]; then
   say "pip installing: ${need[*]}"
   pip_install "${need[@]}"
 else
-  say "pytest, pytest-xdist, numpy, scipy, transformers, pillow, scikit-build-core, pybind11, cmake, ninja: present"
+  say "pytest, pytest-xdist, tlparse, numpy, scipy, transformers, pillow, scikit-build-core, pybind11, cmake, ninja: present"
 fi
 # timm and torchvision both depend on torch: --no-deps, so pip never replaces the pinned torch (torchvision's
 # only wheel for torch 2.13, 0.28.0, is a CUDA build whose C++ extension does not load with the CPU torch;

@@ -4,7 +4,7 @@ import collections
 import time
 import warnings
 
-from . import _core, _dead_code, _dealias, _dynamic, _logging, _verify, config, utils
+from . import _core, _dead_code, _dealias, _dynamic, _logging, _trace, _verify, config, utils
 from .exc import BackendCompilerFailed, CdynamoWarning
 
 GuardFail = collections.namedtuple("GuardFail", ["reason", "orig_code"])
@@ -21,6 +21,7 @@ _FALLBACK_WHAT = {
 
 
 def clear_state():
+    _trace.reset()
     counters.clear()
     _warned.clear()
     utils.reset_compile_times()
@@ -63,7 +64,8 @@ class Callback:
     def wants_text(self):
         """Whether the C++ side should print graphs, bytecode and guards for this compile (for explain/export
         recorders and the graph/bytecode/guards logs); skipped otherwise, as it costs more than the rest."""
-        return self.recorder is not None or any(_logging.is_enabled(k) for k in ("graph", "bytecode", "guards"))
+        return (self.recorder is not None or any(_logging.is_enabled(k) for k in ("graph", "bytecode", "guards"))
+                or _trace.enabled())
 
     @property
     def wants_node_meta(self):
@@ -89,9 +91,15 @@ class Callback:
         # Read before the backend runs: it may rewrite gm.
         verify = config.verify_correctness and not _dynamic.has_fake(example_inputs)
         reference = _verify.eager_reference(gm, example_inputs) if verify else None
+        _trace.on_graph(info, gm)
         t0 = time.perf_counter()
         try:
-            compiled = self._call_backend(gm, example_inputs)
+            context = _trace.compile_context(info.get("code"))
+            if context is None:
+                compiled = self._call_backend(gm, example_inputs)
+            else:
+                with context:
+                    compiled = self._call_backend(gm, example_inputs)
         except Exception as e:
             counters["backend_failures"] += 1
             raise BackendCompilerFailed(self.backend_name, e) from e
@@ -131,6 +139,7 @@ class Callback:
         return _dealias.wrap(self.backend(new, inputs), gm, kept, checks)
 
     def on_compiled(self, info):
+        _trace.on_compiled(info)
         counters["frames"] += 1
         utils.counters["frames"]["total"] += 1
         utils.counters["frames"]["ok"] += 1
@@ -148,6 +157,7 @@ class Callback:
             self.recorder.on_compiled(info)
 
     def on_recompile(self, info):
+        _trace.on_recompile(info)
         counters["recompiles"] += 1
         utils.counters["recompiles"][str(info.get("reason", "?"))] += 1
         _logging.emit("recompiles", _logging.format_recompile(info))
@@ -157,6 +167,7 @@ class Callback:
             self.guard_fail_fn(GuardFail(info.get("reason", ""), info.get("code")))
 
     def on_fallback(self, info):
+        _trace.on_fallback(info)
         kind = info.get("kind", "internal")
         counters[f"fallback_{kind}"] += 1
         utils.counters["frames"]["total"] += 1  # tried, not ok: the frame runs as Python
