@@ -6,6 +6,8 @@
 #include "guards/shape_guard.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <stdexcept>
@@ -429,9 +431,31 @@ const GuardTree& GuardSet::tree() const {
 
 std::string GuardSet::tree_text() const { return tree().text(guards_); }
 
+namespace {
+// CDYNAMO_GUARD_TREE_VERIFY=1 (tests, fuzzing): every tree verdict is compared with the flat list's; a difference
+// is printed to stderr and the flat verdict is used.
+bool verify_tree() {
+  static const bool on = [] {
+    const char* v = std::getenv("CDYNAMO_GUARD_TREE_VERIFY");
+    return v && *v && std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+}  // namespace
+
 bool GuardSet::check(const FrameView& fv, std::string* why) const {
-  if (!why) return tree().check(guards_, fv);
-  return flat_check(fv, why);
+  if (why) return flat_check(fv, why);
+  bool ok = tree().check(guards_, fv);
+  if (verify_tree()) {
+    std::string reason;
+    bool flat = flat_check(fv, &reason);
+    if (flat != ok) {
+      std::fprintf(stderr, "cdynamo: GUARD TREE VERDICT DIFFERS: tree %d, flat %d (%s)\n%s", ok ? 1 : 0, flat ? 1 : 0,
+                   reason.c_str(), tree_text().c_str());
+      return flat;
+    }
+  }
+  return ok;
 }
 
 bool GuardSet::flat_check(const FrameView& fv, std::string* why) const {

@@ -143,6 +143,8 @@ GuardTree::GuardTree(const GuardSet& set) {
     Node& n = nodes_[intern(g.source.get())];
     Leaf leaf;
     leaf.guard = i;
+    leaf.kind = g.kind;
+    leaf.tensor = g.tensor.get();
     leaf.cost = cost_of(g.kind);
     leaf.skip = Skip::Never;
     switch (g.kind) {
@@ -165,8 +167,17 @@ GuardTree::GuardTree(const GuardSet& set) {
     n.has_hooks = n.has_hooks || leaf.skip == Skip::Hooks;
     n.leaves.push_back(leaf);
   }
-  for (Node& n : nodes_)
+  for (Node& n : nodes_) {
     std::stable_sort(n.leaves.begin(), n.leaves.end(), [](const Leaf& a, const Leaf& b) { return a.cost < b.cost; });
+    n.leaf_begin = static_cast<uint32_t>(leaves_.size());
+    leaves_.insert(leaves_.end(), n.leaves.begin(), n.leaves.end());
+    n.leaf_end = static_cast<uint32_t>(leaves_.size());
+    n.child_begin = static_cast<uint32_t>(child_ids_.size());
+    child_ids_.insert(child_ids_.end(), n.children.begin(), n.children.end());
+    n.child_end = static_cast<uint32_t>(child_ids_.size());
+    std::vector<Leaf>().swap(n.leaves);
+    std::vector<uint32_t>().swap(n.children);
+  }
 }
 
 uint32_t GuardTree::intern(const Source* s) {
@@ -181,6 +192,9 @@ uint32_t GuardTree::intern(const Source* s) {
   if (fresh) {
     Node n;
     n.source = s;
+    n.kind = s->kind;
+    n.name_obj = s->name_obj;
+    n.owner = s->owner;
     n.parent = parent;
     n.depth = parent < 0 ? 0 : nodes_[parent].depth + 1;
     nodes_.push_back(std::move(n));
@@ -194,15 +208,15 @@ uint32_t GuardTree::intern(const Source* s) {
 // The node's value from its parent's (borrowed; nullptr for a root): a new reference or nullptr (missing). *same:
 // proven the object the memo holds. *stamp: the stamp read now (from_ver 0: none), recorded if the node passes.
 PyObject* GuardTree::fetch(Walk& w, Node& n, PyObject* parent, bool parent_same, bool* same, Memo* stamp) const {
-  const Source& s = *n.source;
+  const Source& s = *n.source;  // dereferenced on the paths that read afresh
   const Memo& m = n.memo;
   *same = false;
   PyObject* dict = nullptr;   // borrowed: the dict the value is an item of
   PyObject* dict2 = nullptr;  // borrowed: builtins
-  PyObject* key = s.owner && s.kind == Source::Kind::DictItem ? s.owner : s.name_obj;
-  switch (s.kind) {
+  PyObject* key = n.owner && n.kind == Source::Kind::DictItem ? n.owner : n.name_obj;
+  switch (n.kind) {
     case Source::Kind::DictItem:
-      if (parent && (s.owner ? PyDict_Check(parent) && plain_key(s.owner) : PyDict_CheckExact(parent))) dict = parent;
+      if (parent && (n.owner ? PyDict_Check(parent) && plain_key(n.owner) : PyDict_CheckExact(parent))) dict = parent;
       break;
     case Source::Kind::Global: dict = PyDict_CheckExact(w.fv.globals) ? w.fv.globals : nullptr; break;
     case Source::Kind::ModuleGlobal: dict = PyDict_CheckExact(s.owner) ? s.owner : nullptr; break;
@@ -230,7 +244,7 @@ PyObject* GuardTree::fetch(Walk& w, Node& n, PyObject* parent, bool parent_same,
     }
     case Source::Kind::Attr:
       if (!parent) return nullptr;
-      if (s.name_obj == class_name()) {  // both interned: equal names are one object
+      if (n.name_obj == class_name()) {  // both interned: equal names are one object
         // obj.__class__ is type(obj) while the class keeps object's __class__ descriptor (fixed while the class's
         // version is); a stamp (class, version) proves the same class.
         PyTypeObject* type = Py_TYPE(parent);
@@ -303,7 +317,7 @@ PyObject* GuardTree::fetch(Walk& w, Node& n, PyObject* parent, bool parent_same,
     default:  // locals, closure cells, sequence items: one load, nothing to memoize
       return s.fetch_step(w.fv, parent);
   }
-  if (s.base && !parent) return nullptr;
+  if (n.parent >= 0 && !parent) return nullptr;
   uint64_t ver = compat::dict_version(dict);
   uint64_t ver2 = dict2 ? compat::dict_version(dict2) : 0;
   bool stampable = ver && (!dict2 || ver2) && (dict2 || plain_key(key));
@@ -353,9 +367,10 @@ bool GuardTree::visit(Walk& w, uint32_t id, PyObject* parent, bool parent_same) 
   bool hooks_checked = false;
   {
     Busy busy(n.busy);
-    for (size_t i = 0; i < n.leaves.size(); ++i) {
-      Leaf& leaf = n.leaves[i];
-      const Guard& g = guards[leaf.guard];
+    Leaf* leaves = leaves_.data() + n.leaf_begin;
+    const size_t nleaves = n.leaf_end - n.leaf_begin;
+    for (size_t i = 0; i < nleaves; ++i) {
+      Leaf& leaf = leaves[i];
       if (leaf.skip != Skip::Never && same && n.memo.leaves_ok && n.memo.value == v) {
         // A stamp proved v is the object the memo holds; the memo is read again here (a nested check may have
         // written it since), and its leaves_ok is about memo.value.
@@ -368,12 +383,12 @@ bool GuardTree::visit(Walk& w, uint32_t id, PyObject* parent, bool parent_same) 
         }
       }
       if (leaf.skip == Skip::Hooks) hooks_checked = true;
-      if (g.kind == GuardKind::TensorMatch && g.tensor->matches(v, w.keys())) continue;
-      if (g.check_value(v, nullptr)) continue;
+      if (leaf.kind == GuardKind::TensorMatch && leaf.tensor->matches(v, w.keys())) continue;
+      if (guards[leaf.guard].check_value(v, nullptr)) continue;
       // Failed: counted, and moved ahead of a neighbour no cheaper that fails less often.
       ++leaf.fails;
-      if (n.busy == 1 && i > 0 && n.leaves[i - 1].fails < leaf.fails && n.leaves[i - 1].cost >= leaf.cost)
-        std::swap(n.leaves[i - 1], n.leaves[i]);
+      if (n.busy == 1 && i > 0 && leaves[i - 1].fails < leaf.fails && leaves[i - 1].cost >= leaf.cost)
+        std::swap(leaves[i - 1], leaves[i]);
       n.memo.leaves_ok = false;
       return false;
     }
@@ -407,8 +422,8 @@ bool GuardTree::visit(Walk& w, uint32_t id, PyObject* parent, bool parent_same) 
     n.memo.from_ver = 0;
     n.memo.leaves_ok = false;
   }
-  for (uint32_t c : n.children)
-    if (!visit(w, c, v, proven)) return false;
+  for (uint32_t k = n.child_begin; k < n.child_end; ++k)
+    if (!visit(w, child_ids_[k], v, proven)) return false;
   return true;
 }
 

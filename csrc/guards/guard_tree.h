@@ -46,6 +46,8 @@ class GuardTree {
   enum class Skip : uint8_t { Never, SameObject, SameContents, Hooks };
   struct Leaf {
     uint32_t guard;
+    GuardKind kind;
+    const TensorMatch* tensor;  // TENSOR_MATCH: owned by the guard
     uint8_t cost;  // 0: pointer compares; 1: a few loads or lookups; 2: a loop over items; 3: may call Python
     Skip skip;
     uint32_t fails = 0;
@@ -63,12 +65,19 @@ class GuardTree {
     PyObject* hooks[4] = {nullptr, nullptr, nullptr, nullptr};  // NO_HOOKS: the hook dicts in `own`
     bool leaves_ok = false;      // the leaves passed for `value` (and `own` at own_ver)
   };
+  // A check touches the node's own fields, its leaves (a range of leaves_) and its children (a range of
+  // child_ids_): contiguous, so a deep tree is walked without a cache miss per source object.
   struct Node {
     const Source* source = nullptr;  // the first source interned here (its step is the accessor)
+    Source::Kind kind = Source::Kind::Local;  // copied from `source`
+    PyObject* name_obj = nullptr;             // borrowed from `source`
+    PyObject* owner = nullptr;                // borrowed from `source`
     int32_t parent = -1;
     uint32_t depth = 0;
-    std::vector<uint32_t> children;
-    std::vector<Leaf> leaves;
+    uint32_t leaf_begin = 0, leaf_end = 0;    // leaves_[leaf_begin, leaf_end)
+    uint32_t child_begin = 0, child_end = 0;  // child_ids_[child_begin, child_end)
+    std::vector<uint32_t> children;           // while building
+    std::vector<Leaf> leaves;                 // while building
     bool wants_own = false;  // some leaf skips on the value's own dict state
     bool has_hooks = false;
     uint32_t busy = 0;  // visits iterating `leaves` now
@@ -90,7 +99,9 @@ class GuardTree {
   bool check_relation(Walk& w, Relation& r) const;
   void text_of(const std::vector<Guard>& guards, uint32_t id, int indent, std::string* out) const;
 
-  mutable std::vector<Node> nodes_;  // mutable: memos and failure counts change on check()
+  mutable std::vector<Node> nodes_;  // mutable: memos change on check()
+  mutable std::vector<Leaf> leaves_;  // mutable: failure counts and order change on check()
+  std::vector<uint32_t> child_ids_;
   std::vector<uint32_t> roots_;
   std::vector<uint32_t> state_guards_;    // global state: no source
   std::vector<uint32_t> generic_guards_;  // SHAPE_ENV and relational guards with a source missing a node

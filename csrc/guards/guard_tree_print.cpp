@@ -22,9 +22,10 @@ void GuardTree::text_of(const std::vector<Guard>& guards, uint32_t id, int inden
     if (self.compare(0, up.size(), up) == 0 && self.size() > up.size()) step = self.substr(up.size());
   }
   *out += std::string(2 * static_cast<size_t>(indent), ' ') + step;
-  for (size_t i = 0; i < n.leaves.size(); ++i) *out += (i ? ", " : ": ") + leaf_text(guards[n.leaves[i].guard]);
+  for (uint32_t i = n.leaf_begin; i < n.leaf_end; ++i)
+    *out += (i > n.leaf_begin ? ", " : ": ") + leaf_text(guards[leaves_[i].guard]);
   *out += "\n";
-  for (uint32_t c : n.children) text_of(guards, c, indent + 1, out);
+  for (uint32_t k = n.child_begin; k < n.child_end; ++k) text_of(guards, child_ids_[k], indent + 1, out);
 }
 
 std::string GuardTree::text(const std::vector<Guard>& guards) const {

@@ -299,16 +299,19 @@ def test_module_requires_grad_flipped():
     # No dict changes: the parameter's own metadata does.
     m, opt, cnt, x = module_case()
     m.layers[2].fc.weight.requires_grad_(False)
-    out = opt(x)
-    same(out, m(x))
-    assert out.requires_grad
+    check(m, opt, x)  # the no-grad entry, its memos warm: TENSOR_MATCH still runs
     assert cnt.frame_count == 2
+    for _ in range(3):
+        out = opt(x)
+        same(out, m(x))
+        assert out.requires_grad
+    assert cnt.frame_count == 3
     for p in m.parameters():
         p.requires_grad_(False)
     out = opt(x)
     same(out, m(x))
     assert not out.requires_grad
-    assert cnt.frame_count == 3
+    assert cnt.frame_count == 4
 
 
 def test_module_hook_added():
@@ -365,6 +368,7 @@ def test_module_parameters_start_sharing_storage():
     m, opt, cnt, x = module_case()
     m.layers[1].fc.weight.data = m.layers[0].fc.weight.data
     check(m, opt, x)
+    assert cnt.frame_count == 2  # NO_STORAGE_ALIASING over the parameters fails: compiled again
     with torch.no_grad():
         m.layers[0].fc.weight.add_(1.0)  # both layers see it, as in eager
     check(m, opt, x)
