@@ -15,6 +15,19 @@ namespace {
 // Memo.from_ver of a tuple item (no dict version: the tuple's identity, proven by its parent, is the stamp).
 constexpr uint64_t kTupleItem = ~uint64_t{0};
 
+// Interned names of the function and cell fields read directly (owned for the process).
+struct FieldNames {
+  PyObject* cell_contents = PyUnicode_InternFromString("cell_contents");
+  PyObject* closure = PyUnicode_InternFromString("__closure__");
+  PyObject* code = PyUnicode_InternFromString("__code__");
+  PyObject* defaults = PyUnicode_InternFromString("__defaults__");
+  PyObject* name = PyUnicode_InternFromString("__name__");
+};
+const FieldNames& field_names() {
+  static const FieldNames names;
+  return names;
+}
+
 PyObject* class_name() {
   static PyObject* name = PyUnicode_InternFromString("__class__");  // owned for the process
   return name;
@@ -244,6 +257,37 @@ PyObject* GuardTree::fetch(Walk& w, Node& n, PyObject* parent, bool parent_same,
     }
     case Source::Kind::Attr:
       if (!parent) return nullptr;
+      if (PyFunction_Check(parent) || PyCell_Check(parent)) {
+        // Functions and cells (neither can be subclassed): their data descriptors read a field, and an instance
+        // __dict__ never shadows one. A function's __closure__ never changes: proven with the function.
+        const FieldNames& f = field_names();
+        PyObject* v = nullptr;  // borrowed
+        bool field = true;
+        if (PyCell_Check(parent)) {
+          if (n.name_obj == f.cell_contents) v = PyCell_GET(parent);
+          else field = false;
+        } else if (n.name_obj == f.closure) {
+          v = PyFunction_GET_CLOSURE(parent);
+          if (!v) v = Py_None;
+          *same = parent_same && m.value == v && m.from_ver == kTupleItem && m.from == parent;
+          stamp->from = parent;
+          stamp->from_ver = parent_same ? kTupleItem : 0;
+        } else if (n.name_obj == f.code) {
+          v = PyFunction_GET_CODE(parent);
+        } else if (n.name_obj == f.defaults) {
+          v = PyFunction_GET_DEFAULTS(parent);
+          if (!v) v = Py_None;
+        } else if (n.name_obj == f.name) {
+          v = reinterpret_cast<PyFunctionObject*>(parent)->func_name;
+        } else {
+          field = false;
+        }
+        if (field) {
+          Py_XINCREF(v);
+          return v;  // new reference, or nullptr (an empty cell)
+        }
+        return s.fetch_step(w.fv, parent);
+      }
       if (n.name_obj == class_name()) {  // both interned: equal names are one object
         // obj.__class__ is type(obj) while the class keeps object's __class__ descriptor (fixed while the class's
         // version is); a stamp (class, version) proves the same class.

@@ -227,6 +227,52 @@ def test_closure_cell_changes():
     assert cnt.frame_count == 2
 
 
+def make_scaler(k):
+    def scale(x):
+        return x * k
+    return scale
+
+
+SCALER = make_scaler(2)
+
+
+def calls_scaler(x):
+    return SCALER(x)
+
+
+def test_cell_of_inlined_function_changes():
+    # global 'SCALER'.__closure__[0].cell_contents: a function's closure (proven with the function), a cell's
+    # contents (read on every check).
+    opt, cnt = compiled(calls_scaler)
+    x = torch.randn(3)
+    run_twice(opt, calls_scaler, x)
+    SCALER.__closure__[0].cell_contents = 3
+    try:
+        run_twice(opt, calls_scaler, x)
+        assert cnt.frame_count == 2
+    finally:
+        SCALER.__closure__[0].cell_contents = 2
+    run_twice(opt, calls_scaler, x)
+    assert cnt.frame_count == 2
+
+
+def test_code_of_inlined_function_changes():
+    def other(x):
+        return x - 1
+
+    old = SCALER.__code__
+    opt, cnt = compiled(calls_scaler)
+    x = torch.randn(3)
+    run_twice(opt, calls_scaler, x)
+    SCALER.__code__ = make_scaler(5).__code__  # same free variables, the cell still holds 2
+    try:
+        run_twice(opt, calls_scaler, x)
+    finally:
+        SCALER.__code__ = old
+    run_twice(opt, calls_scaler, x)
+    assert cnt.frame_count <= 3
+
+
 # --- nn.Module mutations -----------------------------------------------------------------------------------------
 
 
