@@ -110,12 +110,19 @@ const void* alias_key(PyObject* v, bool storages) {
 struct GuardTree::Walk {
   const std::vector<Guard>& guards;
   const FrameView& fv;
-  std::vector<PyObject*> values;
+  PyObject** values;  // one per node: new references (nullptr: not fetched)
+  size_t n;
+  PyObject* inline_values[64];
+  std::vector<PyObject*> heap;
   TlsKeys tls;
   bool tls_read = false;
-  Walk(const std::vector<Guard>& g, const FrameView& f, size_t n) : guards(g), fv(f), values(n, nullptr) {}
+  Walk(const std::vector<Guard>& g, const FrameView& f, size_t count) : guards(g), fv(f), n(count) {
+    if (n > 64) heap.resize(n);
+    values = n > 64 ? heap.data() : inline_values;
+    std::memset(values, 0, n * sizeof(PyObject*));
+  }
   ~Walk() {
-    for (PyObject* v : values) Py_XDECREF(v);
+    for (size_t i = 0; i < n; ++i) Py_XDECREF(values[i]);
   }
   Walk(const Walk&) = delete;
   Walk& operator=(const Walk&) = delete;
@@ -502,11 +509,21 @@ bool GuardTree::check_relation(Walk& w, Relation& r) const {
 }
 
 bool GuardTree::check(const std::vector<Guard>& guards, const FrameView& fv) const {
-  for (uint32_t i : state_guards_)
-    if (!guards[i].check(fv, nullptr)) return false;
+  // Global state first once it has failed here (a train / eval or grad-mode switch), else after the walk (an
+  // entry for other inputs fails at its first tensor without reading torch's state).
+  auto state_ok = [&] {
+    for (uint32_t i : state_guards_)
+      if (!guards[i].check(fv, nullptr)) {
+        ++state_fails_;
+        return false;
+      }
+    return true;
+  };
+  if (state_fails_ && !state_ok()) return false;
   Walk w(guards, fv, nodes_.size());
   for (uint32_t r : roots_)
     if (!visit(w, r, nullptr, false)) return false;
+  if (!state_fails_ && !state_ok()) return false;
   for (Relation& r : relations_)
     if (!check_relation(w, r)) return false;
   for (uint32_t i : generic_guards_)

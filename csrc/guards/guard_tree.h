@@ -104,6 +104,7 @@ class GuardTree {
   std::vector<uint32_t> child_ids_;
   std::vector<uint32_t> roots_;
   std::vector<uint32_t> state_guards_;    // global state: no source
+  mutable uint32_t state_fails_ = 0;      // checks failed on global state (then it is checked first)
   std::vector<uint32_t> generic_guards_;  // SHAPE_ENV and relational guards with a source missing a node
   mutable std::vector<Relation> relations_;
   std::unordered_map<const Source*, uint32_t> by_source_;
