@@ -296,8 +296,8 @@ PyObject* GuardTree::fetch(Walk& w, Node& n, PyObject* parent, bool parent_same,
         return s.fetch_step(w.fv, parent);
       }
       if (n.name_obj == class_name()) {  // both interned: equal names are one object
-        // obj.__class__ is type(obj) while the class keeps object's __class__ descriptor (fixed while the class's
-        // version is); a stamp (class, version) proves the same class.
+        // obj.__class__ is type(obj) while the class keeps object's __class__ descriptor and object's
+        // __getattribute__ (both fixed while the class's version is); a stamp (class, version) proves the same class.
         PyTypeObject* type = Py_TYPE(parent);
         uint64_t tver = compat::type_version(type);
         if (tver && m.from_ver == tver && m.from == type) {
@@ -308,7 +308,7 @@ PyObject* GuardTree::fetch(Walk& w, Node& n, PyObject* parent, bool parent_same,
         }
         PyObject* v = s.fetch_step(w.fv, parent);  // new
         if (v == reinterpret_cast<PyObject*>(type) && tver && compat::type_version(type) == tver &&
-            _PyType_Lookup(type, class_name()) == object_class_descriptor()) {
+            _PyType_Lookup(type, class_name()) == object_class_descriptor() && generic_getattribute(type)) {
           stamp->from = type;
           stamp->from_ver = tver;
         }

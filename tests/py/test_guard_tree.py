@@ -125,6 +125,36 @@ def test_type_of_object_changes():
     assert cnt.frame_count == 2
 
 
+PRETEND = [Holder]
+
+
+class Proxy:
+    """Reports another class through __getattribute__ (as mocks and proxies do)."""
+
+    def __getattribute__(self, name):
+        if name == "__class__":
+            return PRETEND[0]
+        return object.__getattribute__(self, name)
+
+
+def test_class_reported_by_getattribute_override():
+    def f(x, p):
+        if p.__class__ is Holder:
+            return x + 1
+        return x - 1
+
+    p = Proxy()
+    opt, cnt = compiled(f)
+    x = torch.randn(3)
+    run_twice(opt, f, x, p)
+    PRETEND[0] = Proxy  # no dict of p or of its class changes
+    try:
+        run_twice(opt, f, x, p)
+    finally:
+        PRETEND[0] = Holder
+    run_twice(opt, f, x, p)
+
+
 def test_dict_item_of_argument():
     def f(x, cfg):
         return x * cfg["scale"]
