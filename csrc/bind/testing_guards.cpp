@@ -97,6 +97,13 @@ void bind_testing_guards(py::module_& m) {
           },
           py::arg("values"), py::arg("globals") = py::none(),
           "(passed, failure reason) for `values` as the locals; checks twice (with and without a reason).")
+      .def(
+          "add_type_match",
+          [](TestGuards& g, py::handle src, py::handle example) {
+            g.set.add(guards::type_match(g.source(src), example.ptr()));  // borrowed example
+          },
+          py::arg("source"), py::arg("example"))
+      .def("tree", [](const TestGuards& g) { return g.set.tree_text(); }, "The guard tree's printout.")
       .def("describe", [](const TestGuards& g) { return g.set.describe(); })
       .def("__len__", [](const TestGuards& g) { return g.set.size(); });
 }

@@ -2,9 +2,12 @@
 #include "guards/guard.h"
 
 #include "compat/compat.h"
+#include "guards/guard_tree.h"
 #include "guards/shape_guard.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <stdexcept>
@@ -217,6 +220,12 @@ bool Guard::check(const FrameView& fv, std::string* why) const {
       break;
   }
   PyObject* v = source->fetch(fv);  // new
+  bool ok = check_value(v, why);
+  Py_XDECREF(v);
+  return ok;
+}
+
+bool Guard::check_value(PyObject* v, std::string* why) const {
   if (!v) return fail(why, *this, "value is missing");
   bool ok = true;
   std::string reason;
@@ -231,7 +240,6 @@ bool Guard::check(const FrameView& fv, std::string* why) const {
       break;
     case GuardKind::IdMatch:
       if (dead()) {  // another object may sit at the dead one's address
-        Py_DECREF(v);
         return fail(why, *this, "the object it was compiled for has died");
       }
       ok = v == expected;
@@ -304,7 +312,6 @@ bool Guard::check(const FrameView& fv, std::string* why) const {
     default:
       break;
   }
-  Py_DECREF(v);
   return ok ? true : fail(why, *this, reason);
 }
 
@@ -357,6 +364,7 @@ void GuardSet::add(Guard g) {
   if (!texts_.insert(kind + g.describe()).second) return;
   if (g.source) sourced_.insert(kind + g.source->describe());
   guards_.push_back(std::move(g));
+  tree_.reset();  // rebuilt on the next check
   plan(guards_.back(), static_cast<uint32_t>(guards_.size() - 1));
 }
 
@@ -411,7 +419,46 @@ void GuardSet::plan(const Guard& g, uint32_t index) {
   steps_.push_back(Step{Step::Op::Generic, index, 0, 0});
 }
 
+GuardSet::GuardSet() = default;
+GuardSet::~GuardSet() = default;
+GuardSet::GuardSet(GuardSet&&) noexcept = default;
+GuardSet& GuardSet::operator=(GuardSet&&) noexcept = default;
+
+const GuardTree& GuardSet::tree() const {
+  if (!tree_) tree_ = std::make_unique<GuardTree>(*this);
+  return *tree_;
+}
+
+std::string GuardSet::tree_text() const { return tree().text(guards_); }
+
+namespace {
+// CDYNAMO_GUARD_TREE_VERIFY=1 (tests, fuzzing): every tree verdict is compared with the flat list's; a difference
+// is printed to stderr and the flat verdict is used.
+bool verify_tree() {
+  static const bool on = [] {
+    const char* v = std::getenv("CDYNAMO_GUARD_TREE_VERIFY");
+    return v && *v && std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+}  // namespace
+
 bool GuardSet::check(const FrameView& fv, std::string* why) const {
+  if (why) return flat_check(fv, why);
+  bool ok = tree().check(guards_, fv);
+  if (verify_tree()) {
+    std::string reason;
+    bool flat = flat_check(fv, &reason);
+    if (flat != ok) {
+      std::fprintf(stderr, "cdynamo: GUARD TREE VERDICT DIFFERS: tree %d, flat %d (%s)\n%s", ok ? 1 : 0, flat ? 1 : 0,
+                   reason.c_str(), tree_text().c_str());
+      return flat;
+    }
+  }
+  return ok;
+}
+
+bool GuardSet::flat_check(const FrameView& fv, std::string* why) const {
   // Same order and verdicts as evaluating every guard with Guard::check: fast tests only skip guards
   // that would pass.
   std::optional<FetchMemo> memo;

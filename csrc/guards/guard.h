@@ -35,6 +35,7 @@ enum class GuardKind {
 };
 
 class ShapeProgram;  // shape_guard.h
+class GuardTree;     // guard_tree.h
 
 struct Guard {
   GuardKind kind;
@@ -60,6 +61,9 @@ struct Guard {
   bool dead() const;
   // True if the guard holds; on failure fills *why (if given) with "<describe>: <reason>".
   bool check(const FrameView& fv, std::string* why) const;
+  // check() of a guard with a `source`, given the source's value (borrowed; nullptr: missing): the guard tree
+  // fetches each value once for every guard on it.
+  bool check_value(PyObject* v, std::string* why) const;
   // "local 'x' TENSOR_MATCH"; SHAPE_ENV: "SHAPE_ENV: <text>; <text>; ..." (GuardSet::describe gives one line
   // per text instead).
   std::string describe() const;
@@ -67,9 +71,19 @@ struct Guard {
 
 class GuardSet {
  public:
+  GuardSet();
+  ~GuardSet();
+  GuardSet(GuardSet&&) noexcept;
+  GuardSet& operator=(GuardSet&&) noexcept;
   void add(Guard g);
   // Evaluates every guard; no Python calls for locals/globals/tensors. Never leaves a Python error set.
+  // Without `why`: the guard tree (guard_tree.h) decides. With `why`: the guards in order, as a flat list,
+  // so the first failing guard of the list is the one named.
   bool check(const FrameView& fv, std::string* why = nullptr) const;
+  // The guards as a tree, one line per source, indented under the source it is read from (CDYNAMO_LOGS=guards).
+  std::string tree_text() const;
+  // The guards in the order added (the tree reads them).
+  const std::vector<Guard>& guards() const { return guards_; }
   // One line per guard, in order; a SHAPE_ENV guard gives one "SHAPE_ENV: <text>" line per relation.
   std::vector<std::string> describe() const;
   size_t size() const { return guards_.size(); }
@@ -91,6 +105,9 @@ class GuardSet {
     uint32_t end;
   };
   void plan(const Guard& g, uint32_t index);
+  bool flat_check(const FrameView& fv, std::string* why) const;
+  const GuardTree& tree() const;  // built on first use after add()
+  mutable std::unique_ptr<GuardTree> tree_;  // owns the nodes and their per-node memo (updated by check())
 
   std::vector<Guard> guards_;
   // "kind|text" of each guard (add's dedup) and "kind|source text" of each guard with a source (has()):

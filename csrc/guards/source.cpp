@@ -58,6 +58,15 @@ SourcePtr Source::module_builtin(PyObject* globals, PyObject* b, const std::stri
 }
 
 PyObject* Source::fetch(const FrameView& fv) const {
+  if (!base) return fetch_step(fv, nullptr);
+  PyObject* b = base->fetch_base(fv);  // new
+  if (!b) return nullptr;
+  PyObject* v = fetch_step(fv, b);  // new
+  Py_DECREF(b);
+  return v;
+}
+
+PyObject* Source::fetch_step(const FrameView& fv, PyObject* b) const {
   switch (kind) {
     case Kind::Local: {
       PyObject* v = fv.localsplus[index];  // borrowed
@@ -111,26 +120,21 @@ PyObject* Source::fetch(const FrameView& fv) const {
     }
     case Kind::Attr:
     case Kind::GenericAttr: {  // getattr, or object.__getattribute__ past the class's override
-      PyObject* b = base->fetch_base(fv);  // new
       if (!b) return nullptr;
       PyObject* v = kind == Kind::Attr ? PyObject_GetAttr(b, name_obj) : PyObject_GenericGetAttr(b, name_obj);  // new
-      Py_DECREF(b);
       if (!v) PyErr_Clear();
       return v;
     }
     case Kind::DictItem: {
-      PyObject* b = base->fetch_base(fv);  // new
       if (!b) return nullptr;
       PyObject* v = nullptr;  // borrowed
       if (owner) v = PyDict_Check(b) ? PyDict_GetItemWithError(b, owner) : nullptr;
       else v = PyDict_CheckExact(b) ? PyDict_GetItemWithError(b, name_obj) : nullptr;
       Py_XINCREF(v);
-      Py_DECREF(b);
       if (!v) PyErr_Clear();
       return v;  // new reference or nullptr
     }
     case Kind::Item: {
-      PyObject* b = base->fetch_base(fv);  // new
       if (!b) return nullptr;
       PyObject* v = nullptr;
       if (PyTuple_CheckExact(b)) {
@@ -147,7 +151,6 @@ PyObject* Source::fetch(const FrameView& fv) const {
         v = PySequence_GetItem(b, index);  // new
         if (!v) PyErr_Clear();
       }
-      Py_DECREF(b);
       return v;
     }
   }

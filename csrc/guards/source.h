@@ -74,6 +74,9 @@ struct Source {
   // Returns a NEW reference to the value, or nullptr (with no Python error left set) when the value is
   // missing (unbound local, deleted global, empty cell, failing attribute/item lookup).
   PyObject* fetch(const FrameView& fv) const;
+  // One step of fetch(): the value read from `base_value` (borrowed: the value of `base`, ignored for a source
+  // without one). A NEW reference, or nullptr with no Python error left set.
+  PyObject* fetch_step(const FrameView& fv, PyObject* base_value) const;
   // fetch() of this source as the base of another one: remembered by the active FetchMemo, if any.
   PyObject* fetch_base(const FrameView& fv) const;
   // True (and fills *out) if this source is a local or an item of a local: then out->peek() returns the

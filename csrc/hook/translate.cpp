@@ -538,6 +538,7 @@ std::shared_ptr<CacheEntry> translate_impl(compat::Frame* frame, PyObject* cb, C
     if (has_graph) extra->had_graph = true;
     if (t.dynamic()) add_shape_guards(t);
     py::list guard_list = text ? guard_strings(t.guards) : py::list();
+    std::string guard_tree = text ? t.guards.tree_text() : std::string();
     std::shared_ptr<CacheEntry> e = add_entry(extra, frame, std::move(t.guards), cb);
     e->code = new_code;
     if (has_graph) e->graph = graph_call;
@@ -552,6 +553,7 @@ std::shared_ptr<CacheEntry> translate_impl(compat::Frame* frame, PyObject* cb, C
       info["modified_bytecode"] = bytecode::format(reinterpret_cast<PyCodeObject*>(new_code.ptr()));
     }
     info["guards"] = guard_list;
+    info["guard_tree"] = guard_tree;
     info["graph_count"] = has_graph ? 1 : 0;
     info["compile_time_s"] = secs;
     py::list breaks;

@@ -150,7 +150,7 @@ class Callback:
         if _logging.is_enabled("bytecode"):
             _logging.emit("bytecode", _logging.format_bytecode(info))
         if _logging.is_enabled("guards"):
-            _logging.emit("guards", _logging.format_guards(info.get("guards") or ()))
+            _logging.emit("guards", _logging.format_guards(info.get("guards") or (), info.get("guard_tree")))
         for reason in info.get("break_reasons") or ():
             _logging.emit("graph_breaks", _logging.format_break(reason))
         if self.recorder is not None:

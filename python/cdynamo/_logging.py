@@ -96,8 +96,13 @@ def format_bytecode(info):
     return "\n".join(parts)
 
 
-def format_guards(guards):
-    return "\n".join(["GUARDS:"] + [f" - {g}" for g in guards])
+def format_guards(guards, tree=None):
+    """The guard list, then (when given) the guard tree: one line per source, indented under the source it is
+    read from, with the guards checked on it."""
+    text = "\n".join(["GUARDS:"] + [f" - {g}" for g in guards])
+    if tree:
+        text += "\nGUARD TREE:\n" + "\n".join(f"  {line}" for line in tree.rstrip("\n").split("\n"))
+    return text
 
 
 def format_break(reason):

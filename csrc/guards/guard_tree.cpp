@@ -1,0 +1,534 @@
+// guard_tree.cpp — owns building and checking GuardTree (one node per interned source, per-node memos).
+#include "guards/guard_tree.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "compat/versions.h"
+#include "guards/shape_guard.h"
+#include "guards/tensor_match.h"
+
+namespace cdynamo::guards {
+
+namespace {
+
+// Memo.from_ver of a tuple item (no dict version: the tuple's identity, proven by its parent, is the stamp).
+constexpr uint64_t kTupleItem = ~uint64_t{0};
+
+// Interned names of the function and cell fields read directly (owned for the process).
+struct FieldNames {
+  PyObject* cell_contents = PyUnicode_InternFromString("cell_contents");
+  PyObject* closure = PyUnicode_InternFromString("__closure__");
+  PyObject* code = PyUnicode_InternFromString("__code__");
+  PyObject* defaults = PyUnicode_InternFromString("__defaults__");
+  PyObject* name = PyUnicode_InternFromString("__name__");
+};
+const FieldNames& field_names() {
+  static const FieldNames names;
+  return names;
+}
+
+PyObject* class_name() {
+  static PyObject* name = PyUnicode_InternFromString("__class__");  // owned for the process
+  return name;
+}
+
+// object's __class__ getset descriptor (borrowed from object's immortal type dict).
+PyObject* object_class_descriptor() {
+  static PyObject* d = _PyType_Lookup(&PyBaseObject_Type, class_name());  // borrowed
+  return d;
+}
+
+uint8_t cost_of(GuardKind k) {
+  switch (k) {
+    case GuardKind::TypeMatch:
+    case GuardKind::IdMatch: return 0;
+    case GuardKind::TensorMatch:
+    case GuardKind::LengthMatch:
+    case GuardKind::NoModuleHooks:
+    case GuardKind::DictContains: return 1;
+    case GuardKind::DictKeys: return 2;
+    default: return 3;  // EQUALS_MATCH (__eq__), HASATTR (descriptors)
+  }
+}
+
+// An exact immutable constant: equal to the same object forever (EQUALS_MATCH on it is a function of identity).
+bool immutable_constant(PyObject* o) {
+  return o == Py_None || PyBool_Check(o) || PyLong_CheckExact(o) || PyFloat_CheckExact(o) || PyUnicode_CheckExact(o) ||
+         PyBytes_CheckExact(o) || PyComplex_CheckExact(o);
+}
+
+// An exact str or int key: its hash and equality run no Python code and never change.
+bool plain_key(PyObject* k) { return k && (PyUnicode_CheckExact(k) || PyLong_CheckExact(k)); }
+
+PyObject* getattribute_name() {
+  static PyObject* name = PyUnicode_InternFromString("__getattribute__");  // owned for the process
+  return name;
+}
+
+// True if `type` (borrowed) reads attributes with object.__getattribute__ (its slot wrapper is borrowed from
+// object's immortal type dict).
+bool generic_getattribute(PyTypeObject* type) {
+  static PyObject* slot = _PyType_Lookup(&PyBaseObject_Type, getattribute_name());  // borrowed
+  return _PyType_Lookup(type, getattribute_name()) == slot;
+}
+
+PyObject* hook_name(int i) {
+  static PyObject* names[4] = {PyUnicode_InternFromString("_forward_pre_hooks"), PyUnicode_InternFromString("_forward_hooks"),
+                               PyUnicode_InternFromString("_backward_pre_hooks"),
+                               PyUnicode_InternFromString("_backward_hooks")};  // owned for the process
+  return names[i];
+}
+
+bool hooks_empty(PyObject* const hooks[4]) {
+  for (int i = 0; i < 4; ++i) {
+    PyObject* h = hooks[i];  // borrowed: held by a dict whose version proved unchanged
+    if (h && !(PyDict_Check(h) && PyDict_GET_SIZE(h) == 0)) return false;
+  }
+  return true;
+}
+
+// The state of v's own dict (v itself if a dict, else its instance dict): its version (0: none) and, in *d, the
+// dict (borrowed).
+uint64_t own_state(PyObject* v, const void** d) {
+  PyObject* dict = PyDict_Check(v) ? v : compat::versioned_instance_dict(v);  // borrowed
+  uint64_t ver = compat::dict_version(dict);
+  *d = ver ? dict : nullptr;
+  return ver;
+}
+
+// What NO_TENSOR_ALIASING compares: the storage of a tensor (state 1), else the object itself.
+const void* alias_key(PyObject* v, bool storages) {
+  if (!storages || !is_tensor(v)) return v;
+  const void* k = storage_key(v);
+  return k ? k : v;
+}
+
+}  // namespace
+
+// Per check: the fetched values (new references, released at the end) and the TLS keys, read once.
+struct GuardTree::Walk {
+  const std::vector<Guard>& guards;
+  const FrameView& fv;
+  PyObject** values;  // one per node: new references (nullptr: not fetched)
+  size_t n;
+  PyObject* inline_values[64];
+  std::vector<PyObject*> heap;
+  TlsKeys tls;
+  bool tls_read = false;
+  Walk(const std::vector<Guard>& g, const FrameView& f, size_t count) : guards(g), fv(f), n(count) {
+    if (n > 64) heap.resize(n);
+    values = n > 64 ? heap.data() : inline_values;
+    std::memset(values, 0, n * sizeof(PyObject*));
+  }
+  ~Walk() {
+    for (size_t i = 0; i < n; ++i) Py_XDECREF(values[i]);
+  }
+  Walk(const Walk&) = delete;
+  Walk& operator=(const Walk&) = delete;
+  const TlsKeys& keys() {
+    if (!tls_read) {
+      tls = read_tls_keys();
+      tls_read = true;
+    }
+    return tls;
+  }
+};
+
+GuardTree::GuardTree(const GuardSet& set) {
+  const auto& guards = set.guards();
+  for (uint32_t i = 0; i < guards.size(); ++i) {
+    const Guard& g = guards[i];
+    switch (g.kind) {
+      case GuardKind::GradMode:
+      case GuardKind::DefaultDtype:
+      case GuardKind::Autocast:
+      case GuardKind::GlobalState: state_guards_.push_back(i); continue;
+      case GuardKind::ShapeEnv: generic_guards_.push_back(i); continue;
+      case GuardKind::NoAliasing:
+      case GuardKind::StorageOverlap:
+      case GuardKind::SameObject: {
+        Relation r;
+        r.guard = i;
+        for (const auto& s : g.sources) r.nodes.push_back(intern(s.get()));
+        relations_.push_back(std::move(r));
+        continue;
+      }
+      default: break;
+    }
+    if (!g.source) {  // not expected: decided by the guard itself
+      generic_guards_.push_back(i);
+      continue;
+    }
+    Node& n = nodes_[intern(g.source.get())];
+    Leaf leaf;
+    leaf.guard = i;
+    leaf.kind = g.kind;
+    leaf.tensor = g.tensor.get();
+    leaf.cost = cost_of(g.kind);
+    leaf.skip = Skip::Never;
+    switch (g.kind) {
+      case GuardKind::IdMatch: leaf.skip = Skip::SameObject; break;
+      case GuardKind::EqualsMatch:
+        if (immutable_constant(g.expected)) leaf.skip = Skip::SameObject;
+        break;
+      case GuardKind::LengthMatch:
+        if (g.expected == reinterpret_cast<PyObject*>(&PyTuple_Type)) leaf.skip = Skip::SameObject;
+        if (g.expected == reinterpret_cast<PyObject*>(&PyDict_Type)) leaf.skip = Skip::SameContents;
+        break;
+      case GuardKind::DictKeys:
+      case GuardKind::DictContains:
+        if (g.kind == GuardKind::DictKeys || plain_key(g.expected)) leaf.skip = Skip::SameContents;
+        break;
+      case GuardKind::NoModuleHooks: leaf.skip = Skip::Hooks; break;
+      default: break;
+    }
+    n.wants_own = n.wants_own || leaf.skip == Skip::SameContents || leaf.skip == Skip::Hooks;
+    n.has_hooks = n.has_hooks || leaf.skip == Skip::Hooks;
+    n.leaves.push_back(leaf);
+  }
+  for (Node& n : nodes_) {
+    std::stable_sort(n.leaves.begin(), n.leaves.end(), [](const Leaf& a, const Leaf& b) { return a.cost < b.cost; });
+    n.leaf_begin = static_cast<uint32_t>(leaves_.size());
+    leaves_.insert(leaves_.end(), n.leaves.begin(), n.leaves.end());
+    n.leaf_end = static_cast<uint32_t>(leaves_.size());
+    n.child_begin = static_cast<uint32_t>(child_ids_.size());
+    child_ids_.insert(child_ids_.end(), n.children.begin(), n.children.end());
+    n.child_end = static_cast<uint32_t>(child_ids_.size());
+    std::vector<Leaf>().swap(n.leaves);
+    std::vector<uint32_t>().swap(n.children);
+  }
+}
+
+uint32_t GuardTree::intern(const Source* s) {
+  auto have = by_source_.find(s);
+  if (have != by_source_.end()) return have->second;
+  int32_t parent = s->base ? static_cast<int32_t>(intern(s->base.get())) : -1;
+  // The step from the parent: kind, operands, and the parent's node (equal paths share a node).
+  std::string key = std::to_string(parent) + "|" + std::to_string(static_cast<int>(s->kind)) + "|" +
+                    std::to_string(s->index) + "|" + std::to_string(reinterpret_cast<uintptr_t>(s->owner)) + "|" +
+                    std::to_string(reinterpret_cast<uintptr_t>(s->builtins)) + "|" + s->name;
+  auto [it, fresh] = by_step_.emplace(std::move(key), static_cast<uint32_t>(nodes_.size()));
+  if (fresh) {
+    Node n;
+    n.source = s;
+    n.kind = s->kind;
+    n.name_obj = s->name_obj;
+    n.owner = s->owner;
+    n.parent = parent;
+    n.depth = parent < 0 ? 0 : nodes_[parent].depth + 1;
+    nodes_.push_back(std::move(n));
+    if (parent < 0) roots_.push_back(it->second);
+    else nodes_[parent].children.push_back(it->second);
+  }
+  by_source_.emplace(s, it->second);
+  return it->second;
+}
+
+// The node's value from its parent's (borrowed; nullptr for a root): a new reference or nullptr (missing). *same:
+// proven the object the memo holds. *stamp: the stamp read now (from_ver 0: none), recorded if the node passes.
+PyObject* GuardTree::fetch(Walk& w, Node& n, PyObject* parent, bool parent_same, bool* same, Memo* stamp) const {
+  const Source& s = *n.source;  // dereferenced on the paths that read afresh
+  const Memo& m = n.memo;
+  *same = false;
+  PyObject* dict = nullptr;   // borrowed: the dict the value is an item of
+  PyObject* dict2 = nullptr;  // borrowed: builtins
+  PyObject* key = n.owner && n.kind == Source::Kind::DictItem ? n.owner : n.name_obj;
+  switch (n.kind) {
+    case Source::Kind::DictItem:
+      if (parent && (n.owner ? PyDict_Check(parent) && plain_key(n.owner) : PyDict_CheckExact(parent))) dict = parent;
+      break;
+    case Source::Kind::Global: dict = PyDict_CheckExact(w.fv.globals) ? w.fv.globals : nullptr; break;
+    case Source::Kind::ModuleGlobal: dict = PyDict_CheckExact(s.owner) ? s.owner : nullptr; break;
+    case Source::Kind::Builtin:
+      if (PyDict_CheckExact(w.fv.globals) && w.fv.builtins && PyDict_CheckExact(w.fv.builtins)) {
+        dict = w.fv.globals;
+        dict2 = w.fv.builtins;
+      }
+      break;
+    case Source::Kind::ModuleBuiltin:
+      if (PyDict_CheckExact(s.owner) && PyDict_CheckExact(s.builtins)) {
+        dict = s.owner;
+        dict2 = s.builtins;
+      }
+      break;
+    case Source::Kind::Item: {
+      // An item of an exact tuple proven to be the object seen before: the same item (tuples never change).
+      PyObject* v = s.fetch_step(w.fv, parent);  // new
+      if (v && parent_same && PyTuple_CheckExact(parent)) {
+        *same = m.from_ver == kTupleItem && m.from == parent && m.value == v;
+        stamp->from = parent;
+        stamp->from_ver = kTupleItem;
+      }
+      return v;
+    }
+    case Source::Kind::Attr:
+      if (!parent) return nullptr;
+      if (PyFunction_Check(parent) || PyCell_Check(parent)) {
+        // Functions and cells (neither can be subclassed): their data descriptors read a field, and an instance
+        // __dict__ never shadows one. A function's __closure__ never changes: proven with the function.
+        const FieldNames& f = field_names();
+        PyObject* v = nullptr;  // borrowed
+        bool field = true;
+        if (PyCell_Check(parent)) {
+          if (n.name_obj == f.cell_contents) v = PyCell_GET(parent);
+          else field = false;
+        } else if (n.name_obj == f.closure) {
+          v = PyFunction_GET_CLOSURE(parent);
+          if (!v) v = Py_None;
+          *same = parent_same && m.value == v && m.from_ver == kTupleItem && m.from == parent;
+          stamp->from = parent;
+          stamp->from_ver = parent_same ? kTupleItem : 0;
+        } else if (n.name_obj == f.code) {
+          v = PyFunction_GET_CODE(parent);
+        } else if (n.name_obj == f.defaults) {
+          v = PyFunction_GET_DEFAULTS(parent);
+          if (!v) v = Py_None;
+        } else if (n.name_obj == f.name) {
+          v = reinterpret_cast<PyFunctionObject*>(parent)->func_name;
+        } else {
+          field = false;
+        }
+        if (field) {
+          Py_XINCREF(v);
+          return v;  // new reference, or nullptr (an empty cell)
+        }
+        return s.fetch_step(w.fv, parent);
+      }
+      if (n.name_obj == class_name()) {  // both interned: equal names are one object
+        // obj.__class__ is type(obj) while the class keeps object's __class__ descriptor and object's
+        // __getattribute__ (both fixed while the class's version is); a stamp (class, version) proves the same class.
+        PyTypeObject* type = Py_TYPE(parent);
+        uint64_t tver = compat::type_version(type);
+        if (tver && m.from_ver == tver && m.from == type) {
+          *same = m.value == reinterpret_cast<PyObject*>(type);
+          *stamp = m;
+          Py_INCREF(type);
+          return reinterpret_cast<PyObject*>(type);
+        }
+        PyObject* v = s.fetch_step(w.fv, parent);  // new
+        if (v == reinterpret_cast<PyObject*>(type) && tver && compat::type_version(type) == tver &&
+            _PyType_Lookup(type, class_name()) == object_class_descriptor() && generic_getattribute(type)) {
+          stamp->from = type;
+          stamp->from_ver = tver;
+        }
+        return v;
+      }
+      if (PyType_CheckExact(parent)) {
+        // An attribute of a class whose metaclass is `type`: the function its MRO holds (a plain function's
+        // __get__(None, cls) is itself), fixed while the class's version is.
+        auto* cls = reinterpret_cast<PyTypeObject*>(parent);
+        uint64_t tver = compat::type_version(cls);
+        if (tver && m.from_ver == tver && m.from == cls && m.value) {
+          *same = true;
+          *stamp = m;
+          Py_INCREF(m.value);
+          return m.value;  // held by the class's (or a base's) unchanged dict
+        }
+        PyObject* v = s.fetch_step(w.fv, parent);  // new
+        if (v && tver && PyFunction_Check(v) && compat::type_version(cls) == tver &&
+            _PyType_Lookup(cls, s.name_obj) == v && !_PyType_Lookup(&PyType_Type, s.name_obj)) {
+          stamp->from = cls;
+          stamp->from_ver = tver;
+        }
+        return v;
+      }
+      [[fallthrough]];
+    case Source::Kind::GenericAttr: {
+      if (!parent) return nullptr;
+      PyTypeObject* type = Py_TYPE(parent);
+      uint64_t tver = compat::type_version(type);
+      PyObject* idict = tver ? compat::versioned_instance_dict(parent) : nullptr;  // borrowed
+      uint64_t dver = compat::dict_version(idict);
+      if (dver && m.from_ver && m.from == idict && m.from_ver == dver && m.from2 == type && m.from2_ver == tver &&
+          m.value) {
+        *same = true;
+        *stamp = m;
+        Py_INCREF(m.value);
+        return m.value;  // held by the unchanged instance dict
+      }
+      PyObject* v = s.fetch_step(w.fv, parent);  // new (may run Python: a property, __getattr__)
+      // Recorded only if the attribute is the instance dict's item: object's __getattribute__, no data
+      // descriptor of that name on the class (both fixed while the class's version is), dict unchanged since.
+      if (v && dver && compat::type_version(type) == tver && Py_TYPE(parent) == type &&
+          compat::dict_version(idict) == dver &&
+          (s.kind == Source::Kind::GenericAttr || generic_getattribute(type))) {
+        PyObject* descr = _PyType_Lookup(type, s.name_obj);  // borrowed
+        PyObject* item = PyDict_GetItemWithError(idict, s.name_obj);  // borrowed
+        if (!item) PyErr_Clear();
+        if (item == v && !(descr && Py_TYPE(descr)->tp_descr_set)) {
+          stamp->from = idict;
+          stamp->from_ver = dver;
+          stamp->from2 = type;
+          stamp->from2_ver = tver;
+        }
+      }
+      return v;
+    }
+    default:  // locals, closure cells, sequence items: one load, nothing to memoize
+      return s.fetch_step(w.fv, parent);
+  }
+  if (n.parent >= 0 && !parent) return nullptr;
+  uint64_t ver = compat::dict_version(dict);
+  uint64_t ver2 = dict2 ? compat::dict_version(dict2) : 0;
+  bool stampable = ver && (!dict2 || ver2) && (dict2 || plain_key(key));
+  if (stampable && m.from_ver && m.value && m.from == dict && m.from_ver == ver && m.from2 == dict2 &&
+      m.from2_ver == ver2) {
+    *same = true;
+    *stamp = m;
+    Py_INCREF(m.value);
+    return m.value;  // held by the unchanged dict
+  }
+  PyObject* v = s.fetch_step(w.fv, parent);  // new (dict lookups of str / int keys: no Python code runs)
+  if (v && stampable) {
+    stamp->from = dict;
+    stamp->from_ver = ver;
+    stamp->from2 = dict2;
+    stamp->from2_ver = ver2;
+  }
+  return v;
+}
+
+namespace {
+// Counts the visits iterating a node's leaves now (a leaf that runs Python may let another thread or a nested
+// check in): leaves are reordered only by a visit that is alone.
+struct Busy {
+  uint32_t& n;
+  explicit Busy(uint32_t& c) : n(c) { ++n; }
+  ~Busy() { --n; }
+  Busy(const Busy&) = delete;
+  Busy& operator=(const Busy&) = delete;
+};
+}  // namespace
+
+bool GuardTree::visit(Walk& w, uint32_t id, PyObject* parent, bool parent_same) const {
+  Node& n = nodes_[id];
+  bool same = false;
+  Memo stamp;
+  PyObject* v = fetch(w, n, parent, parent_same, &same, &stamp);  // new
+  const bool proven = same;  // v is the object the memo held (its children's memos may rely on it)
+  if (!v) return false;  // every node has a guard beneath it or a relation over it: all fail on a missing value
+  w.values[id] = v;      // owned by the walk
+  const auto& guards = w.guards;
+  // The value's own state (its dict's version, or its instance dict's), read before any leaf runs: what is
+  // recorded if the leaves pass. Skips compare the state read again at the leaf (a leaf that ran Python may
+  // have changed it, or replaced the instance dict).
+  const void* own = nullptr;
+  uint64_t own_ver = n.wants_own ? own_state(v, &own) : 0;
+  bool hooks_checked = false;
+  {
+    Busy busy(n.busy);
+    Leaf* leaves = leaves_.data() + n.leaf_begin;
+    const size_t nleaves = n.leaf_end - n.leaf_begin;
+    for (size_t i = 0; i < nleaves; ++i) {
+      Leaf& leaf = leaves[i];
+      if (leaf.skip != Skip::Never && same && n.memo.leaves_ok && n.memo.value == v) {
+        // A stamp proved v is the object the memo holds; the memo is read again here (a nested check may have
+        // written it since), and its leaves_ok is about memo.value.
+        if (leaf.skip == Skip::SameObject) continue;
+        const void* cur = nullptr;
+        uint64_t cur_ver = own_state(v, &cur);
+        if (cur_ver && cur == n.memo.own && cur_ver == n.memo.own_ver) {
+          if (leaf.skip == Skip::SameContents) continue;
+          if (hooks_empty(n.memo.hooks)) continue;  // Hooks: held by `cur`, unchanged
+        }
+      }
+      if (leaf.skip == Skip::Hooks) hooks_checked = true;
+      if (leaf.kind == GuardKind::TensorMatch && leaf.tensor->matches(v, w.keys())) continue;
+      if (guards[leaf.guard].check_value(v, nullptr)) continue;
+      // Failed: counted, and moved ahead of a neighbour no cheaper that fails less often.
+      ++leaf.fails;
+      if (n.busy == 1 && i > 0 && leaves[i - 1].fails < leaf.fails && leaves[i - 1].cost >= leaf.cost)
+        std::swap(leaves[i - 1], leaves[i]);
+      n.memo.leaves_ok = false;
+      return false;
+    }
+  }
+  if (own) {  // recorded only if unchanged since read (and then `own` is still the live dict of v)
+    const void* cur = nullptr;
+    if (own_state(v, &cur) != own_ver || cur != own) own = nullptr;
+  }
+  // Passed: what this visit saw is written as one record (no Python code runs from here to the end of it).
+  if (stamp.from_ver) {
+    if (n.has_hooks && own &&
+        (hooks_checked || n.memo.own != own || n.memo.own_ver != own_ver || n.memo.value != v)) {
+      // The hook dicts sit in `own` (the instance dict, unchanged while its version is): kept for the next check.
+      PyObject* d = const_cast<PyObject*>(static_cast<const PyObject*>(own));
+      for (int k = 0; k < 4; ++k) {
+        PyObject* h = PyDict_GetItemWithError(d, hook_name(k));  // borrowed (str key: no Python code runs)
+        if (!h) PyErr_Clear();
+        n.memo.hooks[k] = h;
+      }
+    }
+    n.memo.from = stamp.from;
+    n.memo.from_ver = stamp.from_ver;
+    n.memo.from2 = stamp.from2;
+    n.memo.from2_ver = stamp.from2_ver;
+    n.memo.value = v;
+    n.memo.own = own;
+    n.memo.own_ver = own ? own_ver : 0;
+    n.memo.leaves_ok = true;
+  } else {
+    n.memo.value = nullptr;
+    n.memo.from_ver = 0;
+    n.memo.leaves_ok = false;
+  }
+  for (uint32_t k = n.child_begin; k < n.child_end; ++k)
+    if (!visit(w, child_ids_[k], v, proven)) return false;
+  return true;
+}
+
+bool GuardTree::check_relation(Walk& w, Relation& r) const {
+  const Guard& g = w.guards[r.guard];
+  // The identities the verdict depends on: the objects (NO_TENSOR_ALIASING, DUPLICATE_INPUT) or their storages.
+  const bool storages = (g.kind == GuardKind::NoAliasing && g.state) || g.kind == GuardKind::StorageOverlap;
+  bool comparable = true;
+  const size_t n = r.nodes.size();
+  const void* small[16];
+  std::vector<const void*> big;
+  const void** keys = n <= 16 ? small : (big.resize(n), big.data());
+  for (size_t i = 0; i < n; ++i) {
+    PyObject* v = w.values[r.nodes[i]];  // borrowed from the walk
+    if (!v) return false;
+    if (g.kind == GuardKind::StorageOverlap) {
+      const void* k = is_tensor(v) ? storage_key(v) : nullptr;
+      comparable = comparable && k;
+      keys[i] = k ? k : v;
+    } else {
+      keys[i] = alias_key(v, storages);
+    }
+  }
+  if (r.passed && comparable && r.last.size() == n && std::memcmp(r.last.data(), keys, n * sizeof(const void*)) == 0)
+    return true;  // the same identities as a passing check: the same verdict
+  if (!g.check(w.fv, nullptr)) return false;
+  if (comparable) {
+    r.last.assign(keys, keys + n);
+    r.passed = true;
+  }
+  return true;
+}
+
+bool GuardTree::check(const std::vector<Guard>& guards, const FrameView& fv) const {
+  // Global state first once it has failed here (a train / eval or grad-mode switch), else after the walk (an
+  // entry for other inputs fails at its first tensor without reading torch's state).
+  auto state_ok = [&] {
+    for (uint32_t i : state_guards_)
+      if (!guards[i].check(fv, nullptr)) {
+        ++state_fails_;
+        return false;
+      }
+    return true;
+  };
+  if (state_fails_ && !state_ok()) return false;
+  Walk w(guards, fv, nodes_.size());
+  for (uint32_t r : roots_)
+    if (!visit(w, r, nullptr, false)) return false;
+  if (!state_fails_ && !state_ok()) return false;
+  for (Relation& r : relations_)
+    if (!check_relation(w, r)) return false;
+  for (uint32_t i : generic_guards_)
+    if (!guards[i].check(fv, nullptr)) return false;
+  return true;
+}
+
+}  // namespace cdynamo::guards

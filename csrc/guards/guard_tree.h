@@ -1,0 +1,114 @@
+// guard_tree.h — owns GuardTree: a GuardSet's guards as one node per source, each value fetched once per check,
+// with per-node memos that skip what an unchanged dict (version stamps, compat/versions.h) proves unchanged.
+#pragma once
+
+#include <Python.h>
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "guards/guard.h"
+
+namespace cdynamo::guards {
+
+// Built from a GuardSet (which keeps the flat, ordered list for reasons and describe()). Sources are interned by
+// (parent node, step), so building is linear in the number of guards. A check runs the global-state guards, then
+// walks the nodes depth first (a node's value is fetched once from its parent's value; its leaf guards, cheapest
+// and most often failing first, then its children), then the relational guards over the fetched values
+// (NO_TENSOR_ALIASING, STORAGE_OVERLAP, DUPLICATE_INPUT), then SHAPE_ENV. The verdict is the conjunction of all
+// guards, as the flat list gives it.
+//
+// Memo (soundness): a node reached through a dict (a `_modules` / `_parameters` / `_buffers` item, a global, an
+// attribute found in an instance __dict__ of a class with object's __getattribute__ and no data descriptor of
+// that name) remembers the stamp it was read under (the dict's version, and the class's version for an
+// attribute) and the object read. The same stamp proves the same object is there now (stamps are unique over
+// all dict states), so the lookup is skipped, and leaf guards that depend only on the object's identity
+// (ID_MATCH, EQUALS_MATCH on an immutable constant, TUPLE_LENGTH) or on its own dict's contents (DICT_KEYS,
+// DICT_CONTAINS, NO_HOOKS' hook dicts, re-read for emptiness) are skipped when they passed for that object and
+// state. TENSOR_MATCH, TYPE_MATCH, HASATTR, list lengths and everything else run on every check: a tensor's
+// metadata (requires_grad, resize_, set_) and an object's class change without any dict changing.
+class GuardTree {
+ public:
+  // Reads the set's guards; keeps indices and Source pointers (owned by the guards' shared sources), not the set,
+  // which may move: check() and text() are given its guards again.
+  explicit GuardTree(const GuardSet& set);
+  GuardTree(const GuardTree&) = delete;
+  GuardTree& operator=(const GuardTree&) = delete;
+  // The verdict of every guard of the set. Never leaves a Python error set.
+  bool check(const std::vector<Guard>& guards, const FrameView& fv) const;
+  // One line per node, indented under its parent: "local 'self'", "  ._modules", "    ['0']: ID_MATCH, NO_HOOKS".
+  std::string text(const std::vector<Guard>& guards) const;
+  size_t node_count() const { return nodes_.size(); }
+
+ private:
+  enum class Skip : uint8_t { Never, SameObject, SameContents, Hooks };
+  struct Leaf {
+    uint32_t guard;
+    GuardKind kind;
+    const TensorMatch* tensor;  // TENSOR_MATCH: owned by the guard
+    uint8_t cost;  // 0: pointer compares; 1: a few loads or lookups; 2: a loop over items; 3: may call Python
+    Skip skip;
+    uint32_t fails = 0;
+  };
+  // What a node's last passing visit saw. Pointers are identities, dereferenced only once a stamp proves the
+  // object is still held where it was read.
+  struct Memo {
+    const void* from = nullptr;  // the dict read (item, global), or the instance dict (attribute)
+    uint64_t from_ver = 0;       // its version then (0: no memo)
+    const void* from2 = nullptr; // builtins: the builtins dict; attribute: the object's class
+    uint64_t from2_ver = 0;
+    PyObject* value = nullptr;   // the object read under that stamp
+    const void* own = nullptr;   // the value's own dict (a dict value) or instance dict, when its leaves passed
+    uint64_t own_ver = 0;
+    PyObject* hooks[4] = {nullptr, nullptr, nullptr, nullptr};  // NO_HOOKS: the hook dicts in `own`
+    bool leaves_ok = false;      // the leaves passed for `value` (and `own` at own_ver)
+  };
+  // A check touches the node's own fields, its leaves (a range of leaves_) and its children (a range of
+  // child_ids_): contiguous, so a deep tree is walked without a cache miss per source object.
+  struct Node {
+    const Source* source = nullptr;  // the first source interned here (its step is the accessor)
+    Source::Kind kind = Source::Kind::Local;  // copied from `source`
+    PyObject* name_obj = nullptr;             // borrowed from `source`
+    PyObject* owner = nullptr;                // borrowed from `source`
+    int32_t parent = -1;
+    uint32_t depth = 0;
+    uint32_t leaf_begin = 0, leaf_end = 0;    // leaves_[leaf_begin, leaf_end)
+    uint32_t child_begin = 0, child_end = 0;  // child_ids_[child_begin, child_end)
+    std::vector<uint32_t> children;           // while building
+    std::vector<Leaf> leaves;                 // while building
+    bool wants_own = false;  // some leaf skips on the value's own dict state
+    bool has_hooks = false;
+    uint32_t busy = 0;  // visits iterating `leaves` now
+    Memo memo;
+  };
+  // A guard over several sources, evaluated on the nodes' values; `last` holds the identities (or storages) of
+  // the last passing check: the same identities give the same verdict.
+  struct Relation {
+    uint32_t guard;
+    std::vector<uint32_t> nodes;
+    std::vector<const void*> last;
+    bool passed = false;
+  };
+  struct Walk;
+
+  uint32_t intern(const Source* s);
+  PyObject* fetch(Walk& w, Node& n, PyObject* parent, bool parent_same, bool* same, Memo* stamp) const;
+  bool visit(Walk& w, uint32_t id, PyObject* parent, bool parent_same) const;
+  bool check_relation(Walk& w, Relation& r) const;
+  void text_of(const std::vector<Guard>& guards, uint32_t id, int indent, std::string* out) const;
+
+  mutable std::vector<Node> nodes_;  // mutable: memos change on check()
+  mutable std::vector<Leaf> leaves_;  // mutable: failure counts and order change on check()
+  std::vector<uint32_t> child_ids_;
+  std::vector<uint32_t> roots_;
+  std::vector<uint32_t> state_guards_;    // global state: no source
+  mutable uint32_t state_fails_ = 0;      // checks failed on global state (then it is checked first)
+  std::vector<uint32_t> generic_guards_;  // SHAPE_ENV and relational guards with a source missing a node
+  mutable std::vector<Relation> relations_;
+  std::unordered_map<const Source*, uint32_t> by_source_;
+  std::unordered_map<std::string, uint32_t> by_step_;
+};
+
+}  // namespace cdynamo::guards

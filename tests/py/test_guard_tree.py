@@ -1,0 +1,527 @@
+# test_guard_tree.py — owns tests of the guard tree (issue 29): one guard failure per accessor kind and per
+# nn.Module mutation, each compared with eager and counted (a memoized subtree must still see every change), and
+# the tree printer.
+import io
+
+import pytest
+import torch
+
+import cdynamo
+from cdynamo import _C, _logging
+from cdynamo.testing import CompileCounter
+
+
+@pytest.fixture(autouse=True)
+def _reset():
+    cdynamo.reset()
+    yield
+    cdynamo.reset()
+
+
+def compiled(fn):
+    cnt = CompileCounter()
+    return cdynamo.optimize(cnt)(fn), cnt
+
+
+def same(a, b):
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def run_twice(opt, fn, *args):
+    """Two calls (the second checks the guards with memos filled), each equal to eager."""
+    for _ in range(2):
+        same(opt(*args), fn(*args))
+
+
+def dynamo_frames(fn, calls):
+    """torch._dynamo's compile count for the same calls (calls: list of zero-argument callables that call it)."""
+    import torch._dynamo
+    from torch._dynamo.testing import CompileCounter as DC
+    torch._dynamo.reset()
+    c = DC()
+    opt = torch.compile(fn, backend=c, dynamic=False)
+    try:
+        for call in calls:
+            call(opt)
+    finally:
+        torch._dynamo.reset()
+    return c.frame_count
+
+
+# --- accessor kinds ----------------------------------------------------------------------------------------------
+
+
+def test_frame_local_tensor():
+    def f(x):
+        return x * 2
+
+    opt, cnt = compiled(f)
+    run_twice(opt, f, torch.randn(3))
+    run_twice(opt, f, torch.randn(3, dtype=torch.float64))
+    assert cnt.frame_count == 2
+
+
+class Holder:
+    def __init__(self, k):
+        self.k = k
+
+
+def test_attribute_of_object():
+    def f(x, h):
+        return x * h.k
+
+    h = Holder(2)
+    opt, cnt = compiled(f)
+    x = torch.randn(3)
+    run_twice(opt, f, x, h)
+    h.k = 3  # the instance dict changes: the memoized attribute is read again
+    run_twice(opt, f, x, h)
+    assert cnt.frame_count == 2
+    h.k = 2
+    run_twice(opt, f, x, h)
+    assert cnt.frame_count == 2
+    assert cnt.frame_count == dynamo_frames(f, [lambda o: o(x, Holder(2)), lambda o: o(x, Holder(3))])
+
+
+def test_attribute_shadowed_by_class_descriptor():
+    # The class changes (a data descriptor appears): the instance dict does not, the attribute read does.
+    class H:
+        def __init__(self):
+            self.k = 2
+
+    def f(x, h):
+        return x * h.k
+
+    h = H()
+    opt, cnt = compiled(f)
+    x = torch.randn(3)
+    run_twice(opt, f, x, h)
+    H.k = property(lambda self: 5)
+    run_twice(opt, f, x, h)
+    assert cnt.frame_count == 2
+
+
+def test_type_of_object_changes():
+    class A:
+        def __init__(self):
+            self.k = 2
+
+        def scale(self):
+            return self.k
+
+    class B(A):
+        def scale(self):
+            return self.k + 10
+
+    def f(x, a):
+        return x * a.scale()
+
+    a = A()
+    opt, cnt = compiled(f)
+    x = torch.randn(3)
+    run_twice(opt, f, x, a)
+    a.__class__ = B  # same instance dict, another class
+    run_twice(opt, f, x, a)
+    assert cnt.frame_count == 2
+
+
+PRETEND = [Holder]
+
+
+class Proxy:
+    """Reports another class through __getattribute__ (as mocks and proxies do)."""
+
+    def __getattribute__(self, name):
+        if name == "__class__":
+            return PRETEND[0]
+        return object.__getattribute__(self, name)
+
+
+def test_class_reported_by_getattribute_override():
+    def f(x, p):
+        if p.__class__ is Holder:
+            return x + 1
+        return x - 1
+
+    p = Proxy()
+    opt, cnt = compiled(f)
+    x = torch.randn(3)
+    run_twice(opt, f, x, p)
+    PRETEND[0] = Proxy  # no dict of p or of its class changes
+    try:
+        run_twice(opt, f, x, p)
+    finally:
+        PRETEND[0] = Holder
+    run_twice(opt, f, x, p)
+
+
+def test_dict_item_of_argument():
+    def f(x, cfg):
+        return x * cfg["scale"]
+
+    cfg = {"scale": 2}
+    opt, cnt = compiled(f)
+    x = torch.randn(3)
+    run_twice(opt, f, x, cfg)
+    cfg["scale"] = 4
+    run_twice(opt, f, x, cfg)
+    assert cnt.frame_count == 2
+
+
+def test_dict_key_added_to_argument():
+    def f(x, cfg):
+        return x * len(cfg)
+
+    cfg = {"a": 1}
+    opt, cnt = compiled(f)
+    x = torch.randn(3)
+    run_twice(opt, f, x, cfg)
+    cfg["b"] = 2
+    run_twice(opt, f, x, cfg)
+    assert cnt.frame_count == 2
+
+
+@pytest.mark.parametrize("kind", [list, tuple])
+def test_getitem_of_sequence(kind):
+    def f(xs):
+        return xs[0] + xs[1]
+
+    opt, cnt = compiled(f)
+    a, b = torch.randn(3), torch.randn(3)
+    run_twice(opt, f, kind([a, b]))
+    run_twice(opt, f, kind([a, b.double()]))
+    assert cnt.frame_count == 2
+
+
+def test_list_item_replaced_in_place():
+    def f(xs):
+        return xs[0] * 2
+
+    xs = [torch.randn(3)]
+    opt, cnt = compiled(f)
+    run_twice(opt, f, xs)
+    xs[0] = torch.randn(4)
+    run_twice(opt, f, xs)
+    assert cnt.frame_count == 2
+
+
+SCALE = 2
+
+
+def global_fn(x):
+    return x * SCALE
+
+
+def test_global_changes():
+    global SCALE
+    opt, cnt = compiled(global_fn)
+    x = torch.randn(3)
+    try:
+        run_twice(opt, global_fn, x)
+        SCALE = 3
+        run_twice(opt, global_fn, x)
+        assert cnt.frame_count == 2
+    finally:
+        SCALE = 2
+
+
+def builtin_fn(x):
+    return x * abs(-2)
+
+
+def test_builtin_shadowed_by_global():
+    g = builtin_fn.__globals__
+    opt, cnt = compiled(builtin_fn)
+    x = torch.randn(3)
+    run_twice(opt, builtin_fn, x)
+    g["abs"] = lambda v: 7
+    try:
+        run_twice(opt, builtin_fn, x)
+    finally:
+        del g["abs"]
+    run_twice(opt, builtin_fn, x)
+    assert cnt.frame_count == 2
+
+
+def test_closure_cell_changes():
+    k = 2
+
+    def f(x):
+        return x * k
+
+    opt, cnt = compiled(f)
+    x = torch.randn(3)
+    run_twice(opt, f, x)
+    k = 5  # noqa: F841 - read through f's cell
+    run_twice(opt, f, x)
+    assert cnt.frame_count == 2
+
+
+def make_scaler(k):
+    def scale(x):
+        return x * k
+    return scale
+
+
+SCALER = make_scaler(2)
+
+
+def calls_scaler(x):
+    return SCALER(x)
+
+
+def test_cell_of_inlined_function_changes():
+    # global 'SCALER'.__closure__[0].cell_contents: a function's closure (proven with the function), a cell's
+    # contents (read on every check).
+    opt, cnt = compiled(calls_scaler)
+    x = torch.randn(3)
+    run_twice(opt, calls_scaler, x)
+    SCALER.__closure__[0].cell_contents = 3
+    try:
+        run_twice(opt, calls_scaler, x)
+        assert cnt.frame_count == 2
+    finally:
+        SCALER.__closure__[0].cell_contents = 2
+    run_twice(opt, calls_scaler, x)
+    assert cnt.frame_count == 2
+
+
+def test_code_of_inlined_function_changes():
+    def other(x):
+        return x - 1
+
+    old = SCALER.__code__
+    opt, cnt = compiled(calls_scaler)
+    x = torch.randn(3)
+    run_twice(opt, calls_scaler, x)
+    SCALER.__code__ = make_scaler(5).__code__  # same free variables, the cell still holds 2
+    try:
+        run_twice(opt, calls_scaler, x)
+    finally:
+        SCALER.__code__ = old
+    run_twice(opt, calls_scaler, x)
+    assert cnt.frame_count <= 3
+
+
+# --- nn.Module mutations -----------------------------------------------------------------------------------------
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.ln = torch.nn.LayerNorm(4)
+        self.register_buffer("buf", torch.ones(4))
+
+    def forward(self, x):
+        y = self.ln(self.fc(x)) + self.buf
+        if self.training:
+            y = y * 2
+        if hasattr(self, "extra"):
+            y = y + self.extra
+        return x + y
+
+
+class Net(torch.nn.Module):
+    def __init__(self, n=3):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(Block() for _ in range(n))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def module_case():
+    torch.manual_seed(0)
+    m = Net()
+    opt, cnt = compiled(m)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        run_twice(opt, m, x)
+    return m, opt, cnt, x
+
+
+def check(m, opt, x):
+    with torch.no_grad():
+        run_twice(opt, m, x)
+
+
+def test_module_unchanged_compiles_once():
+    m, opt, cnt, x = module_case()
+    for _ in range(3):
+        check(m, opt, x)
+    assert cnt.frame_count == 1
+
+
+def test_module_parameter_replaced():
+    m, opt, cnt, x = module_case()
+    m.layers[1].fc.weight = torch.nn.Parameter(torch.randn(4, 4))
+    check(m, opt, x)
+    m.layers[2].fc.bias = torch.nn.Parameter(torch.randn(4, dtype=torch.float64).float()[:4])
+    check(m, opt, x)
+    assert cnt.frame_count <= 3
+
+
+def test_module_parameter_replaced_by_other_shape():
+    m, opt, cnt, x = module_case()
+    m.layers[1].fc.bias = torch.nn.Parameter(torch.randn(1))  # broadcasts: a new shape
+    check(m, opt, x)
+    assert cnt.frame_count == 2
+
+
+def test_module_requires_grad_flipped():
+    # No dict changes: the parameter's own metadata does.
+    m, opt, cnt, x = module_case()
+    m.layers[2].fc.weight.requires_grad_(False)
+    check(m, opt, x)  # the no-grad entry, its memos warm: TENSOR_MATCH still runs
+    assert cnt.frame_count == 2
+    for _ in range(3):
+        out = opt(x)
+        same(out, m(x))
+        assert out.requires_grad
+    assert cnt.frame_count == 3
+    for p in m.parameters():
+        p.requires_grad_(False)
+    out = opt(x)
+    same(out, m(x))
+    assert not out.requires_grad
+    assert cnt.frame_count == 4
+
+
+def test_module_hook_added():
+    m, opt, cnt, x = module_case()
+    h = m.layers[1].ln.register_forward_hook(lambda mod, inp, out: out * 3)
+    check(m, opt, x)
+    n = cnt.frame_count
+    assert n >= 2
+    h.remove()
+    check(m, opt, x)
+    pre = m.layers[0].register_forward_pre_hook(lambda mod, inp: (inp[0] * 0.5,))
+    check(m, opt, x)
+    pre.remove()
+    check(m, opt, x)
+
+
+def test_module_submodule_swapped():
+    m, opt, cnt, x = module_case()
+    torch.manual_seed(1)
+    m.layers[1] = Block()
+    check(m, opt, x)
+    m.layers[2].ln = torch.nn.Identity()
+    check(m, opt, x)
+    assert cnt.frame_count >= 2
+
+
+def test_module_training_toggled():
+    m, opt, cnt, x = module_case()
+    m.eval()
+    check(m, opt, x)
+    assert cnt.frame_count == 2
+    m.layers[1].train()
+    check(m, opt, x)
+    assert cnt.frame_count == 3
+
+
+def test_module_buffer_resized_in_place():
+    m, opt, cnt, x = module_case()
+    m.layers[1].buf.resize_(1)  # the same tensor object: only its sizes change
+    check(m, opt, x)
+    assert cnt.frame_count == 2
+
+
+def test_module_parameter_set_in_place():
+    m, opt, cnt, x = module_case()
+    with torch.no_grad():
+        m.layers[0].fc.weight.set_(torch.randn(4, 4).t())  # the same object, other strides
+    check(m, opt, x)
+    assert cnt.frame_count == 2
+
+
+def test_module_parameters_start_sharing_storage():
+    # .data assignment: the same parameter objects, in the same dicts, now view one storage.
+    m, opt, cnt, x = module_case()
+    m.layers[1].fc.weight.data = m.layers[0].fc.weight.data
+    check(m, opt, x)
+    assert cnt.frame_count == 2  # NO_STORAGE_ALIASING over the parameters fails: compiled again
+    with torch.no_grad():
+        m.layers[0].fc.weight.add_(1.0)  # both layers see it, as in eager
+    check(m, opt, x)
+
+
+def test_module_dict_key_added():
+    m, opt, cnt, x = module_case()
+    m.layers[1].extra = 5.0  # a new instance-dict key read through hasattr
+    check(m, opt, x)
+    assert cnt.frame_count == 2
+    m.layers.append(Block())  # a new _modules key
+    check(m, opt, x)
+    assert cnt.frame_count == 3
+    del m.layers[1].extra
+    check(m, opt, x)
+
+
+def test_module_class_swapped():
+    class Twice(Block):
+        def forward(self, x):
+            return super().forward(x) * 2
+
+    m, opt, cnt, x = module_case()
+    m.layers[1].__class__ = Twice
+    check(m, opt, x)
+    assert cnt.frame_count == 2
+
+
+def test_deep_stack_mutation_found_at_depth():
+    torch.manual_seed(0)
+    m = Net(32)
+    opt, cnt = compiled(m)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        for _ in range(3):
+            run_twice(opt, m, x)
+        m.layers[31].ln.bias.requires_grad_(False)
+        run_twice(opt, m, x)
+        m.layers[17].fc.weight = torch.nn.Parameter(torch.randn(4, 4, dtype=torch.float64))
+        with pytest.raises(RuntimeError):
+            m(x)
+        with pytest.raises(RuntimeError):
+            opt(x)
+    assert cnt.frame_count >= 2
+
+
+# --- printer -----------------------------------------------------------------------------------------------------
+
+
+def test_guard_log_prints_tree_indented_by_source():
+    m = Net(2)
+    buf = io.StringIO()
+    _logging.enable("guards", stream=buf)
+    try:
+        with torch.no_grad():
+            cdynamo.optimize("eager")(m)(torch.randn(2, 4))
+    finally:
+        _logging.disable()
+    text = buf.getvalue()
+    assert "GUARDS:" in text and "GUARD TREE:" in text
+    tree = text.split("GUARD TREE:\n", 1)[1].splitlines()
+    # The module is a root; its _modules under it, 'layers' under that, and so on, two spaces a level.
+    root = next(i for i, line in enumerate(tree) if line.strip().startswith("local '_cdynamo_module'"))
+    depth = lambda line: len(line) - len(line.lstrip(" "))  # noqa: E731
+    base = depth(tree[root])
+    below = [line for line in tree[root + 1:] if depth(line) > base]
+    assert any(line.strip().startswith("._modules") and depth(line) == base + 2 for line in below)
+    assert any(line.strip().startswith("['layers']") for line in below)
+    assert any("TENSOR_MATCH" in line and line.strip().startswith("['weight']") for line in below)
+    # Every guard of the flat list appears once in the tree.
+    assert sum("TENSOR_MATCH" in line for line in tree) == text.split("GUARD TREE:")[0].count("TENSOR_MATCH")
+
+
+def test_testing_guard_set_tree():
+    g = _C._testing.GuardSet(["x", "m"])
+    g.add_tensor_match(("attr", "m", "weight"), torch.randn(2))
+    g.add_type_match("m", torch.nn.Linear(2, 2))
+    text = g.tree()
+    assert text.splitlines()[0].startswith("local 'm': TYPE_MATCH")
+    assert text.splitlines()[1] == "  .weight: TENSOR_MATCH"
