@@ -152,7 +152,10 @@ py::object call_aten_meta(py::handle op, py::handle args, py::handle kwargs) {
     if (schema.is_mutable()) throw;
     return not_implemented;  // a functional op: the usual dispatch raises the error it always raised
   } catch (const std::exception&) {
-    if (!schema.is_mutable()) return not_implemented;
+    if (!schema.is_mutable()) {
+      PyErr_Clear();  // a Python error of a nested dispatch may be left set
+      return not_implemented;
+    }
     HANDLE_TH_ERRORS
     throw;
     END_HANDLE_TH_ERRORS_PYBIND
