@@ -61,14 +61,16 @@ model = timm.create_model("resnet18", pretrained=False).eval()
 inputs = (torch.randn(1, 3, 64, 64),)
 kwargs = {{}}
 """,
-    "bert": """
+    "bert": f"""
+sys.path.insert(0, {TESTS_PY!r})
+import vision_shim
 from transformers import BertConfig, BertModel
 torch.manual_seed(0)
 cfg = BertConfig(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
                  max_position_embeddings=64)
 model = BertModel(cfg).eval()
 inputs = ()
-kwargs = {"input_ids": torch.randint(0, 512, (1, 16))}
+kwargs = {{"input_ids": torch.randint(0, 512, (1, 16))}}
 """,
 }
 

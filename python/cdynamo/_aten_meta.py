@@ -46,6 +46,7 @@ class _AtenMetaMode(TorchDispatchMode):
         return r
 
 
+_ZEROS_LIMIT = 1 << 20  # elements of meta operands a pointwise op may run on as zeros
 _kinds = {}  # OpOverload -> aten_meta_kind (ops live as long as the process)
 _call = C().call_aten_meta
 _kind = C().aten_meta_kind
@@ -68,8 +69,9 @@ def _pointwise_on_zeros(func, args, kwargs):
     numbers (seeded ops are not taken) and changes no argument. NotImplemented where anything differs."""
     flat, spec = _tree_flatten((args, kwargs))
     real = []
-    if not any(isinstance(a, torch.Tensor) and a.device.type == "meta" for a in flat):
-        return NotImplemented
+    metas = [a for a in flat if isinstance(a, torch.Tensor) and a.device.type == "meta"]
+    if not metas or sum(a.numel() for a in metas) > _ZEROS_LIMIT:
+        return NotImplemented  # (large operands: the Python meta kernel, rather than memory for zeros)
     for a in flat:
         if isinstance(a, torch.Tensor):
             if type(a) is not torch.Tensor or a.layout != torch.strided:
