@@ -135,3 +135,89 @@ def test_aot_eager_imports_aot_autograd_when_used():
     """)
     assert "torch._functorch.aot_autograd" in out["heavy"]
     assert out["equal"]
+
+
+# In-process checks (this pytest process has imported everything already).
+
+def _meta(*shape, dtype=None, channels_last=False):
+    import torch
+    t = torch.empty(*shape, dtype=dtype or torch.float32, device="meta")
+    return t.to(memory_format=torch.channels_last) if channels_last else t
+
+
+def _cases():
+    import torch
+    import torch.nn.functional as F
+    M = _meta
+    return {
+        "sin": (torch.sin, (M(3, 4),), {}),
+        "add_broadcast": (torch.add, (M(3, 1), M(1, 4)), {"alpha": 2}),
+        "add_scalar": (torch.add, (M(3, 4), 1), {}),
+        "int_plus_float": (torch.add, (M(3, dtype=torch.int64), M(3)), {}),
+        "mul_transposed": (torch.mul, (M(4, 3).t(), M(3, 4)), {}),
+        "mul_channels_last": (torch.mul, (M(2, 3, 4, 5, channels_last=True), M(2, 3, 4, 5)), {}),
+        "where": (torch.where, (M(3, 4, dtype=torch.bool), M(3, 4), M(4).expand(3, 4)), {}),
+        "relu": (torch.relu, (M(2, 3, 4, 5, channels_last=True),), {}),
+        "softmax": (torch.softmax, (M(3, 4), -1), {}),
+        "linear": (F.linear, (M(5, 16), M(8, 16), M(8)), {}),
+        "matmul": (torch.matmul, (M(2, 3, 4), M(4, 5)), {}),
+        "sum_dim": (torch.sum, (M(3, 4, 5), 1), {"keepdim": True}),
+        "mean": (torch.mean, (M(3, 4),), {}),
+        "cat": (torch.cat, ([M(3, 4), M(2, 4)],), {}),
+        "index_select": (torch.index_select, (M(5, 4), 0, _meta(3, dtype=torch.int64)), {}),
+        "conv2d": (F.conv2d, (M(1, 3, 8, 8), M(4, 3, 3, 3)), {"padding": 1}),
+        "layer_norm": (F.layer_norm, (M(2, 5, 8), (8,)), {}),
+        "embedding": (F.embedding, (_meta(2, 3, dtype=torch.int64), M(10, 4)), {}),
+        "clamp": (torch.clamp, (M(3, 4),), {"min": 0.0}),
+        "pow": (torch.pow, (M(3, 4), 2), {}),
+        "gt": (torch.gt, (M(3, 4), 0), {}),
+        "gelu": (F.gelu, (M(3, 4),), {}),
+        "max_pool2d": (F.max_pool2d, (M(1, 2, 8, 8), 2), {}),
+        "masked_fill": (torch.masked_fill, (M(3, 4), _meta(3, 4, dtype=torch.bool), 0.5), {}),
+    }
+
+
+def _metadata(r):
+    import torch
+    if isinstance(r, torch.Tensor):
+        return (tuple(r.shape), r.stride(), r.dtype, r.device.type, r.storage_offset())
+    return tuple(_metadata(x) for x in r)
+
+
+@pytest.mark.parametrize("name", list(_cases()))
+def test_aten_meta_mode_gives_torchs_metadata(name):
+    # Shape propagation under cdynamo._aten_meta's mode (ATen's C++ Meta / composite kernels, pointwise ops on
+    # zeros) gives the sizes, strides, dtype and offset torch's own meta dispatch gives (its Python kernels).
+    from cdynamo import _aten_meta
+    fn, args, kwargs = _cases()[name]
+    assert _metadata(_aten_meta.run(fn, args, kwargs)) == _metadata(fn(*args, **kwargs))
+
+
+def test_aten_meta_mode_errors_as_before():
+    # A shape error raises what torch's own meta dispatch raises.
+    import torch
+    from cdynamo import _aten_meta
+    with pytest.raises(RuntimeError) as ours:
+        _aten_meta.run(torch.mm, (_meta(3, 4), _meta(5, 6)), {})
+    with pytest.raises(RuntimeError) as theirs:
+        torch.mm(_meta(3, 4), _meta(5, 6))
+    assert str(ours.value) == str(theirs.value)
+
+
+def test_inductor_inference_graph_uses_inductors_caches(cdynamo_reset, tmp_path, monkeypatch):
+    # A static-shape inference graph reaches inductor's FX graph cache (a miss or a hit, never a bypass), so a
+    # second process can find it.
+    import torch
+    import cdynamo
+    from torch._dynamo.utils import counters
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    counters.clear()
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        got = cdynamo.optimize("inductor")(model)(x)
+        want = model(x)
+    assert torch.allclose(got, want)
+    fx = counters["inductor"]
+    assert fx["fxgraph_cache_bypass"] == 0
+    assert fx["fxgraph_cache_miss"] + fx["fxgraph_cache_hit"] >= 1
