@@ -2,6 +2,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "interp/aten_meta.h"
 #include "interp/meta_cache.h"
 #include "interp/torch_rules.h"
 #include "interp/skip_files.h"
@@ -49,6 +50,15 @@ PYBIND11_MODULE(_C, m) {
         interp::clear_classification_cache();
       },
       "Frees every cache entry and the globals they injected, and forgets memoized shape propagation.");
+  m.def(
+      "call_aten_meta",
+      [](py::handle op, py::handle args, py::handle kwargs) { return interp::call_aten_meta(op, args, kwargs); },
+      py::arg("op"), py::arg("args"), py::arg("kwargs"),
+      "Runs an aten OpOverload on meta tensors with ATen's C++ Meta kernel where torch's Python meta kernel "
+      "shadows it; NotImplemented where that does not apply.");
+  m.def(
+      "aten_meta_kind", [](py::handle op) { return interp::aten_meta_kind(op); }, py::arg("op"),
+      "What call_aten_meta runs for `op`: 0 nothing, 1 ATen's C++ Meta kernel, 2 a composite kernel.");
   m.def(
       "meta_cache_stats", [] { return interp::meta_cache_stats(); },
       "(entries, hits) of the shape-propagation memo since the last reset.");

@@ -75,7 +75,10 @@ py::object run_meta(Tracer& t, const std::string& what, py::handle fn, py::tuple
       } mode(t.shapes);
       return fn(*args, **kwargs);
     }
-    return fn(*args, **kwargs);
+    // Meta tensors propagate with ATen's C++ Meta kernels where torch shadows them with Python ones
+    // (cdynamo._aten_meta: those import sympy and torch._dynamo).
+    static py::handle run = py::object(loaded_module("cdynamo._aten_meta").attr("run")).release();  // process lifetime
+    return run(fn, args, kwargs);
   } catch (py::error_already_set& e) {
     std::string msg = e.what();
     if (!t.dynamic() && loaded_module("cdynamo.config").attr("capture_dynamic_output_shape_ops").cast<bool>()) {

@@ -1,0 +1,194 @@
+# bench_cold_start.py — owns the cold- and warm-start measurements: first compiled result in a fresh process
+# (cdynamo vs torch._dynamo / torch.compile; eager, aot_eager, inductor), `import cdynamo` cost, and a second
+# process's first inductor call on warm inductor caches (timm resnet18, an HF BERT with a small config).
+"""Every sample is a fresh interpreter; cdynamo and torch runs alternate; the tables show medians.
+
+    python benchmarks/bench_cold_start.py [--repeats N] [--model-repeats M] [--skip-models]
+
+Timings start after `import torch` (the frontend's own import is included) and end when the first compiled call
+returns. For the warm start, a first process compiles the model with inductor into an empty
+TORCHINDUCTOR_CACHE_DIR (cold), a second process does the same on that directory (warm); the FX graph and
+AOTAutograd cache hits of the warm process are listed. The machine's load (`os.getloadavg()`) is printed
+beside the numbers: other processes make them noisy.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TESTS_PY = os.path.join(os.path.dirname(HERE), "tests", "py")
+
+_FN = """
+def fn(x, y):
+    a = torch.sin(x)
+    b = torch.cos(y)
+    return a * b
+x, y = torch.randn(64, 64), torch.randn(64, 64)
+"""
+
+_CHILD = """
+import json, os, sys, time, warnings
+warnings.simplefilter("ignore")
+import torch
+t0 = time.perf_counter()
+{body}
+print("RESULT " + json.dumps(out))
+"""
+
+_FIRST = {
+    "cdynamo": "import cdynamo\n" + _FN + "r = cdynamo.optimize({backend!r})(fn)(x, y)\n",
+    "torch": "import torch._dynamo\n" + _FN + "r = torch.compile(fn, backend={backend!r})(x, y)\n",
+}
+
+_IMPORT = {
+    "cdynamo": "import cdynamo\n",
+    "torch": "import torch._dynamo\n",
+}
+
+_MODELS = {
+    "resnet18": f"""
+sys.path.insert(0, {TESTS_PY!r})
+import vision_shim
+import timm
+torch.manual_seed(0)
+model = timm.create_model("resnet18", pretrained=False).eval()
+inputs = (torch.randn(1, 3, 64, 64),)
+kwargs = {{}}
+""",
+    "bert": f"""
+sys.path.insert(0, {TESTS_PY!r})
+import vision_shim
+from transformers import BertConfig, BertModel
+torch.manual_seed(0)
+cfg = BertConfig(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
+                 max_position_embeddings=64)
+model = BertModel(cfg).eval()
+inputs = ()
+kwargs = {{"input_ids": torch.randint(0, 512, (1, 16))}}
+""",
+}
+
+_MODEL_COMPILE = {
+    "cdynamo": "import cdynamo\nopt = cdynamo.optimize('inductor')(model)\n",
+    "torch": "opt = torch.compile(model)\n",
+}
+
+_MODEL_TAIL = """
+t0 = time.perf_counter()
+{compile}
+with torch.no_grad():
+    r = opt(*inputs, **kwargs)
+first = time.perf_counter() - t0
+from torch._dynamo.utils import counters
+hits = {{k: dict(v) for k, v in counters.items() if k in ("inductor", "aot_autograd")}}
+out = {{"ms": first * 1000, "counters": hits}}
+"""
+
+
+def _child(body, env=None):
+    code = _CHILD.format(body=textwrap.indent(textwrap.dedent(body), ""))
+    e = dict(os.environ)
+    e.pop("PYTHONPATH", None)
+    if env:
+        e.update(env)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e, timeout=1800,
+                       cwd=tempfile.gettempdir())
+    if p.returncode != 0:
+        raise RuntimeError(p.stdout[-2000:] + p.stderr[-4000:])
+    line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")][-1]
+    return json.loads(line[len("RESULT "):])
+
+
+def first_call(frontend, backend, cache_dir):
+    body = _FIRST[frontend].format(backend=backend) + \
+        "out = {'ms': (time.perf_counter() - t0) * 1000, 'heavy': sorted(m for m in " \
+        "('torch._dynamo', 'torch._inductor', 'torch._functorch.aot_autograd', 'sympy') if m in sys.modules)}\n"
+    return _child(body, {"TORCHINDUCTOR_CACHE_DIR": cache_dir})
+
+
+def import_cost(frontend):
+    return _child(_IMPORT[frontend] + "out = {'ms': (time.perf_counter() - t0) * 1000}\n")
+
+
+def model_first(frontend, model, cache_dir):
+    body = _MODELS[model] + _MODEL_TAIL.format(compile=_MODEL_COMPILE[frontend])
+    return _child(body, {"TORCHINDUCTOR_CACHE_DIR": cache_dir})
+
+
+def _median(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def _load():
+    return "load average %.2f %.2f %.2f" % os.getloadavg()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--model-repeats", type=int, default=1)
+    ap.add_argument("--backends", default="eager,aot_eager,inductor")
+    ap.add_argument("--skip-models", action="store_true")
+    ap.add_argument("--models", default="resnet18,bert")
+    args = ap.parse_args()
+    print(f"# bench_cold_start ({_load()}, python {sys.version.split()[0]})")
+
+    rows = {}
+    for _ in range(args.repeats):
+        for fe in ("cdynamo", "torch"):
+            rows.setdefault(("import", fe), []).append(import_cost(fe)["ms"])
+    print(f"\nimport cost after `import torch` (median of {args.repeats}, ms): "
+          f"import cdynamo {_median(rows[('import', 'cdynamo')]):.1f}, "
+          f"import torch._dynamo {_median(rows[('import', 'torch')]):.1f}")
+
+    print(f"\nfirst compiled result after `import torch`, 3-op function (median of {args.repeats}, ms; {_load()})")
+    print(f"{'backend':10s} {'cdynamo':>10s} {'torch':>10s} {'speedup':>8s}  heavy modules after (cdynamo)")
+    for backend in args.backends.split(","):
+        heavy = None
+        for i in range(args.repeats):
+            for fe in ("cdynamo", "torch"):
+                # inductor: a fresh cache directory per sample, so every sample compiles (cold)
+                d = tempfile.mkdtemp(prefix="cd-cold-")
+                try:
+                    r = first_call(fe, backend, d)
+                finally:
+                    shutil.rmtree(d, ignore_errors=True)
+                rows.setdefault((backend, fe), []).append(r["ms"])
+                if fe == "cdynamo":
+                    heavy = r["heavy"]
+        c, t = _median(rows[(backend, "cdynamo")]), _median(rows[(backend, "torch")])
+        print(f"{backend:10s} {c:10.1f} {t:10.1f} {t / c:7.1f}x  {heavy}", flush=True)
+
+    if args.skip_models:
+        return
+    print(f"\ninductor, a model's first call in a fresh process: cold (empty cache dir) and warm (second process, "
+          f"same cache dir); median of {args.model_repeats}, ms; {_load()}")
+    print(f"{'model':9s} {'frontend':8s} {'cold':>9s} {'warm':>9s}  warm-process cache counters")
+    for model in args.models.split(","):
+        res = {}
+        for _ in range(args.model_repeats):
+            for fe in ("cdynamo", "torch"):
+                d = tempfile.mkdtemp(prefix="cd-warm-")
+                try:
+                    cold = model_first(fe, model, d)
+                    warm = model_first(fe, model, d)
+                finally:
+                    shutil.rmtree(d, ignore_errors=True)
+                res.setdefault(fe, []).append((cold["ms"], warm["ms"], warm["counters"]))
+        for fe in ("cdynamo", "torch"):
+            cold = _median([r[0] for r in res[fe]])
+            warm = _median([r[1] for r in res[fe]])
+            cnt = res[fe][-1][2]
+            keep = {f"{g}.{k}": v for g, d in cnt.items() for k, v in d.items() if "hit" in k or "miss" in k}
+            print(f"{model:9s} {fe:8s} {cold:9.0f} {warm:9.0f}  {keep}", flush=True)
+    print(f"\n({_load()})")
+
+
+if __name__ == "__main__":
+    main()

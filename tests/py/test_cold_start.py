@@ -1,0 +1,223 @@
+# test_cold_start.py — owns the check that a fresh process's first compile with the eager backend or a callable
+# backend (and `import cdynamo` itself) imports none of torch._dynamo, torch._inductor, aot_autograd or sympy.
+"""Each case runs in a fresh interpreter (the modules a process has imported cannot be unimported): the child
+imports torch, then cdynamo, compiles and calls, and prints which heavy modules sys.modules holds and whether the
+results equal eager. The timeout is only a hang guard; nothing here measures time (benchmarks/bench_cold_start.py
+does)."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+HEAVY = ("torch._dynamo", "torch._inductor", "torch._functorch.aot_autograd", "sympy")
+_HANG_GUARD_S = 600
+
+_PRELUDE = textwrap.dedent(
+    """
+    import json, sys
+    HEAVY = {heavy!r}
+    def heavy():
+        return sorted(m for m in HEAVY if m in sys.modules)
+    import torch
+    before_cdynamo = heavy()
+    import cdynamo
+    after_import = heavy()
+    assert cdynamo.__file__.startswith(sys.prefix) or 'site-packages' in cdynamo.__file__, cdynamo.__file__
+    """
+)
+
+
+def _run(*parts):
+    code = _PRELUDE.format(heavy=HEAVY) + "".join(textwrap.dedent(part) for part in parts)
+    env = dict(os.environ)
+    env.pop("CDYNAMO_LOGS", None)
+    env.pop("PYTHONPATH", None)  # the installed cdynamo, never python/ of the source tree
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=_HANG_GUARD_S,
+                       cwd=os.path.dirname(os.path.abspath(__file__)), env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    last = [line for line in p.stdout.splitlines() if line.startswith("{")][-1]
+    return json.loads(last)
+
+
+def test_import_cdynamo_imports_no_heavy_module():
+    out = _run("""
+        print(json.dumps({"before": before_cdynamo, "after": after_import}))
+    """)
+    assert out["before"] == []
+    assert out["after"] == []
+
+
+_THREE_OPS = """
+    def fn(x, y):
+        a = torch.sin(x)
+        b = torch.cos(y)
+        return a * b + 1
+    x, y = torch.randn(8, 4), torch.randn(8, 4)
+"""
+
+
+def test_first_eager_compile_imports_no_heavy_module():
+    out = _run(_THREE_OPS, """
+        opt = cdynamo.optimize("eager")(fn)
+        got = opt(x, y)
+        first = heavy()
+        got2 = opt(x, y)
+        print(json.dumps({"heavy": first, "heavy2": heavy(), "equal": bool(torch.equal(got, fn(x, y))),
+                          "equal2": bool(torch.equal(got2, fn(x, y))), "frames": cdynamo.utils.counters["stats"]["unique_graphs"]}))
+    """)
+    assert out["heavy"] == [] and out["heavy2"] == []
+    assert out["equal"] and out["equal2"]
+    assert out["frames"] == 1
+
+
+def test_first_callable_backend_compile_imports_no_heavy_module():
+    out = _run(_THREE_OPS, """
+        graphs = []
+        def backend(gm, example_inputs):
+            graphs.append(len([n for n in gm.graph.nodes if n.op == "call_function"]))
+            return gm.forward
+        got = cdynamo.optimize(backend)(fn)(x, y)
+        print(json.dumps({"heavy": heavy(), "equal": bool(torch.equal(got, fn(x, y))), "graphs": graphs}))
+    """)
+    assert out["heavy"] == []
+    assert out["equal"]
+    assert out["graphs"] == [4]
+
+
+def test_first_module_compile_imports_no_heavy_module():
+    # nn.Linear (aten::linear decomposes into addmm / matmul), softmax, a view, reductions, autograd.
+    out = _run("""
+        torch.manual_seed(0)
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc1 = torch.nn.Linear(16, 32)
+                self.fc2 = torch.nn.Linear(32, 8)
+            def forward(self, x):
+                h = torch.relu(self.fc1(x)) * 0.5
+                h = self.fc2(h).view(-1, 2, 4)
+                return torch.softmax(h, -1).sum(1)
+        net = Net()
+        x = torch.randn(5, 16)
+        opt = cdynamo.optimize("eager")(net)
+        got = opt(x)
+        got.sum().backward()
+        grads = [p.grad.clone() for p in net.parameters()]
+        net.zero_grad()
+        want = net(x)
+        want.sum().backward()
+        same_grads = all(torch.equal(g, p.grad) for g, p in zip(grads, net.parameters()))
+        print(json.dumps({"heavy": heavy(), "equal": bool(torch.equal(got, want)), "grads": same_grads}))
+    """)
+    assert out["heavy"] == []
+    assert out["equal"] and out["grads"]
+
+
+def test_user_imports_are_the_users():
+    # A user who imported torch._dynamo keeps it; the compile still gives eager's result.
+    out = _run(_THREE_OPS, """
+        import torch._dynamo
+        got = cdynamo.optimize("eager")(fn)(x, y)
+        print(json.dumps({"heavy": heavy(), "equal": bool(torch.equal(got, fn(x, y)))}))
+    """)
+    assert "torch._dynamo" in out["heavy"]
+    assert out["equal"]
+
+
+def test_aot_eager_imports_aot_autograd_when_used():
+    # aot_eager imports what it needs at its first compile (and gives eager's result).
+    out = _run(_THREE_OPS, """
+        got = cdynamo.optimize("aot_eager")(fn)(x, y)
+        print(json.dumps({"heavy": heavy(), "equal": bool(torch.allclose(got, fn(x, y)))}))
+    """)
+    assert "torch._functorch.aot_autograd" in out["heavy"]
+    assert out["equal"]
+
+
+# In-process checks (this pytest process has imported everything already).
+
+def _meta(*shape, dtype=None, channels_last=False):
+    import torch
+    t = torch.empty(*shape, dtype=dtype or torch.float32, device="meta")
+    return t.to(memory_format=torch.channels_last) if channels_last else t
+
+
+def _cases():
+    import torch
+    import torch.nn.functional as F
+    M = _meta
+    return {
+        "sin": (torch.sin, (M(3, 4),), {}),
+        "add_broadcast": (torch.add, (M(3, 1), M(1, 4)), {"alpha": 2}),
+        "add_scalar": (torch.add, (M(3, 4), 1), {}),
+        "int_plus_float": (torch.add, (M(3, dtype=torch.int64), M(3)), {}),
+        "mul_transposed": (torch.mul, (M(4, 3).t(), M(3, 4)), {}),
+        "mul_channels_last": (torch.mul, (M(2, 3, 4, 5, channels_last=True), M(2, 3, 4, 5)), {}),
+        "where": (torch.where, (M(3, 4, dtype=torch.bool), M(3, 4), M(4).expand(3, 4)), {}),
+        "relu": (torch.relu, (M(2, 3, 4, 5, channels_last=True),), {}),
+        "softmax": (torch.softmax, (M(3, 4), -1), {}),
+        "linear": (F.linear, (M(5, 16), M(8, 16), M(8)), {}),
+        "matmul": (torch.matmul, (M(2, 3, 4), M(4, 5)), {}),
+        "sum_dim": (torch.sum, (M(3, 4, 5), 1), {"keepdim": True}),
+        "mean": (torch.mean, (M(3, 4),), {}),
+        "cat": (torch.cat, ([M(3, 4), M(2, 4)],), {}),
+        "index_select": (torch.index_select, (M(5, 4), 0, _meta(3, dtype=torch.int64)), {}),
+        "conv2d": (F.conv2d, (M(1, 3, 8, 8), M(4, 3, 3, 3)), {"padding": 1}),
+        "layer_norm": (F.layer_norm, (M(2, 5, 8), (8,)), {}),
+        "embedding": (F.embedding, (_meta(2, 3, dtype=torch.int64), M(10, 4)), {}),
+        "clamp": (torch.clamp, (M(3, 4),), {"min": 0.0}),
+        "pow": (torch.pow, (M(3, 4), 2), {}),
+        "gt": (torch.gt, (M(3, 4), 0), {}),
+        "gelu": (F.gelu, (M(3, 4),), {}),
+        "max_pool2d": (F.max_pool2d, (M(1, 2, 8, 8), 2), {}),
+        "masked_fill": (torch.masked_fill, (M(3, 4), _meta(3, 4, dtype=torch.bool), 0.5), {}),
+    }
+
+
+def _metadata(r):
+    import torch
+    if isinstance(r, torch.Tensor):
+        return (tuple(r.shape), r.stride(), r.dtype, r.device.type, r.storage_offset())
+    return tuple(_metadata(x) for x in r)
+
+
+@pytest.mark.parametrize("name", list(_cases()))
+def test_aten_meta_mode_gives_torchs_metadata(name):
+    # Shape propagation under cdynamo._aten_meta's mode (ATen's C++ Meta / composite kernels, pointwise ops on
+    # zeros) gives the sizes, strides, dtype and offset torch's own meta dispatch gives (its Python kernels).
+    from cdynamo import _aten_meta
+    fn, args, kwargs = _cases()[name]
+    assert _metadata(_aten_meta.run(fn, args, kwargs)) == _metadata(fn(*args, **kwargs))
+
+
+def test_aten_meta_mode_errors_as_before():
+    # A shape error raises what torch's own meta dispatch raises.
+    import torch
+    from cdynamo import _aten_meta
+    with pytest.raises(RuntimeError) as ours:
+        _aten_meta.run(torch.mm, (_meta(3, 4), _meta(5, 6)), {})
+    with pytest.raises(RuntimeError) as theirs:
+        torch.mm(_meta(3, 4), _meta(5, 6))
+    assert str(ours.value) == str(theirs.value)
+
+
+def test_inductor_inference_graph_uses_inductors_caches(cdynamo_reset, tmp_path, monkeypatch):
+    # A static-shape inference graph reaches inductor's FX graph cache (a miss or a hit, never a bypass), so a
+    # second process can find it.
+    import torch
+    import cdynamo
+    from torch._dynamo.utils import counters
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    counters.clear()
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        got = cdynamo.optimize("inductor")(model)(x)
+        want = model(x)
+    assert torch.allclose(got, want)
+    fx = counters["inductor"]
+    assert fx["fxgraph_cache_bypass"] == 0
+    assert fx["fxgraph_cache_miss"] + fx["fxgraph_cache_hit"] >= 1
