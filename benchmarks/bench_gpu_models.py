@@ -28,8 +28,8 @@ def _hf(cfg_cls, model_cls, batch, seq, **cfg):
         vocab = config.vocab_size
         ids = torch.randint(0, vocab, (batch, seq))
         if model_cls.startswith("T5"):
-            return model, (ids, ids[:, : max(1, seq // 2)])
-        return model, (ids,)
+            return model, (ids,), {"decoder_input_ids": ids[:, : max(1, seq // 2)]}
+        return model, (ids,), {}
     return build
 
 
@@ -38,7 +38,7 @@ def _timm(name, batch, size):
         sys.path.insert(0, __file__.rsplit("/", 2)[0] + "/tests/py")
         import vision_shim  # noqa: F401  (torchvision's Python part without its C++ extension)
         import timm
-        return timm.create_model(name, pretrained=False), (torch.randn(batch, 3, size, size),)
+        return timm.create_model(name, pretrained=False), (torch.randn(batch, 3, size, size),), {}
     return build
 
 
@@ -62,17 +62,17 @@ def _first_tensor(out):
     return _first_tensor(out[0])
 
 
-def _keeping(fn, train):
+def _keeping(fn, train, kwargs):
     kept = []
 
     def call(*args):
         if train:
-            out = fn(*args)
+            out = fn(*args, **kwargs)
             loss = _first_tensor(out).float().mean()
             loss.backward()
             kept.append(loss.detach())
         else:
-            kept.append(fn(*args))
+            kept.append(fn(*args, **kwargs))
         del kept[:-KEEP]
     return call
 
@@ -102,10 +102,11 @@ def run(models, modes, train=False, quick=False):
     first = C.Table(f"GPU first call ({what}: compile + run)", "s")
     for name in models:
         torch.manual_seed(0)
-        model, args = MODELS[name]()
+        model, args, kwargs = MODELS[name]()
         model = model.cuda()
         model.train(train)
         args = tuple(a.cuda() for a in args)
+        kwargs = {k: v.cuda() for k, v in kwargs.items()}
         for mode in modes:
             torch._dynamo.reset()
             cd.reset()
@@ -113,15 +114,15 @@ def run(models, modes, train=False, quick=False):
             with ctx:
                 t0 = time.perf_counter()
                 dm = torch.compile(model, mode=mode)
-                dm(*args)
+                dm(*args, **kwargs)
                 torch.cuda.synchronize()
                 d_first = time.perf_counter() - t0
                 t0 = time.perf_counter()
                 cm = cd.compile(model, mode=mode)
-                cm(*args)
+                cm(*args, **kwargs)
                 torch.cuda.synchronize()
                 c_first = time.perf_counter() - t0
-                fns = {"eager": _keeping(model, train), "dynamo": _keeping(dm, train), "cdynamo": _keeping(cm, train)}
+                fns = {k: _keeping(f, train, kwargs) for k, f in (("eager", model), ("dynamo", dm), ("cdynamo", cm))}
                 for _ in range(3):  # past warm-up and CUDA-graph recording
                     for f in fns.values():
                         f(*args)

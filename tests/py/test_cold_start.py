@@ -25,7 +25,8 @@ _PRELUDE = textwrap.dedent(
     before_cdynamo = heavy()
     import cdynamo
     after_import = heavy()
-    assert cdynamo.__file__.startswith(sys.prefix) or 'site-packages' in cdynamo.__file__, cdynamo.__file__
+    import importlib.util
+    assert importlib.util.find_spec("cdynamo._C") is not None, cdynamo.__file__  # a built cdynamo, not python/
     """
 )
 
@@ -34,7 +35,10 @@ def _run(*parts):
     code = _PRELUDE.format(heavy=HEAVY) + "".join(textwrap.dedent(part) for part in parts)
     env = dict(os.environ)
     env.pop("CDYNAMO_LOGS", None)
-    env.pop("PYTHONPATH", None)  # the installed cdynamo, never python/ of the source tree
+    # The cdynamo this process imported (installed, or staged on PYTHONPATH as on the GPU machine), never python/ of
+    # the source tree: the conftest refuses that one.
+    import cdynamo
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(cdynamo.__file__)))
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=_HANG_GUARD_S,
                        cwd=os.path.dirname(os.path.abspath(__file__)), env=env)
     assert p.returncode == 0, p.stdout + p.stderr

@@ -122,7 +122,10 @@ def test_step_matches_eager_and_dynamo(name, backend):
 def test_foreach_step_matches_eager(name):
     spec = FOREACH[name]
     ref_params, ref_state, _, _ = run_steps(None, spec)
-    params, state, cnt, seen = run_steps("cdynamo", spec, "eager")
+    # Without the dead-code pass: it drops the unused getitem nodes of the foreach ops' list results (Adam: 56 of
+    # 68), which torch._dynamo keeps; with every node kept, no op of torch._dynamo's graph may be missing.
+    with cdynamo.config.patch(dead_code_elimination=False):
+        params, state, cnt, seen = run_steps("cdynamo", spec, "eager")
     _, _, dcnt, _ = run_steps("dynamo", spec, "eager")
     for a, b in zip(params, ref_params):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
