@@ -61,7 +61,9 @@ def _static_indices(compile_model, monkeypatch):
     import torch._inductor.config as inductor_config
     # a cache hit skips the compile that reads the static indices
     monkeypatch.setattr(inductor_config, "fx_graph_cache", False)
-    monkeypatch.setattr(inductor_config, "autograd_cache", False, raising=False)
+    import torch._functorch.config as functorch_config
+    if hasattr(functorch_config, "enable_autograd_cache"):
+        monkeypatch.setattr(functorch_config, "enable_autograd_cache", False)
     m = _Net().eval()
     x = torch.randn(2, 4)
     with torch.no_grad():
