@@ -138,12 +138,12 @@ PyObject* Source::fetch_step(const FrameView& fv, PyObject* b) const {
       if (!b) return nullptr;
       PyObject* v = nullptr;
       if (PyTuple_CheckExact(b)) {
-        if (index < PyTuple_GET_SIZE(b)) {
+        if (index >= 0 && index < PyTuple_GET_SIZE(b)) {
           v = PyTuple_GET_ITEM(b, index);  // borrowed
           Py_INCREF(v);
         }
       } else if (PyList_CheckExact(b)) {
-        if (index < PyList_GET_SIZE(b)) {
+        if (index >= 0 && index < PyList_GET_SIZE(b)) {
           v = PyList_GET_ITEM(b, index);  // borrowed
           Py_INCREF(v);
         }
