@@ -101,8 +101,9 @@ def _wants_dynamic(cb_dynamic):
 
 
 def _dims_for(code, cb_dynamic, name, t):
-    """Per dimension of tensor input ``name``: "static", "auto" (automatic dynamic), "duck" (dynamic=True) or
-    "dynamic" (mark_dynamic); records what this compile saw of it in the code's frame state."""
+    """Per dimension of tensor input ``name``: "static", "auto" (automatic dynamic), "duck" (dynamic=True),
+    "dynamic" (mark_dynamic: a trace that specialises it raises) or "weak" (maybe_mark_dynamic: it may specialise);
+    records what this compile saw of it in the code's frame state."""
     state = _frame_state.setdefault(_code_key(code), {})
     sizes = list(t.shape)
     seen = state.get(name)
@@ -110,7 +111,8 @@ def _dims_for(code, cb_dynamic, name, t):
         seen = state[name] = _SeenTensor(list(sizes))
     elif cb_dynamic is not False and config.automatic_dynamic_shapes:
         seen.sizes = [None if old is None or old != new else old for old, new in zip(seen.sizes, sizes)]
-    marked = set(_marked(t, "_dynamo_dynamic_indices")) | set(_marked(t, "_dynamo_weak_dynamic_indices"))
+    marked = set(_marked(t, "_dynamo_dynamic_indices"))
+    weak = set(_marked(t, "_dynamo_weak_dynamic_indices"))  # maybe_mark_dynamic (and torch 2.11's aot outputs)
     static = set(_marked(t, "_dynamo_static_indices"))
     out = []
     for d in range(len(sizes)):
@@ -118,6 +120,8 @@ def _dims_for(code, cb_dynamic, name, t):
             out.append("static")
         elif d in marked:
             out.append("dynamic")
+        elif d in weak:
+            out.append("weak")  # symbolic, but a trace that needs it static specialises it without error
         elif _wants_dynamic(cb_dynamic):
             out.append("duck")  # dynamic=True: equal sizes share a symbol (duck sizing), as in torch._dynamo
         elif seen.sizes[d] is None:
@@ -270,7 +274,7 @@ class TraceShapes:
 
         kinds = _dims_for(self.code, self.cb_dynamic, name, t)
         table = {"static": DimDynamic.STATIC, "duck": DimDynamic.DUCK, "auto": DimDynamic.DYNAMIC,
-                 "dynamic": DimDynamic.DYNAMIC}
+                 "dynamic": DimDynamic.DYNAMIC, "weak": DimDynamic.DYNAMIC}
         ctx = StatelessSymbolicContext(dynamic_sizes=[table[k] for k in kinds])
         ranges = getattr(t, "_cdynamo_dynamic_range", None) or {}
         for d, (lo, hi) in ranges.items():
