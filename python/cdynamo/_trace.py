@@ -13,6 +13,8 @@ import os
 import threading
 import traceback
 
+from . import _logging
+
 _lock = threading.Lock()
 _frames = {}        # code object -> frame id
 _compiles = {}      # code object -> compiles so far (finished)
@@ -120,7 +122,8 @@ def on_compiled(info):
         if text:
             _emit("artifact", cid, {"name": f"{name}_{kind.upper()}_BYTECODE", "encoding": "string"}, text)
     for reason in info.get("break_reasons") or ():
-        _emit("artifact", cid, {"name": "dynamo_graph_break_reason", "encoding": "string"}, _break_text(reason))
+        _emit("artifact", cid, {"name": "dynamo_graph_break_reason", "encoding": "string"},
+              _logging.format_break(reason))
     guards = info.get("guards") or []
     _emit("dynamo_cpp_guards_str", cid, {}, "\n".join(["TREE_GUARD_MANAGER:"] + [f"+- {g}" for g in guards]))
     _metrics(cid, info, guard_count=len(guards), graph_count=info.get("graph_count", 0))
@@ -141,14 +144,6 @@ def on_recompile(info):
         return
     with _lock:
         _recompile_reasons.setdefault(info["code"], []).append(str(info.get("reason", "?")))
-
-
-def _break_text(reason):
-    where = f"{reason.get('filename', '?')}:{reason.get('lineno', '?')}"
-    text = f"Graph break: {reason.get('reason', '?')}\n  at {where}"
-    if reason.get("line"):
-        text += f"\n    {str(reason['line']).strip()}"
-    return text
 
 
 def _metrics(cid, info, **extra):

@@ -83,8 +83,6 @@ def _tracing_context(gm, example_inputs):
     without one ("No shape env"), so a second process would compile everything again. Its fake mode is a new one
     whose ShapeEnv sees static shapes only. A training graph, a graph with Python number inputs, with symbolic shapes (its placeholders' example values are
     fake tensors or symbols of cdynamo's own ShapeEnv), or a caller's active context: left as they are."""
-    import contextlib
-
     import torch
     from torch._guards import TracingContext, detect_fake_mode, tracing
     from torch._subclasses.fake_tensor import FakeTensor
