@@ -2,6 +2,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "interp/services.h"
 #include "interp/aten_meta.h"
 #include "interp/meta_cache.h"
 #include "interp/torch_rules.h"
@@ -25,6 +26,9 @@ PYBIND11_MODULE(_C, m) {
   m.attr("GraphCall") = py::handle(reinterpret_cast<PyObject*>(&hook::GraphCallType));
   m.attr("RUN_ONLY") = py::handle(hook::run_only());
 
+  m.def(
+      "set_services", [](py::object provider) { interp::install_services(provider); }, py::arg("services"),
+      "Installs cdynamo._services.Services: the Python functions the C++ core calls (done by `import cdynamo`).");
   m.def(
       "set_callback",
       [](py::object cb) {

@@ -377,185 +377,235 @@ std::vector<ValuePtr> break_values(const Tracer& t) {
   return values;
 }
 
-BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::vector<graph::Node*>& outputs,
-                      int& counter) {
-  BreakCode out;
-  size_t pc = t.pc;
-  const bytecode::Instruction& inst = *t.bc.insts[pc];
-  const Origin origin = origin_of(t);
-  // The end of a continuation's window: the frame's state goes to the chain continuation of the cut.
-  const int cut = origin.resume && pc < origin.resume->tail_cut.size() ? origin.resume->tail_cut[pc] : -1;
-  bool cond = cut < 0 && is_conditional(t);
-  int consumed = cut >= 0 ? 0 : cond ? 1 : consumed_by(inst);
-  if (consumed < 0 || static_cast<size_t>(consumed) > t.stack.size())
-    throw interp::Unsupported(std::string("cannot restart ") + bytecode::opname(inst.opcode) + " after a graph break");
-  size_t ndeep = t.stack.size() - static_cast<size_t>(consumed);
+namespace {
 
-  Emitter e(t.code);
+// The rewritten frame of one graph break while it is emitted: the graph call and the frame's state are emitted
+// first (begin), then one of the three ways to continue (window_end, conditional, instruction), then the grad-mode
+// handler (finish_grad_block).
+struct BreakEmitter {
+  Tracer& t;
+  int& counter;
+  BreakCode out;
+  const size_t pc;
+  const bytecode::Instruction& inst;
+  const Origin origin;
+  Emitter e;
+  int tmp = -1;                    // the local holding the graph's outputs, or -1 when no graph runs
+  size_t ndeep = 0;                // stack items below the breaking instruction's operands
+  std::vector<char> deep_null;     // per deep item: a NULL (not passed to the continuation)
+  size_t grad_range_start = 0;
+  std::optional<Rebuilder> rb;
+
+  BreakEmitter(Tracer& tr, int& c)
+      : t(tr), counter(c), pc(tr.pc), inst(*tr.bc.insts[tr.pc]), origin(origin_of(tr)), e(tr.code) {}
+
+  void begin(const std::string& compiled_name, const std::vector<graph::Node*>& outputs, int consumed);
+  void call_resume(int extra_on_stack, const std::vector<int>& passed);
+  void window_end(int cut);
+  void conditional();
+  void instruction(int consumed);
+  void rebuild_operands(bool is_call);
+  void finish_grad_block();
+};
+
+// The graph call, then the values the rewritten frame rebuilds, the side effects and the locals it stores: sources
+// name the frame's state at entry, so everything the rewritten frame rebuilds is read before the side effects are
+// written and before any local is stored or deleted (`r = x; x = f(x)` leaves `r` reading local 'x', which the
+// rewritten frame rebinds below).
+void BreakEmitter::begin(const std::string& compiled_name, const std::vector<graph::Node*>& outputs, int consumed) {
+  ndeep = t.stack.size() - static_cast<size_t>(consumed);
   e.copy_prefix(t.bc);
-  int tmp = -1;
   if (!compiled_name.empty()) {
     tmp = e.add_local("___graph_out");
     e.load_global(compiled_name, true);
     std::vector<const guards::Source*> srcs;
     for (const auto& in : t.inputs) srcs.push_back(in.source.get());
     e.load_inputs(srcs);
-    int n = static_cast<int>(t.inputs.size());
-    e.call(n);
+    e.call(static_cast<int>(t.inputs.size()));
     e.emit("STORE_FAST", tmp);
   }
-  Rebuilder rb(e, outputs, tmp);
+  rb.emplace(e, outputs, tmp);
   const std::vector<ValuePtr> rebuilt = break_values(t);
   std::vector<ValuePtr> roots = rebuilt;
   for (const auto& v : effect_values(t)) roots.push_back(v);
-  rb.share(roots);
-  // Sources name the frame's state at entry: everything the rewritten frame rebuilds is read before the
-  // side effects are written and before any local is stored or deleted (`r = x; x = f(x)` leaves `r`
-  // reading local 'x', which the rewritten frame rebinds below).
+  rb->share(roots);
   if (Rebuilder::has_effects(t)) {
-    rb.stage_effects(t);
-    for (const auto& v : rebuilt) rb.pin(v->kind == VKind::Method ? v->bound_self() : v);
-    rb.commit_effects();
+    rb->stage_effects(t);
+    for (const auto& v : rebuilt) rb->pin(v->kind == VKind::Method ? v->bound_self() : v);
+    rb->commit_effects();
   } else {
     for (const auto& v : rebuilt)
-      if (reads_frame_locals(v)) rb.pin(v->kind == VKind::Method ? v->bound_self() : v);
+      if (reads_frame_locals(v)) rb->pin(v->kind == VKind::Method ? v->bound_self() : v);
   }
-  // A break inside `with torch.no_grad()/enable_grad()`: the rest of the frame runs in the block's mode;
-  // an exception from it (the breaking instruction, the continuation) leaves with the frame's mode again.
-  const bool in_grad_block = t.grad_mode_after_graph >= 0;
-  if (in_grad_block) rb.set_grad_mode(t.grad_mode_after_graph == 1);
-  const size_t grad_range_start = e.bc.insts.size();
+  // A break inside `with torch.no_grad()/enable_grad()`: the rest of the frame runs in the block's mode; an exception
+  // from it (the breaking instruction, the continuation) leaves with the frame's mode again (finish_grad_block).
+  if (t.grad_mode_after_graph >= 0) rb->set_grad_mode(t.grad_mode_after_graph == 1);
+  grad_range_start = e.bc.insts.size();
   for (int slot = 0; slot < static_cast<int>(t.locals.size()); ++slot) {
     if (!rebuilt_slot(t, slot)) continue;
     bool cell = is_deref_slot(t.code, slot);  // written into the frame's cell (which closures share)
     LocalState st = local_state(t, slot);
     if (st == LocalState::Store) {
-      rb.push(t.locals[slot]);
+      rb->push(t.locals[slot]);
       e.emit(cell ? "STORE_DEREF" : "STORE_FAST", slot);
     } else if (st == LocalState::Delete) {
       e.emit(cell ? "DELETE_DEREF" : "DELETE_FAST", slot);
     }
   }
-  std::vector<char> deep_null(ndeep);
+  deep_null.resize(ndeep);
   for (size_t i = 0; i < ndeep; ++i) deep_null[i] = t.stack[i]->kind == VKind::Null;
+}
 
-  auto call_resume = [&](int extra_on_stack, const std::vector<int>& passed) {
-    // Stack now: [NULL, fn, deep..., extra...] (3.13: [fn, NULL, ...]); add the locals (origin slots, held in the frame's) and call.
-    for (int slot : passed) e.emit("LOAD_FAST", origin.slot(slot));
-    int nargs = 0;
-    for (char n : deep_null) nargs += n ? 0 : 1;
-    nargs += extra_on_stack + static_cast<int>(passed.size());
-    e.call(nargs);
-    e.emit("RETURN_VALUE");
-  };
+// Stack now: [NULL, fn, deep..., extra...] (3.13: [fn, NULL, ...]); adds the locals (origin slots, held in the
+// frame's) and calls the continuation, returning what it returns.
+void BreakEmitter::call_resume(int extra_on_stack, const std::vector<int>& passed) {
+  for (int slot : passed) e.emit("LOAD_FAST", origin.slot(slot));
+  int nargs = 0;
+  for (char n : deep_null) nargs += n ? 0 : 1;
+  nargs += extra_on_stack + static_cast<int>(passed.size());
+  e.call(nargs);
+  e.emit("RETURN_VALUE");
+}
 
-  if (cut >= 0) {
-    if (ndeep != 0) throw interp::Unsupported("a continuation window ends with values on the stack");
-    const std::vector<int>& args = origin.info->windows.args[static_cast<size_t>(cut)];
-    if (passed_locals(t, origin, static_cast<size_t>(cut)) != args)
-      throw interp::Unsupported("a local live after a continuation window is not bound");
-    e.null_before_callable();
-    e.load_const(chain_code(origin, static_cast<size_t>(cut), counter));
-    e.make_function(false);
-    e.null_after_callable();
-    if (tmp >= 0) e.emit("DELETE_FAST", tmp);
-    rb.release();
-    call_resume(0, args);
-  } else if (cond) {
-    rb.push(t.stack.back());
-    std::optional<Emitter::Jump> kind = Emitter::pop_jump_kind(inst.opcode);
-    if (!kind) throw interp::Unsupported(std::string("cannot restart ") + bytecode::opname(inst.opcode));
-    bytecode::Instruction* j = e.pop_jump_forward(*kind);
-    size_t targets[2] = {pc + 1, static_cast<size_t>(t.bc.index_of(inst.target))};
-    for (int b = 0; b < 2; ++b) {
-      size_t tgt = origin.index(targets[b]);
-      std::vector<int> passed = passed_locals(t, origin, tgt);
-      Resume r = make_resume(origin, tgt, deep_null, passed, counter);
-      size_t first = e.bc.insts.size();
-      emit_resume_fn(e, r, origin);
-      if (b == 1) j->target = e.bc.insts[first].get();
-      emit_deep_stack(rb, t, ndeep);
-      if (tmp >= 0) e.emit("DELETE_FAST", tmp);
-      rb.release();
-      call_resume(0, passed);
-      out.resumes.push_back(std::move(r));
-    }
-  } else {
-    const std::string name = bytecode::opname(inst.opcode);
-    const bool is_call_kw = name == "CALL_KW";  // 3.13: the names tuple is the last operand
-    const bool is_call = name == "CALL" || is_call_kw;
-    // A call pushes its result (dis.stack_effect splits 3.11's over PRECALL and CALL).
-    int pushed = is_call ? 1 : consumed + bytecode::stack_effect(inst.opcode, inst.arg, false);
-    size_t next = origin.index(pc + 1);
-    std::vector<int> passed = passed_locals(t, origin, next);
-    std::vector<char> null_at = deep_null;
-    // The method form of an attribute load may push a NULL, which cannot be passed to the continuation: the
-    // rewritten frame loads the plain attribute instead (the bound attribute) and the continuation's
-    // prologue puts the NULL below it, which CALL treats the same way.
-    const bool method = name == "LOAD_METHOD" || (name == "LOAD_ATTR" && compat::opargs::load_attr_method(inst.arg));
-    if (method) {
-      // The NULL on this Python's side of the callable: below it through 3.12, above it on 3.13.
-      null_at.push_back(compat::opargs::kNullBeforeCallable ? 1 : 0);
-      null_at.push_back(compat::opargs::kNullBeforeCallable ? 0 : 1);
-      pushed = 1;
-    } else {
-      null_at.insert(null_at.end(), static_cast<size_t>(pushed), 0);
-    }
-    Resume r = make_resume(origin, next, null_at, passed, counter);
+// The end of a continuation's window: the frame's state goes to the chain continuation of the cut.
+void BreakEmitter::window_end(int cut) {
+  if (ndeep != 0) throw interp::Unsupported("a continuation window ends with values on the stack");
+  const std::vector<int>& args = origin.info->windows.args[static_cast<size_t>(cut)];
+  if (passed_locals(t, origin, static_cast<size_t>(cut)) != args)
+    throw interp::Unsupported("a local live after a continuation window is not bound");
+  e.null_before_callable();
+  e.load_const(chain_code(origin, static_cast<size_t>(cut), counter));
+  e.make_function(false);
+  e.null_after_callable();
+  if (tmp >= 0) e.emit("DELETE_FAST", tmp);
+  rb->release();
+  call_resume(0, args);
+}
+
+// A jump on a tensor's truth value: the rewritten frame jumps on it, each branch calling its own continuation.
+void BreakEmitter::conditional() {
+  rb->push(t.stack.back());
+  std::optional<Emitter::Jump> kind = Emitter::pop_jump_kind(inst.opcode);
+  if (!kind) throw interp::Unsupported(std::string("cannot restart ") + bytecode::opname(inst.opcode));
+  bytecode::Instruction* j = e.pop_jump_forward(*kind);
+  size_t targets[2] = {pc + 1, static_cast<size_t>(t.bc.index_of(inst.target))};
+  for (int b = 0; b < 2; ++b) {
+    size_t tgt = origin.index(targets[b]);
+    std::vector<int> passed = passed_locals(t, origin, tgt);
+    Resume r = make_resume(origin, tgt, deep_null, passed, counter);
+    size_t first = e.bc.insts.size();
     emit_resume_fn(e, r, origin);
-    emit_deep_stack(rb, t, ndeep);
-    // The breaking instruction's own operands, then the instruction itself, run as Python.
-    // [NULL, method] (3.13: [method, NULL]) before a CALL is rebuilt by the method form ([function, self]),
-    // which CALL takes the same way; before CALL_FUNCTION_EX the NULL must stay a NULL beside the bound method.
-    for (size_t i = ndeep; i < t.stack.size(); ++i) {
-      const ValuePtr& v = t.stack[i];
-      if (is_call && i + 1 < t.stack.size()) {
-        const ValuePtr& next = t.stack[i + 1];
-        const ValuePtr* bound = nullptr;
-        if (compat::opargs::kNullBeforeCallable && v->kind == VKind::Null && next->kind == VKind::Method) bound = &next;
-        if (!compat::opargs::kNullBeforeCallable && v->kind == VKind::Method && next->kind == VKind::Null) bound = &v;
-        if (bound) {
-          rb.push((*bound)->bound_self());
-          e.load_method((*bound)->bound_name());
-          ++i;
-          continue;
-        }
-      }
-      rb.push(v);
-    }
+    if (b == 1) j->target = e.bc.insts[first].get();
+    emit_deep_stack(*rb, t, ndeep);
     if (tmp >= 0) e.emit("DELETE_FAST", tmp);
-    rb.release();
-    if (is_call_kw) {
-      e.bc.append(inst.opcode, inst.arg);
-    } else if (is_call) {
-      int kw = -1;
-      for (size_t k = pc; k-- > 0;) {
-        std::string prev = bytecode::opname(t.bc.insts[k]->opcode);
-        if (prev == "PRECALL") continue;
-        if (prev == "KW_NAMES") kw = t.bc.insts[k]->arg;
-        break;
-      }
-      e.call(inst.arg, kw);
-    } else if (method) {
-      e.load_attr(py::str(t.name_at(compat::opargs::load_attr_name(inst.arg))).cast<std::string>());
-    } else {
-      e.bc.append(inst.opcode, inst.arg);
-    }
-    e.bc.insts.back()->pos = inst.pos;
-    call_resume(pushed, passed);
+    rb->release();
+    call_resume(0, passed);
     out.resumes.push_back(std::move(r));
   }
-  if (in_grad_block && e.bc.insts.size() > grad_range_start) {
-    bytecode::Instruction* first = e.bc.insts[grad_range_start].get();
-    bytecode::Instruction* last = e.bc.insts.back().get();
-    const size_t handler_at = e.bc.insts.size();  // stack: [exception]
-    rb.set_grad_mode(t.grad_mode_after_graph == 0);
-    bytecode::Instruction* handler = e.bc.insts[handler_at].get();
-    e.emit("RERAISE", 0);
-    e.bc.exception_table.push_back({first, last, handler, 0, false});
+}
+
+// The breaking instruction's own operands. [NULL, method] (3.13: [method, NULL]) before a CALL is rebuilt by the
+// method form ([function, self]), which CALL takes the same way; before CALL_FUNCTION_EX the NULL must stay a NULL
+// beside the bound method.
+void BreakEmitter::rebuild_operands(bool is_call) {
+  for (size_t i = ndeep; i < t.stack.size(); ++i) {
+    const ValuePtr& v = t.stack[i];
+    if (is_call && i + 1 < t.stack.size()) {
+      const ValuePtr& next = t.stack[i + 1];
+      const ValuePtr* bound = nullptr;
+      if (compat::opargs::kNullBeforeCallable && v->kind == VKind::Null && next->kind == VKind::Method) bound = &next;
+      if (!compat::opargs::kNullBeforeCallable && v->kind == VKind::Method && next->kind == VKind::Null) bound = &v;
+      if (bound) {
+        rb->push((*bound)->bound_self());
+        e.load_method((*bound)->bound_name());
+        ++i;
+        continue;
+      }
+    }
+    rb->push(v);
   }
-  out.code = e.finish(true);
-  return out;
+}
+
+// Any other instruction: its operands, then the instruction itself, run as Python; its result goes to the
+// continuation after it.
+void BreakEmitter::instruction(int consumed) {
+  const std::string name = bytecode::opname(inst.opcode);
+  const bool is_call_kw = name == "CALL_KW";  // 3.13: the names tuple is the last operand
+  const bool is_call = name == "CALL" || is_call_kw;
+  // A call pushes its result (dis.stack_effect splits 3.11's over PRECALL and CALL).
+  int pushed = is_call ? 1 : consumed + bytecode::stack_effect(inst.opcode, inst.arg, false);
+  size_t next = origin.index(pc + 1);
+  std::vector<int> passed = passed_locals(t, origin, next);
+  std::vector<char> null_at = deep_null;
+  // The method form of an attribute load may push a NULL, which cannot be passed to the continuation: the rewritten
+  // frame loads the plain attribute instead (the bound attribute) and the continuation's prologue puts the NULL
+  // below it, which CALL treats the same way.
+  const bool method = name == "LOAD_METHOD" || (name == "LOAD_ATTR" && compat::opargs::load_attr_method(inst.arg));
+  if (method) {
+    // The NULL on this Python's side of the callable: below it through 3.12, above it on 3.13.
+    null_at.push_back(compat::opargs::kNullBeforeCallable ? 1 : 0);
+    null_at.push_back(compat::opargs::kNullBeforeCallable ? 0 : 1);
+    pushed = 1;
+  } else {
+    null_at.insert(null_at.end(), static_cast<size_t>(pushed), 0);
+  }
+  Resume r = make_resume(origin, next, null_at, passed, counter);
+  emit_resume_fn(e, r, origin);
+  emit_deep_stack(*rb, t, ndeep);
+  rebuild_operands(is_call);
+  if (tmp >= 0) e.emit("DELETE_FAST", tmp);
+  rb->release();
+  if (is_call_kw) {
+    e.bc.append(inst.opcode, inst.arg);
+  } else if (is_call) {
+    int kw = -1;
+    for (size_t k = pc; k-- > 0;) {
+      std::string prev = bytecode::opname(t.bc.insts[k]->opcode);
+      if (prev == "PRECALL") continue;
+      if (prev == "KW_NAMES") kw = t.bc.insts[k]->arg;
+      break;
+    }
+    e.call(inst.arg, kw);
+  } else if (method) {
+    e.load_attr(py::str(t.name_at(compat::opargs::load_attr_name(inst.arg))).cast<std::string>());
+  } else {
+    e.bc.append(inst.opcode, inst.arg);
+  }
+  e.bc.insts.back()->pos = inst.pos;
+  call_resume(pushed, passed);
+  out.resumes.push_back(std::move(r));
+}
+
+// Inside a grad-mode block: an exception from the rest of the rewritten frame sets the frame's mode back, re-raised.
+void BreakEmitter::finish_grad_block() {
+  if (t.grad_mode_after_graph < 0 || e.bc.insts.size() <= grad_range_start) return;
+  bytecode::Instruction* first = e.bc.insts[grad_range_start].get();
+  bytecode::Instruction* last = e.bc.insts.back().get();
+  const size_t handler_at = e.bc.insts.size();  // stack: [exception]
+  rb->set_grad_mode(t.grad_mode_after_graph == 0);
+  bytecode::Instruction* handler = e.bc.insts[handler_at].get();
+  e.emit("RERAISE", 0);
+  e.bc.exception_table.push_back({first, last, handler, 0, false});
+}
+
+}  // namespace
+
+BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::vector<graph::Node*>& outputs,
+                      int& counter) {
+  BreakEmitter b(t, counter);
+  // The end of a continuation's window: the frame's state goes to the chain continuation of the cut.
+  const int cut = b.origin.resume && b.pc < b.origin.resume->tail_cut.size() ? b.origin.resume->tail_cut[b.pc] : -1;
+  const bool cond = cut < 0 && is_conditional(t);
+  const int consumed = cut >= 0 ? 0 : cond ? 1 : consumed_by(b.inst);
+  if (consumed < 0 || static_cast<size_t>(consumed) > t.stack.size())
+    throw interp::Unsupported(std::string("cannot restart ") + bytecode::opname(b.inst.opcode) + " after a graph break");
+  b.begin(compiled_name, outputs, consumed);
+  if (cut >= 0) b.window_end(cut);
+  else if (cond) b.conditional();
+  else b.instruction(consumed);
+  b.finish_grad_block();
+  b.out.code = b.e.finish(true);
+  return std::move(b.out);
 }
 
 }  // namespace cdynamo::codegen

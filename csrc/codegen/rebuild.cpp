@@ -449,6 +449,90 @@ void Rebuilder::call_on_tuple(py::handle fn, const std::vector<ValuePtr>& items,
   e_.call(1);
 }
 
+bool Rebuilder::push_output(graph::Node* node, int above) {
+  auto it = index_.find(node);
+  if (it == index_.end()) return false;
+  if (out_slot_ >= 0) e_.emit("LOAD_FAST", out_slot_);
+  else e_.emit("COPY", above + 1);
+  e_.load_const(py::int_(it->second));
+  e_.emit("BINARY_SUBSCR");
+  return true;
+}
+
+void Rebuilder::push_slice(const ValuePtr& v) {
+  const interp::SliceOf& s = v->slice();
+  py::object b[3];
+  const ValuePtr* parts[3] = {&s.start, &s.stop, &s.step};
+  for (int k = 0; k < 3; ++k)
+    b[k] = (*parts[k])->is_sym() ? interp::plain_number((*parts[k])->sym().example) : (*parts[k])->obj;
+  PyObject* sl = PySlice_New(b[0].ptr(), b[1].ptr(), b[2].ptr());  // new reference
+  if (!sl) throw py::error_already_set();
+  e_.load_const(py::reinterpret_steal<py::object>(sl));
+}
+
+void Rebuilder::push_object(const ValuePtr& v, int above) {
+  if (const interp::GradExitOf* g = v->grad_exit()) {  // a traced with block's __exit__: the restorer of the mode it left
+    e_.load_const(interp::grad_exit_callable(g->mode));
+    return;
+  }
+  if (made_partial(v)) {  // functools.partial(func, *args, keyword=value, ...)
+    const interp::PartialOf& p = *v->partial();
+    e_.load_callable(interp::PyRefs::get().functools_partial);
+    push(p.fn, above + 2);
+    for (size_t i = 0; i < p.args.size(); ++i) push(p.args[i], above + 3 + static_cast<int>(i));
+    py::tuple names(p.kw_names.size());
+    for (size_t i = 0; i < p.kw_names.size(); ++i) {
+      names[i] = p.kw_names[i];
+      push(p.kw_values[i], above + 3 + static_cast<int>(p.args.size() + i));
+    }
+    const int n = static_cast<int>(1 + p.args.size() + p.kw_names.size());
+    e_.call(n, p.kw_names.empty() ? -1 : e_.const_index(names));
+    return;
+  }
+  if (made_function(v)) {  // _make_function(template, (cells...))
+    e_.load_callable(builtin_fn(&make_function_def, &make_function_obj));
+    e_.load_const(v->obj);
+    int k = 0;
+    for (const auto& c : v->function().closure) push(c, above + 3 + k++);
+    e_.emit("BUILD_TUPLE", static_cast<int>(v->function().closure.size()));
+    e_.call(2);
+    return;
+  }
+  if (v->is_modelled())  // super(), functools.partial, ... modelled by the trace
+    throw interp::Unsupported("a " + v->modelled_name() + " value cannot be rebuilt at a graph break yet");
+  if (v->bound_self()) {  // a bound method: its receiver, then the attribute again
+    push(v->bound_self(), above);
+    e_.load_attr(v->bound_name());
+    return;
+  }
+  if (v->source) e_.load_source(*v->source);
+  else e_.load_const(v->obj);
+}
+
+void Rebuilder::push_record(const ValuePtr& v, int above) {
+  if (fast_record_class(v->instance().cls->obj)) {  // _new_record(cls, names, *values)
+    e_.load_callable(new_record_fn());
+    push(v->instance().cls, above + 2);
+    py::tuple names(v->keys.size());
+    for (size_t i = 0; i < v->keys.size(); ++i) names[i] = v->keys[i];
+    e_.load_const(names);
+    for (size_t i = 0; i < v->items.size(); ++i) push(v->items[i], above + 4 + static_cast<int>(i));
+    e_.call(static_cast<int>(v->items.size()) + 2);
+    return;
+  }
+  // untraced_call(cls, field=value, ...): ModelOutput's own __init__ runs, uncaptured
+  if (!g_untraced_call) throw interp::Unsupported("cannot make a ModelOutput object here");
+  e_.load_callable(py::handle(g_untraced_call));
+  push(v->instance().cls, above + 2);
+  py::tuple names(v->keys.size());
+  for (size_t i = 0; i < v->keys.size(); ++i) {
+    names[i] = v->keys[i];
+    push(v->items[i], above + 3 + static_cast<int>(i));
+  }
+  const int n = static_cast<int>(v->items.size()) + 1;
+  e_.call(n, e_.const_index(names));
+}
+
 void Rebuilder::push(const ValuePtr& v, int above) {
   auto it = shared_.find(v.get());
   if (it != shared_.end()) {
@@ -460,87 +544,29 @@ void Rebuilder::push(const ValuePtr& v, int above) {
     return;
   }
   switch (v->kind) {
-    case VKind::Tensor: {
+    case VKind::Tensor:
       if (v->source) {
         e_.load_source(*v->source);
         return;
       }
-      auto it = index_.find(v->tensor().node);
-      if (it == index_.end()) throw interp::Unsupported("tensor value is not a graph output");
-      if (out_slot_ >= 0) e_.emit("LOAD_FAST", out_slot_);
-      else e_.emit("COPY", above + 1);
-      e_.load_const(py::int_(it->second));
-      e_.emit("BINARY_SUBSCR");
+      if (!push_output(v->tensor().node, above)) throw interp::Unsupported("tensor value is not a graph output");
       return;
-    }
     case VKind::Const:
       e_.load_const(v->obj);
       return;
-    case VKind::SymNum: {
+    case VKind::SymNum:
       if (v->source) {  // a dynamic int argument
         e_.load_source(*v->source);
         return;
       }
-      auto it = index_.find(v->sym().node);
-      if (it == index_.end()) {
-        // Not a graph output: its value now, guarded by the ShapeEnv (specialised).
-        e_.load_const(interp::plain_number(v->sym().example));
-        return;
-      }
-      if (out_slot_ >= 0) e_.emit("LOAD_FAST", out_slot_);
-      else e_.emit("COPY", above + 1);
-      e_.load_const(py::int_(it->second));
-      e_.emit("BINARY_SUBSCR");
+      // Not a graph output: its value now, guarded by the ShapeEnv (specialised).
+      if (!push_output(v->sym().node, above)) e_.load_const(interp::plain_number(v->sym().example));
       return;
-    }
-    case VKind::Slice: {
-      const interp::SliceOf& s = v->slice();
-      py::object b[3];
-      const ValuePtr* parts[3] = {&s.start, &s.stop, &s.step};
-      for (int k = 0; k < 3; ++k)
-        b[k] = (*parts[k])->is_sym() ? interp::plain_number((*parts[k])->sym().example) : (*parts[k])->obj;
-      PyObject* sl = PySlice_New(b[0].ptr(), b[1].ptr(), b[2].ptr());  // new reference
-      if (!sl) throw py::error_already_set();
-      e_.load_const(py::reinterpret_steal<py::object>(sl));
+    case VKind::Slice:
+      push_slice(v);
       return;
-    }
     case VKind::Object:
-      if (const interp::GradExitOf* g = v->grad_exit()) {  // a traced with block's __exit__: the restorer of the mode it left
-        e_.load_const(interp::grad_exit_callable(g->mode));
-        return;
-      }
-      if (made_partial(v)) {  // functools.partial(func, *args, keyword=value, ...)
-        const interp::PartialOf& p = *v->partial();
-        e_.load_callable(interp::PyRefs::get().functools_partial);
-        push(p.fn, above + 2);
-        for (size_t i = 0; i < p.args.size(); ++i) push(p.args[i], above + 3 + static_cast<int>(i));
-        py::tuple names(p.kw_names.size());
-        for (size_t i = 0; i < p.kw_names.size(); ++i) {
-          names[i] = p.kw_names[i];
-          push(p.kw_values[i], above + 3 + static_cast<int>(p.args.size() + i));
-        }
-        const int n = static_cast<int>(1 + p.args.size() + p.kw_names.size());
-        e_.call(n, p.kw_names.empty() ? -1 : e_.const_index(names));
-        return;
-      }
-      if (made_function(v)) {  // _make_function(template, (cells...))
-        e_.load_callable(builtin_fn(&make_function_def, &make_function_obj));
-        e_.load_const(v->obj);
-        int k = 0;
-        for (const auto& c : v->function().closure) push(c, above + 3 + k++);
-        e_.emit("BUILD_TUPLE", static_cast<int>(v->function().closure.size()));
-        e_.call(2);
-        return;
-      }
-      if (v->is_modelled())  // super(), functools.partial, ... modelled by the trace
-        throw interp::Unsupported("a " + v->modelled_name() + " value cannot be rebuilt at a graph break yet");
-      if (v->bound_self()) {  // a bound method: its receiver, then the attribute again
-        push(v->bound_self(), above);
-        e_.load_attr(v->bound_name());
-        return;
-      }
-      if (v->source) e_.load_source(*v->source);
-      else e_.load_const(v->obj);
+      push_object(v, above);
       return;
     case VKind::Tuple:
     case VKind::List: {
@@ -575,30 +601,9 @@ void Rebuilder::push(const ValuePtr& v, int above) {
       e_.call(2);
       return;
     }
-    case VKind::Record: {
-      if (fast_record_class(v->instance().cls->obj)) {  // _new_record(cls, names, *values)
-        e_.load_callable(new_record_fn());
-        push(v->instance().cls, above + 2);
-        py::tuple names(v->keys.size());
-        for (size_t i = 0; i < v->keys.size(); ++i) names[i] = v->keys[i];
-        e_.load_const(names);
-        for (size_t i = 0; i < v->items.size(); ++i) push(v->items[i], above + 4 + static_cast<int>(i));
-        e_.call(static_cast<int>(v->items.size()) + 2);
-        return;
-      }
-      // untraced_call(cls, field=value, ...): ModelOutput's own __init__ runs, uncaptured
-      if (!g_untraced_call) throw interp::Unsupported("cannot make a ModelOutput object here");
-      e_.load_callable(py::handle(g_untraced_call));
-      push(v->instance().cls, above + 2);
-      py::tuple names(v->keys.size());
-      for (size_t i = 0; i < v->keys.size(); ++i) {
-        names[i] = v->keys[i];
-        push(v->items[i], above + 3 + static_cast<int>(i));
-      }
-      const int n = static_cast<int>(v->items.size()) + 1;
-      e_.call(n, e_.const_index(names));
+    case VKind::Record:
+      push_record(v, above);
       return;
-    }
     case VKind::Null:
       e_.push_null();
       return;

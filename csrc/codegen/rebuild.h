@@ -44,6 +44,12 @@ class Rebuilder {
   int stage(const interp::ValuePtr& v);  // push(v) into a new temporary; returns its slot
   // Pushes fn((items...)) (a namedtuple's _make, iter): items built above the NULL and `fn`.
   void call_on_tuple(py::handle fn, const std::vector<interp::ValuePtr>& items, int above);
+  // push()'s cases: graph output `node` (a tensor or a symbolic number) read from the outputs tuple (false when it
+  // is not one); an Object value; a Record (ModelOutput); a slice of symbolic bounds (their values now).
+  bool push_output(graph::Node* node, int above);
+  void push_object(const interp::ValuePtr& v, int above);
+  void push_record(const interp::ValuePtr& v, int above);
+  void push_slice(const interp::ValuePtr& v);
   // One staged effect: write-back of container contents (`name` empty, `obj_slot` the container) or a
   // store of `value_slot` to attribute `name` of `obj_slot` (a global when obj_slot < 0).
   struct Effect {

@@ -4,10 +4,12 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <optional>
 #include <unordered_set>
 
 #include "codegen/codegen.h"
 #include "codegen/resume_info.h"
+#include "interp/services.h"
 #include "interp/skip_files.h"
 #include "hook/eval_frame.h"
 #include "hook/graph_call.h"
@@ -50,7 +52,7 @@ py::dict base_info(PyCodeObject* code) {
 
 int recompile_limit() {
   try {
-    return interp::loaded_module("cdynamo.config").attr("recompile_limit").cast<int>();
+    return interp::services().config.attr("recompile_limit").cast<int>();
   } catch (py::error_already_set&) {
     return 8;
   } catch (py::cast_error&) {
@@ -85,8 +87,7 @@ bool is_exception(const py::error_already_set& err) {
 // Raises cdynamo.exc.Unsupported(message) as the current Python error.
 void raise_unsupported(const std::string& message) {
   try {
-    py::object exc = interp::loaded_module("cdynamo.exc").attr("Unsupported");
-    PyErr_SetString(exc.ptr(), message.c_str());
+    PyErr_SetString(interp::services().unsupported_error.ptr(), message.c_str());
   } catch (py::error_already_set& e) {
     e.restore();
   }
@@ -98,7 +99,7 @@ void raise_internal(PyCodeObject* code, std::string what, py::error_already_set*
   size_t at = what.find("\n\nAt:");  // pybind11's traceback listing: the cause carries the traceback itself
   if (at != std::string::npos) what.resize(at);
   try {
-    py::object exc = interp::loaded_module("cdynamo.exc").attr("InternalError");
+    py::handle exc = interp::services().internal_error;
     py::object err = exc("cdynamo internal error while compiling " + py::str(code->co_name).cast<std::string>() + " (" +
                          py::str(code->co_filename).cast<std::string>() + ":" + std::to_string(code->co_firstlineno) +
                          "): " + what);
@@ -121,7 +122,7 @@ void raise_internal(PyCodeObject* code, std::string what, py::error_already_set*
 // config.suppress_errors: a backend failure runs the frame as Python instead of raising BackendCompilerFailed.
 bool suppress_errors() {
   try {
-    return interp::loaded_module("cdynamo.config").attr("suppress_errors").cast<bool>();
+    return interp::services().config.attr("suppress_errors").cast<bool>();
   } catch (py::error_already_set&) {
     return false;
   } catch (py::cast_error&) {
@@ -203,16 +204,17 @@ void add_state_guards(interp::Tracer& t) {
 void add_shape_guards(interp::Tracer& t) {
   py::list inputs;
   for (const auto& in : t.inputs) inputs.append(py::make_tuple(interp::shape_source_name(*in.source), in.node->example_value));
-  py::tuple spec = t.shapes.attr("guard_spec")(inputs);
-  py::list slots = spec[0], masks = spec[4];
+  py::object spec = t.shapes.attr("guard_spec")(inputs);  // a cdynamo._dynamic.GuardSpec
+  py::list slots = spec.attr("slots"), masks = spec.attr("masks");
   for (size_t i = 0; i < t.inputs.size(); ++i) {
     const auto& in = t.inputs[i];
     if (!guards::is_tensor(in.value.ptr())) continue;
     py::tuple m = masks[i];
     t.guards.add(guards::tensor_match(in.source, in.value.ptr(), m[0].cast<uint64_t>(), m[1].cast<uint64_t>()));
   }
-  py::list exprs = spec[1];
-  if (exprs.empty() && spec[2].is_none()) return;
+  py::list exprs = spec.attr("programs");
+  py::object fallback = spec.attr("fallback");
+  if (exprs.empty() && fallback.is_none()) return;
   std::vector<guards::ShapeSlot> shape_slots;
   for (py::handle item : slots) {
     py::tuple sl = py::reinterpret_borrow<py::tuple>(item);
@@ -227,8 +229,8 @@ void add_shape_guards(interp::Tracer& t) {
     shape_slots.push_back(std::move(slot));
   }
   std::vector<std::string> texts;
-  for (py::handle tx : py::list(spec[3])) texts.push_back(py::str(tx).cast<std::string>());
-  t.guards.add(guards::shape_guard(std::move(shape_slots), exprs.ptr(), spec[2].ptr(), std::move(texts)));
+  for (py::handle tx : py::list(spec.attr("texts"))) texts.push_back(py::str(tx).cast<std::string>());
+  t.guards.add(guards::shape_guard(std::move(shape_slots), exprs.ptr(), fallback.ptr(), std::move(texts)));
 }
 
 // Names put into a frame's globals (borrowed dict) for a new entry; removed again if the entry is not made.
@@ -270,318 +272,384 @@ std::shared_ptr<CacheEntry> translate(compat::Frame* frame, PyObject* cb, CodeEx
 }
 
 namespace {
-// `ops_in_try`: tensor operations inside the frame's try blocks may go into the graph (traced again
-// without, when the graph could not fail cleanly).
-std::shared_ptr<CacheEntry> translate_impl(compat::Frame* frame, PyObject* cb, CodeExtra* extra, bool ops_in_try) {
-  PyCodeObject* code = compat::frame_code(frame);
-  auto t0 = std::chrono::steady_clock::now();
-  bool strict = nopython(cb);
-  const bool text = flag(cb, "wants_text", true);  // printouts for logs and explain, else skipped
-  const bool meta = flag(cb, "wants_node_meta", true);  // node meta for the backend, export and explain
-  try {
-    drop_dead_entries(extra);  // objects they were compiled for died: they free a recompile slot
-    // ... unless that happens on (nearly) every call: a frame compiled for objects made anew on each call
-    // would be traced again on every call. Past 4x the recompile limit of such drops it runs as Python.
-    if (extra->entries.empty() && extra->dead_drops >= 4 * recompile_limit()) {
-      if (strict) {
-        raise_unsupported("recompile limit reached for " + py::str(code->co_name).cast<std::string>() + ": " +
-                          std::to_string(extra->dead_drops) +
-                          " compiles for objects that died after the call; last guard failure: " +
-                          extra->last_failure);
-        return nullptr;
-      }
-      py::dict info = base_info(code);
-      info["reason"] = std::to_string(extra->dead_drops) +
-                       " compiles for objects that died after the call (an object made anew on each call is "
-                       "guarded by identity); the frame runs as Python from now on";
-      info["kind"] = "recompile_limit";
-      report(cb, "on_fallback", info);
-      extra->skip = true;
-      return nullptr;
-    }
-    if (!extra->entries.empty()) {
-      int limit = recompile_limit();
-      if (static_cast<int>(extra->entries.size()) >= limit) {
-        if (strict) {
-          raise_unsupported("recompile limit (" + std::to_string(limit) + ") reached for " +
-                            py::str(code->co_name).cast<std::string>() + "; last guard failure: " +
-                            extra->last_failure);
-          return nullptr;
-        }
-        if (!extra->had_graph) {
-          // Nothing was ever captured here (e.g. a generated namedtuple __new__ that breaks at once):
-          // stop re-tracing it quietly; running it as Python loses nothing.
-          extra->skip = true;
-          return nullptr;
-        }
-        if (!extra->warned) {
-          extra->warned = true;
-          py::dict info = base_info(code);
-          info["reason"] = "recompile limit (" + std::to_string(limit) + ") reached; last guard failure: " +
-                           extra->last_failure;
-          info["kind"] = "recompile_limit";
-          report(cb, "on_fallback", info);
-        }
-        return nullptr;
-      }
-      // Why did the newest entry not match? (reported as the recompile reason)
-      std::string why;
-      extra->entries.back()->guards.check(frame_view(frame), &why);
-      extra->last_failure = why;
-      py::dict info = base_info(code);
-      info["reason"] = why;
-      report(cb, "on_recompile", info);
-    }
 
-    guards::FrameView fv = frame_view(frame);
-    if (guards::torch_function_mode_active()) {
-      // Torch functions dispatch to the mode, which a graph would skip: plain Python while a mode is
-      // active (the global-state guard fails once it is gone, and the code compiles then).
-      std::shared_ptr<CacheEntry> e = add_entry(extra, frame, guards::GuardSet(), cb);
-      e->guards.add(guards::grad_mode_guard());
-      e->guards.add(guards::global_state_guard());
-      e->description = "a TorchFunctionMode is active";
-      report_fallback(cb, code, "unsupported", "a TorchFunctionMode is active: the frame runs as Python");
-      return e;
-    }
-    const codegen::ResumeInfo* ri = codegen::resume_info(code);
-    if (ri) {
-      extra->continuation = true;
-      if (continuation_too_deep(PyThreadState_Get())) {
-        // Not remembered: a later call from a shallower stack compiles it.
-        report_fallback(cb, code, "unsupported",
-                        "graph breaks nested too deep (each continues in a new frame): the rest of the "
-                        "function runs as Python near the recursion limit");
-        return nullptr;
-      }
-    }
-    // Dynamic shapes: a trace starts with fake tensors when an earlier compile found a dynamic input (or under
-    // compile(dynamic=True)); a static trace that meets one now is run again with them.
-    py::object cb_dynamic = py::getattr(py::handle(cb), "dynamic", py::none());
-    py::handle dynamic_mod = interp::dynamic_module();
-    bool fake_trace = dynamic_mod.attr("frame_is_dynamic")(py::handle(reinterpret_cast<PyObject*>(code)), cb_dynamic)
-                          .cast<bool>();
-    auto make_tracer = [&](int break_at, const std::string& reason) {
-      auto tracer = std::make_unique<interp::Tracer>(code, fv);
-      tracer->cb_dynamic = cb_dynamic;
-      if (fake_trace)
-        tracer->shapes = dynamic_mod.attr("TraceShapes")(py::handle(reinterpret_cast<PyObject*>(code)), cb_dynamic);
-      tracer->allow_ops_in_try = ops_in_try;
-      if (ri) {
-        tracer->owned_free = ri->owned_free;
-        tracer->window_end = ri->tail_cut;
-      }
-      tracer->break_at = break_at;
-      tracer->break_at_reason = reason;
-      return tracer;
-    };
-    std::unique_ptr<interp::Tracer> tracer = make_tracer(-1, "");
-    auto status = tracer->run();
-    if (tracer->restart_dynamic) {
-      fake_trace = true;
-      tracer = make_tracer(-1, "");
-      status = tracer->run();
-    }
-    if (status == interp::Tracer::Status::Break && tracer->failed_guards > 0 && !strict) {
-      // The breaking instruction guarded what it read before failing: trace again, breaking there at once.
-      const int at = static_cast<int>(tracer->pc);
-      const std::string reason = tracer->stop_info().reason;
-      tracer = make_tracer(at, reason);
-      status = tracer->run();
-    }
-    interp::Tracer& t = *tracer;
-    if (t.user_error) {  // raised to the caller, as torch._dynamo raises it
-      py::tuple e = t.user_error;
-      py::object type = e[0], value = e[1], tb = e[2];
-      // PyErr_Restore steals the three references (release()); a None traceback is passed as NULL.
-      PyErr_Restore(type.release().ptr(), value.release().ptr(), tb.is_none() ? nullptr : tb.release().ptr());
-      return nullptr;
-    }
-    if (status == interp::Tracer::Status::Unsupported) {
-      const auto& stop = t.stop_info();
-      if (strict && t.internal_error) {
-        raise_internal(code, located(stop), nullptr);
-        return nullptr;
-      }
-      if (strict) {
-        raise_unsupported(located(stop) +
-                          "\nHint: remove the construct from the compiled region, or compile without "
-                          "nopython/fullgraph to let it run as Python.");
-        return nullptr;
-      }
-      py::dict info = base_info(code);
-      info["reason"] = located(stop);
-      info["kind"] = "unsupported";
-      py::list breaks;
-      breaks.append(break_info(stop));
-      info["break_reasons"] = breaks;
-      report(cb, "on_fallback", info);
-      add_state_guards(t);
-      std::shared_ptr<CacheEntry> e = add_entry(extra, frame, std::move(t.guards), cb);
-      e->description = "unsupported: " + stop.reason;
-      return e;
-    }
-    bool is_break = status == interp::Tracer::Status::Break;
-    const auto& stop = t.stop_info();
-    if (is_break && strict) {
-      raise_unsupported(located(stop) +
-                        "\nHint: this is a graph break; remove the construct from the compiled region, or compile "
-                        "without nopython/fullgraph to let it run as Python.");
-      return nullptr;
-    }
-    add_state_guards(t);
-    bool has_graph = t.graph.op_count() > 0;
-    if (!is_break && !has_graph) {
-      // Nothing for a graph (no tensor operation on the whole path): the code is not worth guarding and
-      // re-tracing on every new input, as torch._dynamo skips such frames; it runs as plain Python.
-      extra->skip = true;
-      return nullptr;
-    }
-    std::vector<interp::ValuePtr> values =
-        is_break ? codegen::break_values(t) : std::vector<interp::ValuePtr>{t.return_value};
-    for (const auto& v : codegen::effect_values(t)) values.push_back(v);  // tensors stored by side effects
-    std::vector<graph::Node*> outs;
-    std::string name;
-    py::object graph_call;
-    if (has_graph) {
-      outs = codegen::collect_outputs(values);
-      std::vector<graph::Arg> out_args;
-      for (auto* n : outs) out_args.push_back(graph::Arg::ref(n));
-      t.graph.output(graph::Arg::tuple(std::move(out_args)));
-      t.graph.verify();
-      // "_c": never one of torch._dynamo's names (__compiled_fn_<n>, __resume_at_<offset>_<n>), which it
-      // injects into the same module globals when both compile functions of one module.
-      name = "__compiled_fn_c" + std::to_string(g_compiled_counter++);
-      py::object root = interp::loaded_module("torch.nn").attr("Module")();
-      for (const auto& [attr, value] : t.graph_attrs) root.attr("register_buffer")(attr, value);
-      py::object gm = t.graph.to_fx(root, "GraphModule", meta);
-      py::list example_inputs;  // the real inputs; with dynamic shapes their fake examples, as torch.compile's
-      for (const auto& in : t.inputs) example_inputs.append(t.dynamic() ? in.node->example_value : in.value);
-      py::dict ginfo = base_info(code);
-      ginfo["name"] = name;
-      if (text) {
-        ginfo["graph_tabular"] = t.graph.tabular();
-        ginfo["graph_readable"] = t.graph.readable();
-      }
-      ginfo["op_count"] = t.graph.op_count();
-      ginfo["static_inputs"] = module_tensor_inputs(t);
-      // Read before the backend runs (it may rewrite the module): what a failed call of this graph changes.
-      py::object graph_call_py = interp::loaded_module("cdynamo._graph_call");
-      py::tuple policy = graph_call_py.attr("error_policy")(gm, codegen::Rebuilder::has_effects(t));
-      if (t.ops_in_try && static_cast<GraphErrorPolicy>(policy[0].cast<int>()) != GraphErrorPolicy::Clean)
-        return translate_impl(frame, cb, extra, false);  // its failure could skip a handler: keep them out
-      py::object compiled;
-      try {
-        compiled = py::handle(cb).attr("compile_graph")(gm, example_inputs, ginfo);
-      } catch (py::error_already_set& err) {
-        // BackendCompilerFailed reaches the caller, as under torch.compile, unless config.suppress_errors (then
-        // the frame runs as Python, with one warning). KeyboardInterrupt, SystemExit: always the user's.
-        if (strict || !is_exception(err) || !suppress_errors()) {
-          err.restore();
-          return nullptr;
-        }
-        report_fallback(cb, code, "backend", std::string("backend failed: ") + err.what());
-        std::shared_ptr<CacheEntry> e = add_entry(extra, frame, std::move(t.guards), cb);
-        e->description = "backend failed";
-        return e;
-      }
-      GraphCallHooks hooks;
-      auto opt = [](py::handle h) { return h.is_none() ? nullptr : h.ptr(); };
-      hooks.rng_save = opt(policy[1]);
-      hooks.rng_restore = opt(policy[2]);
-      if ((hooks.snap_mask = opt(policy[3]))) {
-        hooks.snap_save = graph_call_py.attr("save_inputs").ptr();      // borrowed: module attributes
-        hooks.snap_restore = graph_call_py.attr("restore_inputs").ptr();
-      }
-      PyObject* call = make_graph_call(compiled.ptr(), static_cast<GraphErrorPolicy>(policy[0].cast<int>()),
-                                       hooks);  // new reference
-      if (!call) throw py::error_already_set();
-      graph_call = py::reinterpret_steal<py::object>(call);
-    }
-    py::object new_code;
-    std::vector<codegen::Resume> resumes;
-    try {
-      if (is_break) {
-        codegen::BreakCode bcode = codegen::graph_break(t, name, outs, g_resume_counter);
-        new_code = bcode.code;
-        resumes = std::move(bcode.resumes);
-      } else {
-        new_code = codegen::straight_line(t, name, outs);
-      }
-    } catch (const interp::Unsupported& u) {
-      // The state at the break cannot be rebuilt as Python: the whole frame runs as Python.
-      report_fallback(cb, code, "unsupported", std::string(u.what()) + " (at a graph break: " + located(stop) + ")");
-      std::shared_ptr<CacheEntry> e = add_entry(extra, frame, std::move(t.guards), cb);
-      e->description = "unsupported";
-      return e;
-    }
-    ensure_extra(reinterpret_cast<PyCodeObject*>(new_code.ptr()))->generated = true;
-    PyObject* globals = compat::frame_globals(frame);
-    Injected injected{globals};
-    if (has_graph) {
-      if (PyDict_SetItemString(globals, name.c_str(), graph_call.ptr()) < 0) throw py::error_already_set();
-      injected.names.push_back(name);
-    }
-    py::list resume_listing;
-    for (const auto& r : resumes) {
-      if (text)
-        resume_listing.append(py::make_tuple(r.name, bytecode::format(reinterpret_cast<PyCodeObject*>(r.code.ptr()))));
-      if (r.closure) continue;  // made by the rewritten frame from its cells, not published
-      PyObject* fn = PyFunction_New(r.code.ptr(), globals);  // new reference
-      if (!fn) throw py::error_already_set();
-      int rc = PyDict_SetItemString(globals, r.name.c_str(), fn);
-      Py_DECREF(fn);
-      if (rc < 0) throw py::error_already_set();
-      injected.names.push_back(r.name);
-    }
+using EntryPtr = std::shared_ptr<CacheEntry>;
 
-    if (has_graph) extra->had_graph = true;
-    if (t.dynamic()) add_shape_guards(t);
-    py::list guard_list = text ? guard_strings(t.guards) : py::list();
-    std::string guard_tree = text ? t.guards.tree_text() : std::string();
-    std::shared_ptr<CacheEntry> e = add_entry(extra, frame, std::move(t.guards), cb);
-    e->code = new_code;
-    if (has_graph) e->graph = graph_call;
-    e->injected = std::move(injected.names);
-    injected.names.clear();  // owned by the entry now
-    e->description = is_break ? "graph break" : "graph " + name;
+// One compile of a frame, run as explicit stages by translate_impl: admit (recompile limit, an active
+// TorchFunctionMode, continuation depth), trace (with its restarts), decide (user errors, unsupported frames,
+// nopython, nothing to compile), compile the graph (the backend), emit code (straight line or graph break), publish
+// (globals, cache entry, report). A stage that ends the compile returns the result (an entry, or nullptr: run as
+// Python / raise the error set); std::nullopt goes on to the next stage.
+struct FrameCompile {
+  compat::Frame* frame;
+  PyObject* cb;
+  CodeExtra* extra;
+  bool ops_in_try;  // tensor operations inside the frame's try blocks may go into the graph
+  PyCodeObject* code;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  bool strict, text, meta;
+  const codegen::ResumeInfo* ri = nullptr;
+  std::unique_ptr<interp::Tracer> tracer;
+  interp::Tracer::Status status = interp::Tracer::Status::Running;
+  // The graph stage's results.
+  std::vector<graph::Node*> outs;
+  std::string name;
+  py::object graph_call;
+  bool retrace_without_ops_in_try = false;
 
-    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    py::dict info = base_info(code);
-    if (text) {
-      info["original_bytecode"] = bytecode::format(code);
-      info["modified_bytecode"] = bytecode::format(reinterpret_cast<PyCodeObject*>(new_code.ptr()));
-    }
-    info["guards"] = guard_list;
-    info["guard_tree"] = guard_tree;
-    info["graph_count"] = has_graph ? 1 : 0;
-    info["compile_time_s"] = secs;
-    py::list breaks;
-    if (is_break) {
-      breaks.append(break_info(stop));
-    }
-    info["break_reasons"] = breaks;
-    info["resume_bytecode"] = resume_listing;
-    report(cb, "on_compiled", info);
+  FrameCompile(compat::Frame* f, PyObject* c, CodeExtra* x, bool try_ops)
+      : frame(f), cb(c), extra(x), ops_in_try(try_ops), code(compat::frame_code(f)), strict(nopython(c)),
+        text(flag(c, "wants_text", true)),   // printouts for logs and explain, else skipped
+        meta(flag(c, "wants_node_meta", true)) {}  // node meta for the backend, export and explain
+  interp::Tracer& t() { return *tracer; }
+  bool is_break() const { return status == interp::Tracer::Status::Break; }
+  bool has_graph() const { return tracer->graph.op_count() > 0; }
+  EntryPtr entry(std::string description) {
+    EntryPtr e = add_entry(extra, frame, std::move(tracer->guards), cb);
+    e->description = std::move(description);
     return e;
+  }
+};
+
+// Past the recompile limit (or after too many compiles for objects that died): no new trace.
+std::optional<EntryPtr> admit_recompile(FrameCompile& c) {
+  CodeExtra* extra = c.extra;
+  drop_dead_entries(extra);  // objects they were compiled for died: they free a recompile slot
+  // ... unless that happens on (nearly) every call: a frame compiled for objects made anew on each call would be
+  // traced again on every call. Past 4x the recompile limit of such drops it runs as Python.
+  if (extra->entries.empty() && extra->dead_drops >= 4 * recompile_limit()) {
+    if (c.strict) {
+      raise_unsupported("recompile limit reached for " + py::str(c.code->co_name).cast<std::string>() + ": " +
+                        std::to_string(extra->dead_drops) +
+                        " compiles for objects that died after the call; last guard failure: " + extra->last_failure);
+      return nullptr;
+    }
+    py::dict info = base_info(c.code);
+    info["reason"] = std::to_string(extra->dead_drops) +
+                     " compiles for objects that died after the call (an object made anew on each call is "
+                     "guarded by identity); the frame runs as Python from now on";
+    info["kind"] = "recompile_limit";
+    report(c.cb, "on_fallback", info);
+    extra->skip = true;
+    return nullptr;
+  }
+  if (extra->entries.empty()) return std::nullopt;
+  int limit = recompile_limit();
+  if (static_cast<int>(extra->entries.size()) >= limit) {
+    if (c.strict) {
+      raise_unsupported("recompile limit (" + std::to_string(limit) + ") reached for " +
+                        py::str(c.code->co_name).cast<std::string>() + "; last guard failure: " + extra->last_failure);
+      return nullptr;
+    }
+    if (!extra->had_graph) {
+      // Nothing was ever captured here (e.g. a generated namedtuple __new__ that breaks at once): stop re-tracing it
+      // quietly; running it as Python loses nothing.
+      extra->skip = true;
+      return nullptr;
+    }
+    if (!extra->warned) {
+      extra->warned = true;
+      py::dict info = base_info(c.code);
+      info["reason"] = "recompile limit (" + std::to_string(limit) + ") reached; last guard failure: " +
+                       extra->last_failure;
+      info["kind"] = "recompile_limit";
+      report(c.cb, "on_fallback", info);
+    }
+    return nullptr;
+  }
+  // Why did the newest entry not match? (reported as the recompile reason)
+  std::string why;
+  extra->entries.back()->guards.check(frame_view(c.frame), &why);
+  extra->last_failure = why;
+  py::dict info = base_info(c.code);
+  info["reason"] = why;
+  report(c.cb, "on_recompile", info);
+  return std::nullopt;
+}
+
+std::optional<EntryPtr> admit(FrameCompile& c) {
+  if (std::optional<EntryPtr> r = admit_recompile(c)) return r;
+  if (guards::torch_function_mode_active()) {
+    // Torch functions dispatch to the mode, which a graph would skip: plain Python while a mode is active (the
+    // global-state guard fails once it is gone, and the code compiles then).
+    EntryPtr e = add_entry(c.extra, c.frame, guards::GuardSet(), c.cb);
+    e->guards.add(guards::grad_mode_guard());
+    e->guards.add(guards::global_state_guard());
+    e->description = "a TorchFunctionMode is active";
+    report_fallback(c.cb, c.code, "unsupported", "a TorchFunctionMode is active: the frame runs as Python");
+    return e;
+  }
+  c.ri = codegen::resume_info(c.code);
+  if (c.ri) {
+    c.extra->continuation = true;
+    if (continuation_too_deep(PyThreadState_Get())) {
+      // Not remembered: a later call from a shallower stack compiles it.
+      report_fallback(c.cb, c.code, "unsupported",
+                      "graph breaks nested too deep (each continues in a new frame): the rest of the "
+                      "function runs as Python near the recursion limit");
+      return nullptr;
+    }
+  }
+  return std::nullopt;
+}
+
+// The trace, restarted (at most once each) when a static trace met a dynamic input (then with fake tensors: an earlier
+// compile found a dynamic input, or compile(dynamic=True)) and when the breaking instruction guarded what it read
+// before failing (then breaking there at once, so that the entry holds only the guards of what the graph did).
+void trace(FrameCompile& c) {
+  guards::FrameView fv = frame_view(c.frame);
+  py::object cb_dynamic = py::getattr(py::handle(c.cb), "dynamic", py::none());
+  const interp::Services& services = interp::services();
+  py::handle code_obj(reinterpret_cast<PyObject*>(c.code));
+  bool fake_trace = services.frame_is_dynamic(code_obj, cb_dynamic).cast<bool>();
+  auto run = [&](int break_at, const std::string& reason) {
+    c.tracer = std::make_unique<interp::Tracer>(c.code, fv);
+    interp::Tracer& t = *c.tracer;
+    t.cb_dynamic = cb_dynamic;
+    if (fake_trace) t.shapes = services.trace_shapes(code_obj, cb_dynamic);
+    t.allow_ops_in_try = c.ops_in_try;
+    if (c.ri) {
+      t.owned_free = c.ri->owned_free;
+      t.window_end = c.ri->tail_cut;
+    }
+    t.break_at = break_at;
+    t.break_at_reason = reason;
+    c.status = t.run();
+  };
+  run(-1, "");
+  if (c.tracer->restart_dynamic) {
+    fake_trace = true;
+    run(-1, "");
+  }
+  if (c.is_break() && c.tracer->failed_guards > 0 && !c.strict) {
+    const int at = static_cast<int>(c.tracer->pc);
+    const std::string reason = c.tracer->stop_info().reason;
+    run(at, reason);
+  }
+}
+
+// What the trace's outcome means before any graph is compiled: an error of the user's request raised to the caller
+// (as torch._dynamo raises it), a frame that cannot be captured (runs as Python under the guards gathered), a break
+// under nopython, a frame with nothing for a graph (skipped, as torch._dynamo skips such frames).
+std::optional<EntryPtr> decide(FrameCompile& c) {
+  interp::Tracer& t = c.t();
+  if (t.user_error) {
+    py::tuple e = t.user_error;
+    py::object type = e[0], value = e[1], tb = e[2];
+    // PyErr_Restore steals the three references (release()); a None traceback is passed as NULL.
+    PyErr_Restore(type.release().ptr(), value.release().ptr(), tb.is_none() ? nullptr : tb.release().ptr());
+    return nullptr;
+  }
+  const auto& stop = t.stop_info();
+  if (c.status == interp::Tracer::Status::Unsupported) {
+    if (c.strict && t.internal_error) {
+      raise_internal(c.code, located(stop), nullptr);
+      return nullptr;
+    }
+    if (c.strict) {
+      raise_unsupported(located(stop) +
+                        "\nHint: remove the construct from the compiled region, or compile without "
+                        "nopython/fullgraph to let it run as Python.");
+      return nullptr;
+    }
+    py::dict info = base_info(c.code);
+    info["reason"] = located(stop);
+    info["kind"] = "unsupported";
+    py::list breaks;
+    breaks.append(break_info(stop));
+    info["break_reasons"] = breaks;
+    report(c.cb, "on_fallback", info);
+    add_state_guards(t);
+    return c.entry("unsupported: " + stop.reason);
+  }
+  if (c.is_break() && c.strict) {
+    raise_unsupported(located(stop) +
+                      "\nHint: this is a graph break; remove the construct from the compiled region, or compile "
+                      "without nopython/fullgraph to let it run as Python.");
+    return nullptr;
+  }
+  add_state_guards(t);
+  if (!c.is_break() && !c.has_graph()) {
+    c.extra->skip = true;
+    return nullptr;
+  }
+  return std::nullopt;
+}
+
+// The FX GraphModule of the trace's graph (outputs: the tensors the rewritten code rebuilds values from) with its
+// example inputs: the real inputs, or with dynamic shapes their fake examples, as torch.compile's.
+py::object build_graph_module(FrameCompile& c, py::list& example_inputs) {
+  interp::Tracer& t = c.t();
+  std::vector<interp::ValuePtr> values =
+      c.is_break() ? codegen::break_values(t) : std::vector<interp::ValuePtr>{t.return_value};
+  for (const auto& v : codegen::effect_values(t)) values.push_back(v);  // tensors stored by side effects
+  c.outs = codegen::collect_outputs(values);
+  std::vector<graph::Arg> out_args;
+  for (auto* n : c.outs) out_args.push_back(graph::Arg::ref(n));
+  t.graph.output(graph::Arg::tuple(std::move(out_args)));
+  t.graph.verify();
+  // "_c": never one of torch._dynamo's names (__compiled_fn_<n>, __resume_at_<offset>_<n>), which it injects into
+  // the same module globals when both compile functions of one module.
+  c.name = "__compiled_fn_c" + std::to_string(g_compiled_counter++);
+  py::object root = interp::loaded_module("torch.nn").attr("Module")();
+  for (const auto& [attr, value] : t.graph_attrs) root.attr("register_buffer")(attr, value);
+  for (const auto& in : t.inputs) example_inputs.append(t.dynamic() ? in.node->example_value : in.value);
+  return t.graph.to_fx(root, "GraphModule", c.meta);
+}
+
+// The graph to the backend (Callback.compile_graph) and the GraphCall around its result.
+std::optional<EntryPtr> compile_graph(FrameCompile& c) {
+  interp::Tracer& t = c.t();
+  py::list example_inputs;
+  py::object gm = build_graph_module(c, example_inputs);
+  py::dict ginfo = base_info(c.code);
+  ginfo["name"] = c.name;
+  if (c.text) {
+    ginfo["graph_tabular"] = t.graph.tabular();
+    ginfo["graph_readable"] = t.graph.readable();
+  }
+  ginfo["op_count"] = t.graph.op_count();
+  ginfo["static_inputs"] = module_tensor_inputs(t);
+  // Read before the backend runs (it may rewrite the module): what a failed call of this graph changes.
+  const interp::Services& services = interp::services();
+  py::tuple policy = services.graph_error_policy(gm, codegen::Rebuilder::has_effects(t));
+  if (t.ops_in_try && static_cast<GraphErrorPolicy>(policy[0].cast<int>()) != GraphErrorPolicy::Clean) {
+    c.retrace_without_ops_in_try = true;  // its failure could skip a handler: keep them out
+    return nullptr;
+  }
+  py::object compiled;
+  try {
+    compiled = py::handle(c.cb).attr("compile_graph")(gm, example_inputs, ginfo);
   } catch (py::error_already_set& err) {
-    if (!is_exception(err) ||
-        interp::is_user_error(err.value())) {
+    // BackendCompilerFailed reaches the caller, as under torch.compile, unless config.suppress_errors (then the frame
+    // runs as Python, with one warning). KeyboardInterrupt, SystemExit: always the user's.
+    if (c.strict || !is_exception(err) || !suppress_errors()) {
       err.restore();
       return nullptr;
     }
-    if (strict) {
-      raise_internal(code, err.what(), &err);
+    report_fallback(c.cb, c.code, "backend", std::string("backend failed: ") + err.what());
+    return c.entry("backend failed");
+  }
+  GraphCallHooks hooks;
+  auto opt = [](py::handle h) { return h.is_none() ? nullptr : h.ptr(); };
+  hooks.rng_save = opt(policy[1]);
+  hooks.rng_restore = opt(policy[2]);
+  if ((hooks.snap_mask = opt(policy[3]))) {
+    hooks.snap_save = services.graph_save_inputs.ptr();  // borrowed: the services hold them for the process
+    hooks.snap_restore = services.graph_restore_inputs.ptr();
+  }
+  PyObject* call = make_graph_call(compiled.ptr(), static_cast<GraphErrorPolicy>(policy[0].cast<int>()),
+                                   hooks);  // new reference
+  if (!call) throw py::error_already_set();
+  c.graph_call = py::reinterpret_steal<py::object>(call);
+  return std::nullopt;
+}
+
+// The rewritten code: straight line to the return, or the frame up to the break and its continuations. A state at
+// the break that cannot be rebuilt as Python makes the whole frame run as Python.
+std::optional<EntryPtr> emit_code(FrameCompile& c, py::object& new_code, std::vector<codegen::Resume>& resumes) {
+  interp::Tracer& t = c.t();
+  try {
+    if (c.is_break()) {
+      codegen::BreakCode bcode = codegen::graph_break(t, c.name, c.outs, g_resume_counter);
+      new_code = bcode.code;
+      resumes = std::move(bcode.resumes);
+    } else {
+      new_code = codegen::straight_line(t, c.name, c.outs);
+    }
+  } catch (const interp::Unsupported& u) {
+    report_fallback(c.cb, c.code, "unsupported",
+                    std::string(u.what()) + " (at a graph break: " + located(t.stop_info()) + ")");
+    return c.entry("unsupported");
+  }
+  ensure_extra(reinterpret_cast<PyCodeObject*>(new_code.ptr()))->generated = true;
+  return std::nullopt;
+}
+
+// The graph and continuations published in the frame's globals, the cache entry added, on_compiled reported.
+EntryPtr publish(FrameCompile& c, const py::object& new_code, const std::vector<codegen::Resume>& resumes) {
+  interp::Tracer& t = c.t();
+  const bool has_graph = c.has_graph();
+  PyObject* globals = compat::frame_globals(c.frame);
+  Injected injected{globals};
+  if (has_graph) {
+    if (PyDict_SetItemString(globals, c.name.c_str(), c.graph_call.ptr()) < 0) throw py::error_already_set();
+    injected.names.push_back(c.name);
+  }
+  py::list resume_listing;
+  for (const auto& r : resumes) {
+    if (c.text)
+      resume_listing.append(py::make_tuple(r.name, bytecode::format(reinterpret_cast<PyCodeObject*>(r.code.ptr()))));
+    if (r.closure) continue;  // made by the rewritten frame from its cells, not published
+    PyObject* fn = PyFunction_New(r.code.ptr(), globals);  // new reference
+    if (!fn) throw py::error_already_set();
+    int rc = PyDict_SetItemString(globals, r.name.c_str(), fn);
+    Py_DECREF(fn);
+    if (rc < 0) throw py::error_already_set();
+    injected.names.push_back(r.name);
+  }
+  if (has_graph) c.extra->had_graph = true;
+  if (t.dynamic()) add_shape_guards(t);
+  py::list guard_list = c.text ? guard_strings(t.guards) : py::list();
+  std::string guard_tree = c.text ? t.guards.tree_text() : std::string();
+  EntryPtr e = c.entry(c.is_break() ? "graph break" : "graph " + c.name);
+  e->code = new_code;
+  if (has_graph) e->graph = c.graph_call;
+  e->injected = std::move(injected.names);
+  injected.names.clear();  // owned by the entry now
+
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - c.t0).count();
+  py::dict info = base_info(c.code);
+  if (c.text) {
+    info["original_bytecode"] = bytecode::format(c.code);
+    info["modified_bytecode"] = bytecode::format(reinterpret_cast<PyCodeObject*>(new_code.ptr()));
+  }
+  info["guards"] = guard_list;
+  info["guard_tree"] = guard_tree;
+  info["graph_count"] = has_graph ? 1 : 0;
+  info["compile_time_s"] = secs;
+  py::list breaks;
+  if (c.is_break()) breaks.append(break_info(t.stop_info()));
+  info["break_reasons"] = breaks;
+  info["resume_bytecode"] = resume_listing;
+  report(c.cb, "on_compiled", info);
+  return e;
+}
+
+// The stages in order; an error in any of them is internal (the frame runs as Python, or InternalError under
+// nopython) unless it is the user's (a KeyboardInterrupt, a ConstraintViolationError).
+EntryPtr translate_impl(compat::Frame* frame, PyObject* cb, CodeExtra* extra, bool ops_in_try) {
+  FrameCompile c(frame, cb, extra, ops_in_try);
+  try {
+    if (std::optional<EntryPtr> r = admit(c)) return *r;
+    trace(c);
+    if (std::optional<EntryPtr> r = decide(c)) return *r;
+    if (c.has_graph()) {
+      std::optional<EntryPtr> r = compile_graph(c);
+      if (c.retrace_without_ops_in_try) return translate_impl(frame, cb, extra, false);
+      if (r) return *r;
+    }
+    py::object new_code;
+    std::vector<codegen::Resume> resumes;
+    if (std::optional<EntryPtr> r = emit_code(c, new_code, resumes)) return *r;
+    return publish(c, new_code, resumes);
+  } catch (py::error_already_set& err) {
+    if (!is_exception(err) || interp::is_user_error(err.value())) {
+      err.restore();
       return nullptr;
     }
-    report_fallback(cb, code, "internal", std::string("internal error: ") + err.what());
+    if (c.strict) {
+      raise_internal(c.code, err.what(), &err);
+      return nullptr;
+    }
+    report_fallback(cb, c.code, "internal", std::string("internal error: ") + err.what());
   } catch (const std::exception& err) {
-    if (strict) {
-      raise_internal(code, err.what(), nullptr);
+    if (c.strict) {
+      raise_internal(c.code, err.what(), nullptr);
       return nullptr;
     }
     try {
-      report_fallback(cb, code, "internal", std::string("internal error: ") + err.what());
+      report_fallback(cb, c.code, "internal", std::string("internal error: ") + err.what());
     } catch (...) {
       PyErr_Clear();
     }

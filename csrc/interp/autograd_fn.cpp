@@ -5,6 +5,7 @@
 
 #include "guards/tensor_match.h"
 #include "interp/tracer.h"
+#include "interp/services.h"
 
 namespace cdynamo::interp {
 
@@ -214,7 +215,7 @@ ValuePtr Tracer::autograd_function_apply(const ValuePtr& fn, const std::vector<V
   std::vector<graph::Arg> gargs;
   for (const auto& a : args) gargs.push_back(to_arg(a));
   py::object result = tuple_out ? py::object(examples) : examples[0];
-  py::object target = loaded_module("cdynamo._autograd").attr("FunctionApply")(cls);
+  py::object target = services().autograd_function_apply()(cls);
   graph::Node* n = graph.call_function(target, std::move(gargs), {}, result);
   return wrap_result(n, result, device);
 }

@@ -1,6 +1,9 @@
 // builtins.cpp — owns builtins that iterate values or call functions at trace time (sum, map, filter,
 // sorted, min/max with a key, enumerate(start=)), attribute builtins (getattr / hasattr / setattr),
 // isinstance on containers, functools.partial, zero- and two-argument super(), and namedtuple classes.
+#include <algorithm>
+#include <unordered_map>
+
 #include "compat/compat.h"
 #include "interp/torch_rules.h"
 #include "interp/tracer.h"
@@ -127,262 +130,383 @@ ValuePtr Tracer::namedtuple_attr(const ValuePtr& nt, const std::string& name) {
   unsupported("attribute '" + name + "' of namedtuple " + callable_name(nt->obj));
 }
 
-ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector<ValuePtr>& args, Kwargs& kwargs) {
-  auto& refs = PyRefs::get();
-  if (name == "len" && args.size() == 1 && kwargs.empty() && args[0]->kind == VKind::Object && args[0]->source &&
-      (PyDict_Check(args[0]->obj.ptr()) || PyList_Check(args[0]->obj.ptr()) || PyTuple_Check(args[0]->obj.ptr()))) {
+namespace {
+
+// --- builtin rules: one function per builtin (or family), looked up by the builtin's name, which
+// builtin_name() only gives for the builtins module's own object (so the lookup is by identity). A rule returns
+// nullptr when the call is not one it models: the caller's generic path (classify_callable) goes on. ---
+
+using Args = std::vector<ValuePtr>;
+using BuiltinRule = ValuePtr (*)(Tracer&, py::handle, Args&, Kwargs&);
+
+// len(): every value kind whose length the trace knows, in one place.
+ValuePtr builtin_len(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+  if (args.size() != 1 || !kwargs.empty()) return nullptr;
+  const ValuePtr& v = args[0];
+  if (v->kind == VKind::Object && v->source &&
+      (PyDict_Check(v->obj.ptr()) || PyList_Check(v->obj.ptr()) || PyTuple_Check(v->obj.ptr()))) {
     // A dict / list / tuple subclass held by an object (an OrderedDict of hooks): its length, guarded.
-    guards.add(guards::length_match(args[0]->source, args[0]->obj.ptr()));
-    return Value::constant(py::int_(PyObject_Length(args[0]->obj.ptr())));
+    t.guards.add(guards::length_match(v->source, v->obj.ptr()));
+    return Value::constant(py::int_(PyObject_Length(v->obj.ptr())));
   }
-  if (name == "len" && args.size() == 1 && kwargs.empty() &&
-      (args[0]->kind == VKind::Instance || (args[0]->kind == VKind::Object && args[0]->source))) {
+  if (v->kind == VKind::Instance || (v->kind == VKind::Object && v->source)) {
     // A user object whose class defines __len__ in Python: inlined; Python checks the result is an int >= 0.
-    if (ValuePtr r = call_user_dunder(args[0], "__len__", {})) {
+    if (ValuePtr r = t.call_user_dunder(v, "__len__", {})) {
       if (!r->is_const() || !PyLong_Check(r->obj.ptr()) || PyLong_AsLong(r->obj.ptr()) < 0)
-        unsupported("__len__ of " + args[0]->describe() + " returned " + r->describe());
+        t.unsupported("__len__ of " + v->describe() + " returned " + r->describe());
       return Value::constant(py::int_(PyLong_AsLong(r->obj.ptr())));
     }
   }
-  if (name == "zip" && !args.empty() && kwargs.size() == 1 && kwargs[0].first == "strict" && kwargs[0].second->is_const() &&
-      PyBool_Check(kwargs[0].second->obj.ptr())) {
-    // zip(..., strict=True) over lists/tuples of known length (torch.optim's loops): lengths that differ make
-    // Python raise, so that runs as Python.
-    if (kwargs[0].second->obj.ptr() == Py_True)
-      for (const auto& a : args) {
-        if (a->kind != VKind::List && a->kind != VKind::Tuple) unsupported("zip(strict=True) over " + a->describe());
-        if (a->items.size() != args[0]->items.size()) unsupported("zip(strict=True) over sequences of different lengths");
-      }
-    return call_iter_builtin(name, args);
+  switch (v->kind) {
+    case VKind::Tuple:
+    case VKind::List:
+    case VKind::Dict: return Value::constant(py::int_(v->items.size()));
+    case VKind::Set: return Value::constant(py::int_(v->keys.size()));
+    case VKind::DictView: return Value::constant(py::int_(v->view_of().dict->keys.size()));
+    case VKind::Record: return Value::constant(py::int_(t.record_present(v).size()));
+    default: break;
   }
-  if (name == "enumerate" && args.size() == 1 && kwargs.size() == 1 && kwargs[0].first == "start")
-    return call_iter_builtin(name, {args[0], kwargs[0].second});
-  if ((name == "list" || name == "tuple") && args.size() == 1 && kwargs.empty() &&
-      (args[0]->kind == VKind::Set || args[0]->kind == VKind::Dict || args[0]->kind == VKind::DictView)) {
-    std::vector<ValuePtr> items = unpack_iterable(args[0]);
-    return name == "list" ? Value::list(std::move(items)) : Value::tuple(std::move(items));
-  }
-  if (name == "sum" && (args.size() == 1 || args.size() == 2) && only_kwargs(kwargs, {"start"}) && !foldable(args[0])) {
-    // result = start; result = result + item, as Python's sum does (0 + tensor is a real add).
-    ValuePtr acc = args.size() == 2 ? args[1] : kwarg(kwargs, "start");
-    if (!acc) acc = Value::constant(py::int_(0));
-    py::object add = refs.operator_mod.attr("add");
-    for (const auto& item : unpack_iterable(args[0])) acc = apply_operator(add, {acc, item});
-    if (args[0]->kind == VKind::Iter) args[0]->iter().pos = args[0]->iter().items.size();
-    return acc;
-  }
-  if ((name == "any" || name == "all") && args.size() == 1 && kwargs.empty() && !foldable(args[0])) {
-    // Over values known now: each item's truth value must be a constant (Python stops at the first
-    // deciding item; the items were all computed already, by the trace, in order).
-    std::vector<ValuePtr> items = unpack_iterable(args[0]);
-    if (args[0]->kind == VKind::Iter) args[0]->iter().pos = args[0]->iter().items.size();
-    bool want = name == "any";
-    for (const auto& item : items) {
-      if (!item->is_constant_like()) unsupported(name + "() on the truth value of " + item->describe());
-      int truth = PyObject_IsTrue(item->as_python().ptr());
-      if (truth < 0) throw py::error_already_set();
-      if ((truth == 1) == want) return Value::constant(py::bool_(want));
-    }
-    return Value::constant(py::bool_(!want));
-  }
-  if (name == "map" && args.size() >= 2 && kwargs.empty()) {
-    std::vector<std::vector<ValuePtr>> cols;
-    size_t n = SIZE_MAX;
-    for (size_t i = 1; i < args.size(); ++i) {
-      cols.push_back(unpack_iterable(args[i]));
-      n = std::min(n, cols.back().size());
-    }
-    std::vector<ValuePtr> out;
-    for (size_t r = 0; r < n; ++r) {
-      std::vector<ValuePtr> call_args;
-      for (auto& c : cols) call_args.push_back(c[r]);
-      out.push_back(call(args[0], std::move(call_args), {}));
-    }
-    return iter_of(std::move(out));
-  }
-  if (name == "filter" && args.size() == 2 && kwargs.empty()) {
-    std::vector<ValuePtr> out;
-    for (const auto& item : unpack_iterable(args[1])) {
-      ValuePtr keep = args[0]->is_const() && args[0]->obj.is_none() ? item : call(args[0], {item}, {});
-      if (!keep->is_constant_like()) unsupported("filter() on the truth value of " + keep->describe());
-      int truth = PyObject_IsTrue(keep->as_python().ptr());
-      if (truth < 0) throw py::error_already_set();
-      if (truth) out.push_back(item);
-    }
-    return iter_of(std::move(out));
-  }
-  bool keyed = kwarg(kwargs, "key") != nullptr;
-  if ((name == "sorted" && args.size() == 1 && only_kwargs(kwargs, {"key", "reverse"}) &&
-       (keyed || !foldable(args[0]))) ||
-      ((name == "min" || name == "max") && args.size() == 1 && keyed && only_kwargs(kwargs, {"key"}))) {
-    // The order is decided by Python on the keys (constants); the items themselves may be anything.
-    std::vector<ValuePtr> items = unpack_iterable(args[0]);
-    if (args[0]->kind == VKind::Iter) args[0]->iter().pos = args[0]->iter().items.size();
-    ValuePtr key = kwarg(kwargs, "key");
-    py::list keys;
-    for (const auto& item : items) {
-      ValuePtr k = key && !(key->is_const() && key->obj.is_none()) ? call(key, {item}, {}) : item;
-      if (!k->is_constant_like()) unsupported(name + "() by " + k->describe() + " (needs its value)");
-      keys.append(k->as_python());
-    }
-    if (name != "sorted") {
-      if (items.empty()) unsupported(name + "() of an empty sequence (ValueError is raised by Python)");
-      py::object best = refs.builtins.attr(name.c_str())(loaded_module("builtins").attr("range")(items.size()),
-                                                        py::arg("key") = keys.attr("__getitem__"));
-      return items[best.cast<size_t>()];
-    }
-    ValuePtr rev = kwarg(kwargs, "reverse");
-    if (rev && !rev->is_const()) unsupported("sorted(reverse=...) that is not a constant");
-    py::object order = refs.builtins.attr("sorted")(loaded_module("builtins").attr("range")(items.size()),
-                                                   py::arg("key") = keys.attr("__getitem__"),
-                                                   py::arg("reverse") = rev ? rev->obj : py::bool_(false));
-    std::vector<ValuePtr> out;
-    for (auto i : order) out.push_back(items[i.cast<size_t>()]);
-    return Value::list(std::move(out));
-  }
-  if ((name == "getattr" || name == "hasattr") && (args.size() == 2 || (name == "getattr" && args.size() == 3)) &&
-      kwargs.empty() && args[1]->is_const() && PyUnicode_Check(args[1]->obj.ptr())) {
-    std::string attr = args[1]->obj.cast<std::string>();
-    const ValuePtr& obj = args[0];
-    if (obj->is_const()) {
-      // An immutable constant (None, a number, a str, a dtype, ...): its attributes are its builtin type's.
-      int has = PyObject_HasAttrString(obj->obj.ptr(), attr.c_str());
-      if (name == "hasattr") return Value::constant(py::bool_(has == 1));
-      if (has == 1) return load_attr(obj, attr);
-      if (args.size() == 3) return args[2];
-      unsupported("getattr of a missing attribute of " + obj->describe() + " (AttributeError is raised by Python)");
-    }
-    if (obj->kind == VKind::Object && obj->source && !PyModule_Check(obj->obj.ptr())) {
-      // An attribute this trace assigned (not replayed on the object yet) is there, with the assigned value.
-      if (ValuePtr v = pending_attr(obj, attr)) return name == "hasattr" ? Value::constant(py::bool_(true)) : v;
-      // Whether the attribute exists is guarded; its value is read (and guarded) only when it does.
-      int has = PyObject_HasAttrString(obj->obj.ptr(), attr.c_str());
-      // getattr of a present attribute: the guard on the value read (through obj.attr) also fails when
-      // the attribute goes away, so presence needs no guard of its own.
-      if (name == "getattr" && has == 1) return load_attr(obj, attr);
-      guards.add(guards::has_attr(obj->source, attr, has == 1));
-      if (name == "hasattr") return Value::constant(py::bool_(has == 1));
-      if (args.size() == 3) return args[2];
-      unsupported("getattr of a missing attribute (AttributeError is raised by Python)");
-    }
-    if (obj->is_tensor() && name == "hasattr") {
-      // torch.Tensor's own attributes are on every tensor; anything else only on a tensor of the frame that
-      // was given one (presence guarded); a tensor the graph makes has no other attribute.
-      if (PyObject_HasAttrString(PyRefs::get().tensor_type.ptr(), attr.c_str()) == 1)
-        return Value::constant(py::bool_(true));
-      if (!obj->source) return Value::constant(py::bool_(false));
-      py::object real = py::reinterpret_steal<py::object>(obj->source->fetch(fv));  // new reference
-      if (!real) unsupported("hasattr on a tensor that cannot be fetched again");
-      int has = PyObject_HasAttrString(real.ptr(), attr.c_str());
-      guards.add(guards::has_attr(obj->source, attr, has == 1));
-      return Value::constant(py::bool_(has == 1));
-    }
-    if (obj->kind == VKind::Instance && getattribute_override(obj)) {
-      // Through the class's __getattribute__: the AttributeError it raises is hasattr's / getattr's case,
-      // when raising it changed nothing.
-      size_t nodes = graph.mark(), stores = attr_stores.size(), muts = mutation_count_;
-      try {
-        ValuePtr r = load_attr(obj, attr);
-        return name == "hasattr" ? Value::constant(py::bool_(true)) : r;
-      } catch (const TracedRaise& e) {
-        if (!PyErr_GivenExceptionMatches(e.exc.ptr(), PyExc_AttributeError)) throw;
-        if (graph.mark() != nodes || attr_stores.size() != stores || mutation_count_ != muts)
-          unsupported("getattr through a __getattribute__ that changed state before raising AttributeError");
-        if (name == "hasattr") return Value::constant(py::bool_(false));
-        if (args.size() == 3) return args[2];
-        throw;
-      }
-    }
-    if (obj->kind == VKind::Instance) {
-      // Its own attributes are known; a class attribute's presence is guarded on the class.
-      bool has = obj->find_key(py::str(attr)) >= 0;
-      if (!has) {
-        has = PyObject_HasAttrString(obj->instance().cls->obj.ptr(), attr.c_str()) == 1;
-        guards.add(guards::has_attr(obj->instance().cls->source, attr, has));
-      }
-      if (name == "hasattr") return Value::constant(py::bool_(has));
-      if (has) return load_attr(obj, attr);
-      if (args.size() == 3) return args[2];
-      unsupported("getattr of a missing attribute (AttributeError is raised by Python)");
-    }
-    if (name == "getattr" && args.size() == 2) return load_attr(obj, attr);
-    return nullptr;
-  }
-  if (name == "delattr" && args.size() == 2 && kwargs.empty() && args[0]->kind == VKind::Instance &&
-      args[1]->is_const() && PyUnicode_Check(args[1]->obj.ptr())) {
-    instance_delattr(args[0], args[1]->obj.cast<std::string>());
-    return Value::constant(py::none());
-  }
-  if (name == "setattr" && args.size() == 3 && kwargs.empty() && args[1]->is_const() &&
-      PyUnicode_Check(args[1]->obj.ptr())) {
-    store_attr(args[0], args[1]->obj.cast<std::string>(), args[2]);
-    return Value::constant(py::none());
-  }
-  if (name == "isinstance" && args.size() == 2 && kwargs.empty()) {
-    PyObject* type = known_type(args[0]);
-    // An object from the frame (its type guarded: TYPE_MATCH, or ID_MATCH), when isinstance depends on its
-    // type alone: the default __class__, and classes whose metaclass is type or ABCMeta (no Protocol
-    // checks reading attributes).
-    if (!type && args[0]->kind == VKind::Object && args[0]->source && !args[0]->bound_self() && foldable(args[1]) &&
-        type_only_instance_check(args[0]->obj, args[1]->as_python()))
-      type = reinterpret_cast<PyObject*>(Py_TYPE(args[0]->obj.ptr()));
-    if (type && foldable(args[1])) {
-      int r = PyObject_IsSubclass(type, args[1]->as_python().ptr());
-      if (r < 0) throw py::error_already_set();
-      return Value::constant(py::bool_(r == 1));
-    }
-    return nullptr;
-  }
-  if (name == "type" && args.size() == 1 && kwargs.empty()) {
-    if (PyObject* type = known_type(args[0])) return Value::object(py::reinterpret_borrow<py::object>(type));
-    if (args[0]->is_tensor() && args[0]->tensor().node && args[0]->tensor().node->op != graph::OpKind::Placeholder)
-      return Value::object(refs.tensor_type);  // made by a torch op: exactly torch.Tensor
-    if (args[0]->kind == VKind::Object && args[0]->source)  // guarded by identity through obj.__class__
-      return wrap(reinterpret_cast<PyObject*>(Py_TYPE(args[0]->obj.ptr())),
-                  guards::Source::attr(args[0]->source, "__class__"));
-    if ((args[0]->kind == VKind::Instance || args[0]->kind == VKind::Record) && args[0]->instance().cls)
-      return args[0]->instance().cls;  // made in the trace: its class
-    for (const auto& in : inputs)
-      if (args[0]->is_tensor() && in.node == args[0]->tensor().node)  // TENSOR_MATCH guards the exact type
-        return Value::object(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(in.value.ptr()))));
-    return nullptr;
-  }
-  if (name == "super" && kwargs.empty() && args.size() <= 2) {
-    ValuePtr cls, self;
-    if (args.size() == 2) {
-      cls = args[0];
-      self = args[1];
-    } else if (args.empty()) {
-      // Zero-argument super(): the `__class__` cell and the first argument of the running function.
-      int nslots = compat::code_nlocalsplus(code);
-      for (int s = 0; s < nslots; ++s) {
-        if (py::str(compat::code_localsplus_name(code, s)).cast<std::string>() != "__class__") continue;
-        ValuePtr box = cell_of(s);
-        cls = box ? box->cell().content : load_local(s);
-      }
-      if (code->co_argcount > 0) {
-        ValuePtr box = cell_of(0);
-        self = box ? box->cell().content : load_local(0);
-      }
-    }
-    bool fresh = self && self->kind == VKind::Instance;
-    if (!cls || !self || cls->kind != VKind::Object || !PyType_Check(cls->obj.ptr()) ||
-        !(fresh || (self->kind == VKind::Object && self->source)))
-      unsupported("super() outside a method of an object with a source");
-    return Value::super_value(fresh ? py::none() : refs.builtins.attr("super")(cls->obj, self->obj), cls, self);
-  }
-  if (f.is(refs.functools_partial) && !args.empty()) {
-    PartialOf parts;
-    parts.fn = args[0];
-    parts.args.assign(args.begin() + 1, args.end());
-    for (auto& kv : kwargs) {
-      parts.kw_names.push_back(py::str(kv.first));
-      parts.kw_values.push_back(kv.second);
-    }
-    parts.made_in_trace = true;  // rebuilt at a graph break by calling functools.partial again (codegen/rebuild.cpp)
-    return Value::partial_of(py::reinterpret_borrow<py::object>(f), std::move(parts));
+  if (ValuePtr n = t.module_container_len(v)) return n;
+  if (v->is_tensor()) {  // the size of dimension 0: a constant, or a symbolic size
+    py::object shape = v->tensor().example.attr("shape");
+    if (py::len(shape) == 0) t.unsupported("len() of a 0-d tensor");
+    return t.metadata_value(v, "size", {Value::constant(py::int_(0))}, shape[py::int_(0)]);
   }
   return nullptr;
+}
+
+// zip(..., strict=True) over lists/tuples of known length (torch.optim's loops): lengths that differ make Python
+// raise, so that runs as Python. (zip / enumerate / reversed / list / tuple without keywords: Tracer::call's
+// call_iter_builtin, after these rules.)
+ValuePtr builtin_zip(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+  if (args.empty() || kwargs.size() != 1 || kwargs[0].first != "strict" || !kwargs[0].second->is_const() ||
+      !PyBool_Check(kwargs[0].second->obj.ptr()))
+    return nullptr;
+  if (kwargs[0].second->obj.ptr() == Py_True)
+    for (const auto& a : args) {
+      if (a->kind != VKind::List && a->kind != VKind::Tuple) t.unsupported("zip(strict=True) over " + a->describe());
+      if (a->items.size() != args[0]->items.size()) t.unsupported("zip(strict=True) over sequences of different lengths");
+    }
+  return t.call_iter_builtin("zip", args);
+}
+
+ValuePtr builtin_enumerate(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+  if (args.size() == 1 && kwargs.size() == 1 && kwargs[0].first == "start")
+    return t.call_iter_builtin("enumerate", {args[0], kwargs[0].second});
+  return nullptr;
+}
+
+// list() / tuple() of a set, a dict or a dict view (in their iteration order).
+template <bool kList>
+ValuePtr builtin_sequence(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+  if (args.size() != 1 || !kwargs.empty() ||
+      (args[0]->kind != VKind::Set && args[0]->kind != VKind::Dict && args[0]->kind != VKind::DictView))
+    return nullptr;
+  std::vector<ValuePtr> items = t.unpack_iterable(args[0]);
+  return kList ? Value::list(std::move(items)) : Value::tuple(std::move(items));
+}
+
+// sum(items[, start]): result = start; result = result + item, as Python's sum does (0 + tensor is a real add).
+ValuePtr builtin_sum(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+  if ((args.size() != 1 && args.size() != 2) || !only_kwargs(kwargs, {"start"}) || foldable(args[0])) return nullptr;
+  ValuePtr acc = args.size() == 2 ? args[1] : kwarg(kwargs, "start");
+  if (!acc) acc = Value::constant(py::int_(0));
+  py::object add = PyRefs::get().operator_mod.attr("add");
+  for (const auto& item : t.unpack_iterable(args[0])) acc = t.apply_operator(add, {acc, item});
+  if (args[0]->kind == VKind::Iter) args[0]->iter().pos = args[0]->iter().items.size();
+  return acc;
+}
+
+// any() / all() over values known now: each item's truth value must be a constant (Python stops at the first
+// deciding item; the items were all computed already, by the trace, in order).
+template <bool kAny>
+ValuePtr builtin_any_all(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+  if (args.size() != 1 || !kwargs.empty() || foldable(args[0])) return nullptr;
+  std::vector<ValuePtr> items = t.unpack_iterable(args[0]);
+  if (args[0]->kind == VKind::Iter) args[0]->iter().pos = args[0]->iter().items.size();
+  for (const auto& item : items) {
+    if (!item->is_constant_like()) t.unsupported(std::string(kAny ? "any" : "all") + "() on the truth value of " + item->describe());
+    int truth = PyObject_IsTrue(item->as_python().ptr());
+    if (truth < 0) throw py::error_already_set();
+    if ((truth == 1) == kAny) return Value::constant(py::bool_(kAny));
+  }
+  return Value::constant(py::bool_(!kAny));
+}
+
+ValuePtr builtin_map(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+  if (args.size() < 2 || !kwargs.empty()) return nullptr;
+  std::vector<std::vector<ValuePtr>> cols;
+  size_t n = SIZE_MAX;
+  for (size_t i = 1; i < args.size(); ++i) {
+    cols.push_back(t.unpack_iterable(args[i]));
+    n = std::min(n, cols.back().size());
+  }
+  std::vector<ValuePtr> out;
+  for (size_t r = 0; r < n; ++r) {
+    std::vector<ValuePtr> call_args;
+    for (auto& c : cols) call_args.push_back(c[r]);
+    out.push_back(t.call(args[0], std::move(call_args), {}));
+  }
+  return iter_of(std::move(out));
+}
+
+ValuePtr builtin_filter(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+  if (args.size() != 2 || !kwargs.empty()) return nullptr;
+  std::vector<ValuePtr> out;
+  for (const auto& item : t.unpack_iterable(args[1])) {
+    ValuePtr keep = args[0]->is_const() && args[0]->obj.is_none() ? item : t.call(args[0], {item}, {});
+    if (!keep->is_constant_like()) t.unsupported("filter() on the truth value of " + keep->describe());
+    int truth = PyObject_IsTrue(keep->as_python().ptr());
+    if (truth < 0) throw py::error_already_set();
+    if (truth) out.push_back(item);
+  }
+  return iter_of(std::move(out));
+}
+
+// sorted(items, key=, reverse=) and min / max(items, key=): the order is decided by Python on the keys
+// (constants); the items themselves may be anything.
+ValuePtr ordered_by_keys(Tracer& t, const std::string& name, Args& args, Kwargs& kwargs) {
+  auto& refs = PyRefs::get();
+  std::vector<ValuePtr> items = t.unpack_iterable(args[0]);
+  if (args[0]->kind == VKind::Iter) args[0]->iter().pos = args[0]->iter().items.size();
+  ValuePtr key = kwarg(kwargs, "key");
+  py::list keys;
+  for (const auto& item : items) {
+    ValuePtr k = key && !(key->is_const() && key->obj.is_none()) ? t.call(key, {item}, {}) : item;
+    if (!k->is_constant_like()) t.unsupported(name + "() by " + k->describe() + " (needs its value)");
+    keys.append(k->as_python());
+  }
+  py::object range = refs.builtins.attr("range")(items.size());
+  if (name != "sorted") {
+    if (items.empty()) t.unsupported(name + "() of an empty sequence (ValueError is raised by Python)");
+    py::object best = refs.builtins.attr(name.c_str())(range, py::arg("key") = keys.attr("__getitem__"));
+    return items[best.cast<size_t>()];
+  }
+  ValuePtr rev = kwarg(kwargs, "reverse");
+  if (rev && !rev->is_const()) t.unsupported("sorted(reverse=...) that is not a constant");
+  py::object order = refs.builtins.attr("sorted")(range, py::arg("key") = keys.attr("__getitem__"),
+                                                 py::arg("reverse") = rev ? rev->obj : py::bool_(false));
+  std::vector<ValuePtr> out;
+  for (auto i : order) out.push_back(items[i.cast<size_t>()]);
+  return Value::list(std::move(out));
+}
+
+ValuePtr builtin_sorted(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+  bool keyed = kwarg(kwargs, "key") != nullptr;
+  if (args.size() == 1 && only_kwargs(kwargs, {"key", "reverse"}) && (keyed || !foldable(args[0])))
+    return ordered_by_keys(t, "sorted", args, kwargs);
+  return nullptr;
+}
+
+template <bool kMax>
+ValuePtr builtin_min_max(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+  bool keyed = kwarg(kwargs, "key") != nullptr;
+  if (args.size() == 1 && keyed && only_kwargs(kwargs, {"key"})) return ordered_by_keys(t, kMax ? "max" : "min", args, kwargs);
+  return nullptr;
+}
+
+// getattr / hasattr of a constant name on a constant (its builtin type's attributes).
+ValuePtr attr_of_constant(Tracer& t, bool has_only, const ValuePtr& obj, const std::string& attr, Args& args) {
+  int has = PyObject_HasAttrString(obj->obj.ptr(), attr.c_str());
+  if (has_only) return Value::constant(py::bool_(has == 1));
+  if (has == 1) return t.load_attr(obj, attr);
+  if (args.size() == 3) return args[2];
+  t.unsupported("getattr of a missing attribute of " + obj->describe() + " (AttributeError is raised by Python)");
+}
+
+// ... on an object of the frame: an attribute this trace assigned (not replayed on the object yet) is there, with the
+// assigned value; otherwise whether it exists is guarded, its value read (and guarded) only when it does (the guard on
+// the value read through obj.attr also fails when the attribute goes away, so presence then needs no guard).
+ValuePtr attr_of_frame_object(Tracer& t, bool has_only, const ValuePtr& obj, const std::string& attr, Args& args) {
+  if (ValuePtr v = t.pending_attr(obj, attr)) return has_only ? Value::constant(py::bool_(true)) : v;
+  int has = PyObject_HasAttrString(obj->obj.ptr(), attr.c_str());
+  if (!has_only && has == 1) return t.load_attr(obj, attr);
+  t.guards.add(guards::has_attr(obj->source, attr, has == 1));
+  if (has_only) return Value::constant(py::bool_(has == 1));
+  if (args.size() == 3) return args[2];
+  t.unsupported("getattr of a missing attribute (AttributeError is raised by Python)");
+}
+
+// hasattr on a tensor: torch.Tensor's own attributes are on every tensor; anything else only on a tensor of the
+// frame that was given one (presence guarded); a tensor the graph makes has no other attribute.
+ValuePtr hasattr_of_tensor(Tracer& t, const ValuePtr& obj, const std::string& attr) {
+  if (PyObject_HasAttrString(PyRefs::get().tensor_type.ptr(), attr.c_str()) == 1) return Value::constant(py::bool_(true));
+  if (!obj->source) return Value::constant(py::bool_(false));
+  py::object real = py::reinterpret_steal<py::object>(obj->source->fetch(t.fv));  // new reference
+  if (!real) t.unsupported("hasattr on a tensor that cannot be fetched again");
+  int has = PyObject_HasAttrString(real.ptr(), attr.c_str());
+  t.guards.add(guards::has_attr(obj->source, attr, has == 1));
+  return Value::constant(py::bool_(has == 1));
+}
+
+// ... on an object made in the trace whose class has a Python __getattribute__: the AttributeError it raises is
+// hasattr's / getattr's case, when raising it changed nothing.
+ValuePtr attr_through_getattribute(Tracer& t, bool has_only, const ValuePtr& obj, const std::string& attr,
+                                   Args& args) {
+  size_t nodes = t.graph.mark(), stores = t.attr_stores.size(), muts = t.mutation_count_;
+  try {
+    ValuePtr r = t.load_attr(obj, attr);
+    return has_only ? Value::constant(py::bool_(true)) : r;
+  } catch (const TracedRaise& e) {
+    if (!PyErr_GivenExceptionMatches(e.exc.ptr(), PyExc_AttributeError)) throw;
+    if (t.graph.mark() != nodes || t.attr_stores.size() != stores || t.mutation_count_ != muts)
+      t.unsupported("getattr through a __getattribute__ that changed state before raising AttributeError");
+    if (has_only) return Value::constant(py::bool_(false));
+    if (args.size() == 3) return args[2];
+    throw;
+  }
+}
+
+// ... on an object made in the trace: its own attributes are known; a class attribute's presence is guarded on the
+// class.
+ValuePtr attr_of_instance(Tracer& t, bool has_only, const ValuePtr& obj, const std::string& attr, Args& args) {
+  bool has = obj->find_key(py::str(attr)) >= 0;
+  if (!has) {
+    has = PyObject_HasAttrString(obj->instance().cls->obj.ptr(), attr.c_str()) == 1;
+    t.guards.add(guards::has_attr(obj->instance().cls->source, attr, has));
+  }
+  if (has_only) return Value::constant(py::bool_(has));
+  if (has) return t.load_attr(obj, attr);
+  if (args.size() == 3) return args[2];
+  t.unsupported("getattr of a missing attribute (AttributeError is raised by Python)");
+}
+
+template <bool kHas>
+ValuePtr builtin_getattr(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+  if (!(args.size() == 2 || (!kHas && args.size() == 3)) || !kwargs.empty() || !args[1]->is_const() ||
+      !PyUnicode_Check(args[1]->obj.ptr()))
+    return nullptr;
+  std::string attr = args[1]->obj.cast<std::string>();
+  const ValuePtr& obj = args[0];
+  if (obj->is_const()) return attr_of_constant(t, kHas, obj, attr, args);
+  if (obj->kind == VKind::Object && obj->source && !PyModule_Check(obj->obj.ptr()))
+    return attr_of_frame_object(t, kHas, obj, attr, args);
+  if (obj->is_tensor() && kHas) return hasattr_of_tensor(t, obj, attr);
+  if (obj->kind == VKind::Instance && t.getattribute_override(obj)) return attr_through_getattribute(t, kHas, obj, attr, args);
+  if (obj->kind == VKind::Instance) return attr_of_instance(t, kHas, obj, attr, args);
+  if (!kHas && args.size() == 2) return t.load_attr(obj, attr);
+  return nullptr;
+}
+
+ValuePtr builtin_delattr(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+  if (args.size() != 2 || !kwargs.empty() || args[0]->kind != VKind::Instance || !args[1]->is_const() ||
+      !PyUnicode_Check(args[1]->obj.ptr()))
+    return nullptr;
+  t.instance_delattr(args[0], args[1]->obj.cast<std::string>());
+  return Value::constant(py::none());
+}
+
+ValuePtr builtin_setattr(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+  if (args.size() != 3 || !kwargs.empty() || !args[1]->is_const() || !PyUnicode_Check(args[1]->obj.ptr())) return nullptr;
+  t.store_attr(args[0], args[1]->obj.cast<std::string>(), args[2]);
+  return Value::constant(py::none());
+}
+
+// isinstance(v, classes) when v's type is known: containers and constants; an object from the frame (its type
+// guarded: TYPE_MATCH, or ID_MATCH) when isinstance depends on its type alone: the default __class__, and classes
+// whose metaclass is type or ABCMeta (no Protocol checks reading attributes).
+ValuePtr builtin_isinstance(Tracer&, py::handle, Args& args, Kwargs& kwargs) {
+  if (args.size() != 2 || !kwargs.empty()) return nullptr;
+  PyObject* type = known_type(args[0]);
+  if (!type && args[0]->kind == VKind::Object && args[0]->source && !args[0]->bound_self() && foldable(args[1]) &&
+      type_only_instance_check(args[0]->obj, args[1]->as_python()))
+    type = reinterpret_cast<PyObject*>(Py_TYPE(args[0]->obj.ptr()));
+  if (!type || !foldable(args[1])) return nullptr;
+  int r = PyObject_IsSubclass(type, args[1]->as_python().ptr());
+  if (r < 0) throw py::error_already_set();
+  return Value::constant(py::bool_(r == 1));
+}
+
+ValuePtr builtin_type(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+  if (args.size() != 1 || !kwargs.empty()) return nullptr;
+  const ValuePtr& v = args[0];
+  if (PyObject* type = known_type(v)) return Value::object(py::reinterpret_borrow<py::object>(type));
+  if (v->is_tensor() && v->tensor().node && v->tensor().node->op != graph::OpKind::Placeholder)
+    return Value::object(PyRefs::get().tensor_type);  // made by a torch op: exactly torch.Tensor
+  if (v->kind == VKind::Object && v->source)  // guarded by identity through obj.__class__
+    return t.wrap(reinterpret_cast<PyObject*>(Py_TYPE(v->obj.ptr())), guards::Source::attr(v->source, "__class__"));
+  if ((v->kind == VKind::Instance || v->kind == VKind::Record) && v->instance().cls)
+    return v->instance().cls;  // made in the trace: its class
+  for (const auto& in : t.inputs)
+    if (v->is_tensor() && in.node == v->tensor().node)  // TENSOR_MATCH guards the exact type
+      return Value::object(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(in.value.ptr()))));
+  return nullptr;
+}
+
+// super(cls, self) and zero-argument super(): the `__class__` cell and the first argument of the running function.
+ValuePtr builtin_super(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+  if (!kwargs.empty() || args.size() > 2) return nullptr;
+  ValuePtr cls, self;
+  if (args.size() == 2) {
+    cls = args[0];
+    self = args[1];
+  } else if (args.empty()) {
+    int nslots = compat::code_nlocalsplus(t.code);
+    for (int s = 0; s < nslots; ++s) {
+      if (py::str(compat::code_localsplus_name(t.code, s)).cast<std::string>() != "__class__") continue;
+      ValuePtr box = t.cell_of(s);
+      cls = box ? box->cell().content : t.load_local(s);
+    }
+    if (t.code->co_argcount > 0) {
+      ValuePtr box = t.cell_of(0);
+      self = box ? box->cell().content : t.load_local(0);
+    }
+  }
+  bool fresh = self && self->kind == VKind::Instance;
+  if (!cls || !self || cls->kind != VKind::Object || !PyType_Check(cls->obj.ptr()) ||
+      !(fresh || (self->kind == VKind::Object && self->source)))
+    t.unsupported("super() outside a method of an object with a source");
+  return Value::super_value(fresh ? py::none() : PyRefs::get().builtins.attr("super")(cls->obj, self->obj), cls, self);
+}
+
+const std::unordered_map<std::string, BuiltinRule>& builtin_rules() {
+  static const std::unordered_map<std::string, BuiltinRule> rules = {
+      {"len", builtin_len},
+      {"zip", builtin_zip},
+      {"enumerate", builtin_enumerate},
+      {"list", builtin_sequence<true>},
+      {"tuple", builtin_sequence<false>},
+      {"sum", builtin_sum},
+      {"any", builtin_any_all<true>},
+      {"all", builtin_any_all<false>},
+      {"map", builtin_map},
+      {"filter", builtin_filter},
+      {"sorted", builtin_sorted},
+      {"min", builtin_min_max<false>},
+      {"max", builtin_min_max<true>},
+      {"getattr", builtin_getattr<false>},
+      {"hasattr", builtin_getattr<true>},
+      {"delattr", builtin_delattr},
+      {"setattr", builtin_setattr},
+      {"isinstance", builtin_isinstance},
+      {"type", builtin_type},
+      {"super", builtin_super},
+  };
+  return rules;
+}
+
+// functools.partial(fn, *args, **kwargs) made in the trace: rebuilt at a graph break by calling functools.partial
+// again (codegen/rebuild.cpp).
+ValuePtr make_partial(py::handle f, Args& args, Kwargs& kwargs) {
+  PartialOf parts;
+  parts.fn = args[0];
+  parts.args.assign(args.begin() + 1, args.end());
+  for (auto& kv : kwargs) {
+    parts.kw_names.push_back(py::str(kv.first));
+    parts.kw_values.push_back(kv.second);
+  }
+  parts.made_in_trace = true;
+  return Value::partial_of(py::reinterpret_borrow<py::object>(f), std::move(parts));
+}
+
+}  // namespace
+
+ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector<ValuePtr>& args, Kwargs& kwargs) {
+  if (f.is(PyRefs::get().functools_partial) && !args.empty()) return make_partial(f, args, kwargs);
+  if (name.empty()) return nullptr;
+  const auto& rules = builtin_rules();
+  auto it = rules.find(name);
+  return it == rules.end() ? nullptr : it->second(*this, f, args, kwargs);
 }
 
 ValuePtr Tracer::super_attr(const ValuePtr& sup, const std::string& name) {

@@ -4,6 +4,7 @@
 // (params, their grads, the per-parameter state), so that the graph reads them as guarded inputs.
 #include "guards/tensor_match.h"
 #include "interp/tracer.h"
+#include "interp/services.h"
 
 namespace cdynamo::interp {
 
@@ -180,7 +181,7 @@ py::handle fma_prim() {
 
 bool decompositions_enabled() {
   try {
-    return loaded_module("cdynamo.config").attr("enable_dynamo_decompositions").cast<bool>();
+    return services().config.attr("enable_dynamo_decompositions").cast<bool>();
   } catch (py::error_already_set&) {
     return false;
   } catch (py::cast_error&) {

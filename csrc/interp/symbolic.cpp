@@ -2,6 +2,7 @@
 // (x.size(0), x.numel()) and operators on them (SymNum values).
 #include "interp/torch_rules.h"
 #include "interp/tracer.h"
+#include "interp/services.h"
 
 namespace cdynamo::interp {
 
@@ -87,7 +88,7 @@ ValuePtr Tracer::sym_operator(py::handle op, const std::vector<ValuePtr>& args) 
 
 ValuePtr Tracer::scalar_output(const ValuePtr& self) {
   if (!dynamic()) {
-    dynamic_module().attr("need_fake_tensors")(py::handle(reinterpret_cast<PyObject*>(code)));
+    services().need_fake_tensors(py::handle(reinterpret_cast<PyObject*>(code)));
     restart_dynamic = true;
     unsupported("Tensor.item() under capture_scalar_outputs (traced again with fake tensors)");
   }

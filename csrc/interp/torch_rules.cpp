@@ -6,6 +6,7 @@
 
 #include "guards/tensor_match.h"
 #include "interp/tracer.h"
+#include "interp/services.h"
 
 namespace cdynamo::interp {
 
@@ -164,12 +165,11 @@ CallKind classify_callable(py::handle fn) {
   auto* cache = g_classified;
   // allow_in_graph / disallow_in_graph registrations can change: check them before the cache.
   try {
-    py::object allowed = loaded_module("cdynamo._allowed");
+    const Services& s = services();
     py::object key = py::int_(reinterpret_cast<uintptr_t>(fn.ptr()));
-    if (allowed.attr("disallowed").contains(key)) return CallKind::Disallowed;
-    if (allowed.attr("allowed").contains(key)) return CallKind::AllowedInGraph;
-    py::object gb = loaded_module("cdynamo").attr("graph_break");
-    if (gb.ptr() == fn.ptr()) return CallKind::GraphBreak;
+    if (s.disallowed_ids.contains(key)) return CallKind::Disallowed;
+    if (s.allowed_ids.contains(key)) return CallKind::AllowedInGraph;
+    if (s.graph_break.ptr() == fn.ptr()) return CallKind::GraphBreak;
   } catch (py::error_already_set&) {
   }
   auto it = cache->find(fn.ptr());

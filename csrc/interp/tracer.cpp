@@ -8,6 +8,7 @@
 #include "compat/compat.h"
 #include "compat/opargs.h"
 #include "guards/tensor_match.h"
+#include "interp/services.h"
 #include "interp/torch_rules.h"
 
 namespace cdynamo::interp {
@@ -35,7 +36,6 @@ PyRefs& PyRefs::get() {
     r->os_environ = loaded_module("os").attr("environ");
     r->abc_meta = loaded_module("abc").attr("ABCMeta");
     r->copyreg_dispatch = loaded_module("copyreg").attr("dispatch_table");
-    r->graph_break_fn = py::none();
     return r;
   }();
   return *refs;
@@ -66,7 +66,9 @@ const HandlerTable& handler_table() {
   return table;
 }
 
-Tracer::Tracer(PyCodeObject* c, const guards::FrameView& f) : code(c), fv(f), frame_globals_(f.globals) {
+Tracer::Tracer(PyCodeObject* c, const guards::FrameView& f) : frame_globals_(f.globals) {
+  code = c;
+  fv = f;
   int n = compat::code_nlocalsplus(code);
   locals.assign(n, nullptr);
   local_loaded.assign(n, 0);
@@ -791,23 +793,6 @@ std::string shape_source_name(const guards::Source& s) {
   }
 }
 
-py::handle dynamic_module() {
-  // From sys.modules (cdynamo imports it): no __import__ call, which a frame with odd builtins could make fail.
-  static PyObject* m = nullptr;  // process lifetime
-  if (!m) {
-    PyObject* name = PyUnicode_FromString("cdynamo._dynamic");  // new
-    if (!name) throw py::error_already_set();
-    m = PyImport_GetModule(name);  // new reference, kept
-    Py_DECREF(name);
-    if (!m) {
-      if (PyErr_Occurred()) throw py::error_already_set();
-      m = PyImport_ImportModule("cdynamo._dynamic");  // new reference, kept
-      if (!m) throw py::error_already_set();
-    }
-  }
-  return m;
-}
-
 py::object loaded_module(const char* name) {
   PyObject* n = PyUnicode_FromString(name);  // new
   if (!n) throw py::error_already_set();
@@ -823,7 +808,7 @@ py::object loaded_module(const char* name) {
 
 bool is_user_error(py::handle exc) {
   try {
-    return dynamic_module().attr("is_user_error")(exc).cast<bool>();
+    return services().is_user_error(exc).cast<bool>();
   } catch (py::error_already_set&) {
     return false;
   }
@@ -842,9 +827,8 @@ bool dynamic_float_source(const guards::Source& s) {
 }
 }  // namespace
 
-bool Tracer::code_dynamic_probe(const char* probe, py::handle value, const guards::Source& src) {
-  py::object r = dynamic_module().attr(probe)(py::handle(reinterpret_cast<PyObject*>(code)), cb_dynamic, value,
-                                                 shape_source_name(src));
+bool Tracer::code_dynamic_probe(py::handle probe, py::handle value, const guards::Source& src) {
+  py::object r = probe(py::handle(reinterpret_cast<PyObject*>(code)), cb_dynamic, value, shape_source_name(src));
   return r.cast<bool>();
 }
 
@@ -856,7 +840,7 @@ void Tracer::restart_with_fake_tensors(const guards::Source& src) {
 
 ValuePtr Tracer::wrap_dynamic_scalar(py::handle value, const SourcePtr& src, const char* make) {
   if (!dynamic()) {
-    if (code_dynamic_probe("observe_scalar", value, *src)) restart_with_fake_tensors(*src);
+    if (code_dynamic_probe(services().observe_scalar, value, *src)) restart_with_fake_tensors(*src);
     return nullptr;
   }
   py::object example = shapes.attr(make)(value, shape_source_name(*src));  // the value itself while static
@@ -934,7 +918,7 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
     if (dynamic()) {
       example = shapes.attr("fake")(value, shape_source_name(*src));  // dimensions symbolic where dynamic
     } else {
-      if (code_dynamic_probe("observe_tensor", value, *src)) restart_with_fake_tensors(*src);
+      if (code_dynamic_probe(services().observe_tensor, value, *src)) restart_with_fake_tensors(*src);
       example = py::reinterpret_steal<py::object>(guards::make_meta(v));
       if (!example) throw py::error_already_set();
     }

@@ -16,6 +16,7 @@
 #include "bytecode/bytecode.h"
 #include "graph/graph.h"
 #include "guards/guard.h"
+#include "interp/frame.h"
 #include "interp/value.h"
 
 namespace cdynamo::interp {
@@ -110,8 +111,6 @@ ValuePtr slice_of(Tracer& t, const ValuePtr& start, const ValuePtr& stop, const 
 // Pushes the Cell of cell/free slot `slot` (LOAD_CLOSURE; 3.13: LOAD_FAST of such a slot), made on first capture.
 void push_closure_cell(Tracer& t, int slot);
 
-// cdynamo._dynamic (borrowed, process lifetime), found in sys.modules.
-py::handle dynamic_module();
 // The module `name` from sys.modules, imported only when missing: an import through the running frame's
 // __import__ fails in a frame whose builtins lack it (a function made with globals without __builtins__).
 py::object loaded_module(const char* name);
@@ -128,7 +127,9 @@ py::object plain_number(py::handle example);
 // plain_number without mapping a data-dependent error to Unsupported (throws py::error_already_set).
 py::object plain_number_now(py::handle example);
 
-class Tracer {
+// The symbolic interpreter: the running Frame (its base: code, fv, bc, stack, locals, pc, ...; swapped whole around
+// an inlined call) and the state of the whole trace.
+class Tracer : public Frame {
  public:
   // Returned: traced to RETURN_VALUE. Break: stopped before bc.insts[pc] with the stack as it was before
   // that instruction (a graph break: the instruction runs as Python, then a continuation). Unsupported:
@@ -147,9 +148,6 @@ class Tracer {
   bool internal_error = false;
 
   // --- state used by handlers and by codegen ---
-  PyCodeObject* code;
-  guards::FrameView fv;
-  bytecode::Bytecode bc;
   graph::Graph graph;
   guards::GuardSet guards;
   std::vector<Input> inputs;
@@ -160,13 +158,6 @@ class Tracer {
   // The value of each list / dict / set object read from the frame: one object seen through two sources
   // (an argument and a global) is one value, so a change made through one is seen through the other.
   std::unordered_map<PyObject*, ValuePtr> frame_containers;
-  std::vector<ValuePtr> stack;
-  std::vector<ValuePtr> locals;      // per localsplus slot; null = not yet read / unbound
-  std::vector<char> local_loaded;    // slot was read from the frame (wrapped) or assigned
-  py::object kw_names;               // tuple set by KW_NAMES for the next CALL
-  ValuePtr return_value;
-  size_t pc = 0;                     // index into bc.insts of the instruction being run
-  bool stopped = false;
   bool conditional_break = false;    // Break on POP_JUMP_*_IF_TRUE/FALSE of a tensor (top of stack)
   int steps = 0;                     // jumps taken (bounds loops unrolled at trace time)
   // Whether a container of the frame (or an item of an object) was written in this trace: from then on an
@@ -261,9 +252,9 @@ class Tracer {
   ValuePtr load_local(int slot);
   // Wraps a real Python value seen at `src` into a symbolic value and installs the guards it needs.
   ValuePtr wrap(py::handle value, SourcePtr src);
-  // Dynamic shapes: asks cdynamo._dynamic.<probe>(code, cb_dynamic, name, value) whether an input of a static
-  // trace is dynamic now (it records the value in the code's frame state).
-  bool code_dynamic_probe(const char* probe, py::handle value, const guards::Source& src);
+  // Dynamic shapes: asks `probe` (services().observe_tensor / observe_scalar: (code, cb_dynamic, value, name)) whether
+  // an input of a static trace is dynamic now (it records the value in the code's frame state).
+  bool code_dynamic_probe(py::handle probe, py::handle value, const guards::Source& src);
   // Stops a static trace so that translate traces the frame again with fake tensors.
   [[noreturn]] void restart_with_fake_tensors(const guards::Source& src);
   // wrap() of an exact int or float input that may be dynamic: a placeholder whose example is what
@@ -516,7 +507,6 @@ class Tracer {
   int inline_depth_ = 0;
   int wrap_depth_ = 0;   // nesting of wrap() calls (containers inside containers)
   size_t wrapped_ = 0;   // values wrap() made in this trace
-  bool trusted_globals_ = false;
   PyObject* frame_globals_ = nullptr;  // the traced frame's own globals (borrowed from the frame)
   struct Undo {  // a container's contents (or a cell's) before the running instruction first changed it
     ValuePtr value;
@@ -526,13 +516,7 @@ class Tracer {
   };
   std::vector<Undo> undo_;  // inlined torch library frame: its globals are program constants
  public:
-  // Per localsplus slot of the current frame: the Cell value shared with functions made in the trace
-  // (null until LOAD_CLOSURE captures the slot). A captured slot is read and written through its cell,
-  // so a nested function sees later assignments and its `nonlocal` assignments reach this frame.
-  std::vector<ValuePtr> cell_boxes;
   // The Cell of `slot`, or nullptr when the slot was never captured.
-  // While a generator expression is inlined: the values it yielded so far (null otherwise).
-  std::vector<ValuePtr>* yields = nullptr;
   ValuePtr cell_of(int slot) const {
     return static_cast<size_t>(slot) < cell_boxes.size() ? cell_boxes[static_cast<size_t>(slot)] : nullptr;
   }
@@ -540,7 +524,8 @@ class Tracer {
   // (stored-through value, read-through value) pairs whose aliasing is already guarded (load_attr).
   std::set<std::pair<const Value*, const Value*>> alias_checked_;
   StopInfo stop_;
-  int lineno_ = -1;
+  // The running frame (this Tracer's Frame base), for swapping a callee's in and out whole.
+  Frame& frame() { return *this; }
 };
 
 // Process-wide Python objects the interpreter needs (imported once, never freed).
@@ -551,7 +536,6 @@ struct PyRefs {
       functools_partial;
   // Standard-library objects the trace recognises: copy.deepcopy, os.environ, abc.ABCMeta, copyreg.dispatch_table.
   py::object copy_deepcopy, os_environ, abc_meta, copyreg_dispatch;
-  py::object graph_break_fn;  // cdynamo.graph_break, or None before cdynamo is imported
   static PyRefs& get();
 };
 

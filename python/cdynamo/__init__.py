@@ -13,6 +13,12 @@ from .eval_frame import OptimizedModule, assume_constant_result, compile, disabl
 from ._explain import ExplainOutput, explain
 from ._export import ExportResult, export
 from ._dynamic import mark_dynamic, mark_static, maybe_mark_dynamic
+from . import _core, _services
+
+try:
+    _services.install(_core.C())
+except ImportError:  # no extension: every entry point raises _core.C()'s ImportError, which names the fix
+    pass
 
 __version__ = "0.1.0"
 

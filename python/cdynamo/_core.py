@@ -26,6 +26,20 @@ def C():
 
 
 _disable_codes_set = False
+_own_wrapper_codes = []  # cdynamo.disable(fn, recursive=False)'s wrapper code: eval_frame registers it at import
+
+
+def register_nonrecursive_wrapper_code(code):
+    """Called by eval_frame (which this module never imports: the import graph stays a DAG)."""
+    if code not in _own_wrapper_codes:
+        _own_wrapper_codes.append(code)
+
+
+def no_capture(fn):
+    """``fn`` wrapped so that it, and every frame it calls, runs without capture (cdynamo.disable's primitive, here
+    for modules below eval_frame)."""
+    C().skip_code(fn.__code__)
+    return C().OptimizedCallable(fn, None)
 
 
 def refresh_disable_codes():
@@ -47,9 +61,7 @@ def _nonrecursive_wrapper_codes():
     torch._dynamo.disable(fn, recursive=False)'s: the frame such a wrapper calls runs as Python."""
     import sys
 
-    from . import eval_frame
-
-    codes = [eval_frame.NONRECURSIVE_WRAPPER_CODE]
+    codes = list(_own_wrapper_codes)
     if "torch._dynamo" in sys.modules:
         try:
             from torch._dynamo import decorators

@@ -252,6 +252,21 @@ class _Source(torch._guards.Source):
         return self._text
 
 
+@dataclasses.dataclass(frozen=True)
+class GuardSpec:
+    """What TraceShapes.guard_spec hands the C++ side (hook/translate.cpp: add_shape_guards), by field name:
+    ``slots`` (input index, "size" | "stride" | "offset" | "int", dim) read from the frame; ``programs`` that must
+    all hold on the slots' values; ``fallback`` checking what could not be lowered (or None); ``texts``, the
+    guards as ShapeEnv prints them; ``masks``, per input the (sizes, strides) bit masks of the dimensions
+    TENSOR_MATCH must not check."""
+
+    slots: list
+    programs: list
+    fallback: object
+    texts: list
+    masks: list
+
+
 class TraceShapes:
     """The ShapeEnv and fake mode of one trace of ``code``; the C++ tracer asks it for the fake example of each
     tensor input (``fake``), the symbol of each dynamic int input (``symint``), and after the trace for the guards
@@ -377,8 +392,7 @@ class TraceShapes:
 
     def guard_spec(self, inputs):
         """The SHAPE_ENV guard of this trace, over ``inputs``: per graph input (in C++'s order) a (source text,
-        example) pair, the example a fake tensor, a SymInt or an int. Returns (slots, programs, fallback, texts,
-        masks): slots are (input index, "size" | "stride" | "offset" | "int", dim); every program must hold (on
+        example) pair, the example a fake tensor, a SymInt or an int. Returns a GuardSpec: slots are (input index, "size" | "stride" | "offset" | "int", dim); every program must hold (on
         the slots' values); `fallback` checks what could not be lowered (or None); masks are per input the
         (sizes, strides) bit masks of the dimensions TENSOR_MATCH must not check."""
         from ._shape_lower import lower
@@ -472,7 +486,7 @@ class TraceShapes:
         fallback = None
         if leftover:
             fallback = _make_fallback(leftover, symbol_slot)
-        return slots, exprs, fallback, texts, masks
+        return GuardSpec(slots, exprs, fallback, texts, masks)
 
 
 def _constraint_error(msg):
@@ -491,9 +505,9 @@ def is_user_error(exc):
 def _no_capture(fn):
     """``fn`` run with capture off: a guard's fallback runs sympy inside the frame hook, whose frames must not be
     compiled."""
-    from .eval_frame import disable
+    from . import _core
 
-    return disable(fn)
+    return _core.no_capture(fn)
 
 
 def _make_fallback(leftover, symbol_slot):
@@ -513,13 +527,3 @@ def _make_fallback(leftover, symbol_slot):
         return True
 
     return check
-
-
-def begin(code, cb_dynamic):
-    """A TraceShapes for a trace of ``code`` that starts with fake tensors, or None for a static trace."""
-    return TraceShapes(code, cb_dynamic) if frame_is_dynamic(code, cb_dynamic) else None
-
-
-def begin_restart(code, cb_dynamic):
-    """A TraceShapes for a trace started again because a static trace met a dynamic input."""
-    return TraceShapes(code, cb_dynamic)

@@ -294,6 +294,7 @@ def _nonrecursive_wrapper(fn):
 
 
 NONRECURSIVE_WRAPPER_CODE = _nonrecursive_wrapper(lambda: None).__code__
+_core.register_nonrecursive_wrapper_code(NONRECURSIVE_WRAPPER_CODE)
 
 
 def disable(fn=None, recursive=True):

@@ -9,6 +9,7 @@
 #include "codegen/codegen.h"
 #include "codegen/liveness.h"
 #include "compat/compat.h"
+#include "interp/services.h"
 
 namespace py = pybind11;
 using namespace cdynamo;
@@ -22,7 +23,17 @@ const char* const kJumpIfFalse = "POP_JUMP_FORWARD_IF_FALSE";
 const char* const kJumpIfFalse = "POP_JUMP_IF_FALSE";
 #endif
 
+// The Tracer calls cdynamo's Python side through interp::services(): this binary links its own copy of the core, so
+// it installs the package's services into that copy (importing cdynamo, as `import cdynamo` does for cdynamo._C).
+void ensure_services() {
+  static bool done = false;
+  if (done) return;
+  interp::install_services(py::module_::import("cdynamo._services").attr("Services")());
+  done = true;
+}
+
 py::dict run(const std::string& src) {
+  ensure_services();
   py::dict g;
   g["__builtins__"] = py::module_::import("builtins");
   g["torch"] = py::module_::import("torch");

@@ -278,14 +278,21 @@ def test_suppress_errors_does_not_apply_under_fullgraph():
 
 
 @pytest.fixture
-def broken_internals(monkeypatch):
-    # An error inside cdynamo's compile path (here: the graph's error policy, read for every graph).
-    import cdynamo._graph_call as graph_call
+def broken_internals():
+    # An error inside cdynamo's compile path (here: the graph's error policy, read for every graph), put in through the
+    # services object the C++ core calls (cdynamo._services), reinstalled whole afterwards.
+    from cdynamo import _core, _services
 
     def broken(*args):
         raise KeyError("internal bug for the test")
 
-    monkeypatch.setattr(graph_call, "error_policy", broken)
+    services = _services.Services()
+    services.graph_error_policy = broken
+    _core.C().set_services(services)
+    try:
+        yield
+    finally:
+        _services.install(_core.C())
 
 
 @pytest.mark.usefixtures("broken_internals")

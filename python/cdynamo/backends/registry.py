@@ -68,5 +68,3 @@ def list_backends():
     """Sorted names of the registered backends and of the installed entry-point backends."""
     return sorted(set(_registry) | {ep.name for ep in _entry_points()})
 
-
-from . import builtin  # noqa: E402,F401  (registers eager, aot_eager, inductor)
