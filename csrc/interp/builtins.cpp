@@ -459,6 +459,20 @@ ValuePtr builtin_super(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
   return Value::super_value(fresh ? py::none() : PyRefs::get().builtins.attr("super")(cls->obj, self->obj), cls, self);
 }
 
+// iter(seq): the iterator GET_ITER makes. next(it[, default]) on an iterator made in the trace; past its end the
+// default, or StopIteration, which runs as Python.
+ValuePtr builtin_iter(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+  if (args.size() != 1 || !kwargs.empty()) return nullptr;
+  return make_iterator(t, args[0]);
+}
+
+ValuePtr builtin_next(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+  if (args.empty() || args.size() > 2 || !kwargs.empty() || args[0]->kind != VKind::Iter) return nullptr;
+  if (ValuePtr item = iterator_next(t, args[0])) return item;
+  if (args.size() == 2) return args[1];
+  t.unsupported("next() of an exhausted iterator (StopIteration is raised by Python)");
+}
+
 const std::unordered_map<std::string, BuiltinRule>& builtin_rules() {
   static const std::unordered_map<std::string, BuiltinRule> rules = {
       {"len", builtin_len},
@@ -481,8 +495,66 @@ const std::unordered_map<std::string, BuiltinRule>& builtin_rules() {
       {"isinstance", builtin_isinstance},
       {"type", builtin_type},
       {"super", builtin_super},
+      {"iter", builtin_iter},
+      {"next", builtin_next},
   };
   return rules;
+}
+
+// --- library rules: functions of the standard library traced by what they do, looked up by the function object's
+// identity (resolved once from their modules). Same contract as the builtin rules. ---
+
+// functools.reduce(f, iterable[, initial]): f called on the accumulator and each item, in order.
+ValuePtr lib_reduce(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+  if (args.size() < 2 || args.size() > 3 || !kwargs.empty()) return nullptr;
+  std::vector<ValuePtr> items = t.unpack_iterable(args[1]);
+  if (args[1]->kind == VKind::Iter) args[1]->iter().pos = args[1]->iter().items.size();
+  size_t first = 0;
+  ValuePtr acc = args.size() == 3 ? args[2] : nullptr;
+  if (!acc) {
+    if (items.empty()) t.unsupported("functools.reduce() of an empty iterable with no initial value (TypeError)");
+    acc = items[0];
+    first = 1;
+  }
+  for (size_t i = first; i < items.size(); ++i) acc = t.call(args[0], {acc, items[i]}, {});
+  return acc;
+}
+
+// itertools.chain(*iterables): an iterator over their items, in order (each iterable read now, as chain reads them
+// lazily: the trace's iterables are known values).
+ValuePtr lib_chain(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+  if (!kwargs.empty()) return nullptr;
+  std::vector<ValuePtr> out;
+  for (const auto& a : args) {
+    for (auto& item : t.unpack_iterable(a)) out.push_back(std::move(item));
+    if (a->kind == VKind::Iter) a->iter().pos = a->iter().items.size();
+  }
+  return iter_of(std::move(out));
+}
+
+// itertools.repeat(x, n) with a constant count: an iterator yielding x n times (without a count it never ends).
+ValuePtr lib_repeat(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+  ValuePtr times = args.size() == 2 ? args[1] : kwarg(kwargs, "times");
+  if (args.empty() || args.size() > 2 || !only_kwargs(kwargs, {"times"}) || !times) return nullptr;
+  if (!times->is_const() || !PyLong_CheckExact(times->obj.ptr())) t.unsupported("itertools.repeat with a count that is not a constant int");
+  long n = std::max(0L, times->obj.cast<long>());
+  if (n > 100000) t.unsupported("itertools.repeat of " + std::to_string(n) + " items (too long to unroll)");
+  return iter_of(std::vector<ValuePtr>(static_cast<size_t>(n), args[0]));
+}
+
+const std::unordered_map<PyObject*, BuiltinRule>& library_rules() {
+  static const std::unordered_map<PyObject*, BuiltinRule>* rules = [] {
+    auto* m = new std::unordered_map<PyObject*, BuiltinRule>();  // process lifetime; keys owned below
+    auto add = [&](const char* module, const char* name, BuiltinRule r) {
+      py::object f = loaded_module(module).attr(name);
+      (*m)[f.release().ptr()] = r;  // a strong reference kept for the process: the key stays valid
+    };
+    add("functools", "reduce", lib_reduce);
+    add("itertools", "chain", lib_chain);
+    add("itertools", "repeat", lib_repeat);
+    return m;
+  }();
+  return *rules;
 }
 
 // functools.partial(fn, *args, **kwargs) made in the trace: rebuilt at a graph break by calling functools.partial
@@ -503,7 +575,11 @@ ValuePtr make_partial(py::handle f, Args& args, Kwargs& kwargs) {
 
 ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector<ValuePtr>& args, Kwargs& kwargs) {
   if (f.is(PyRefs::get().functools_partial) && !args.empty()) return make_partial(f, args, kwargs);
-  if (name.empty()) return nullptr;
+  if (name.empty()) {
+    const auto& lib = library_rules();
+    auto it = lib.find(f.ptr());
+    return it == lib.end() ? nullptr : it->second(*this, f, args, kwargs);
+  }
   const auto& rules = builtin_rules();
   auto it = rules.find(name);
   return it == rules.end() ? nullptr : it->second(*this, f, args, kwargs);

@@ -47,6 +47,20 @@ void check_watches(Tracer& t, const ValuePtr& it) {
 
 }  // namespace
 
+ValuePtr make_iterator(Tracer& t, const ValuePtr& seq) {
+  if (seq->kind == VKind::Iter) return seq;  // iter(iterator) is the iterator itself
+  ValuePtr it = Value::iterator(t.unpack_iterable(seq));
+  watch_dict(it, seq, false);
+  return it;
+}
+
+ValuePtr iterator_next(Tracer& t, const ValuePtr& it) {
+  IterOf& state = it->iter();
+  if (!state.watches.empty()) check_watches(t, it);
+  if (state.pos < state.items.size()) return state.items[state.pos++];
+  return nullptr;
+}
+
 std::vector<ValuePtr> Tracer::unpack_iterable(const ValuePtr& v) {
   switch (v->kind) {
     case VKind::Tuple:
@@ -118,20 +132,16 @@ namespace {
 
 void get_iter(Tracer& t, const Instruction&) {
   ValuePtr seq = t.peek(1);
-  std::vector<ValuePtr> items = t.unpack_iterable(seq);
+  ValuePtr it = make_iterator(t, seq);
   t.pop();
-  ValuePtr it = Value::iterator(std::move(items));
-  watch_dict(it, seq, false);
   t.push(it);
 }
 
 void for_iter(Tracer& t, const Instruction& i) {
   ValuePtr it = t.peek(1);
   if (it->kind != VKind::Iter) t.unsupported("FOR_ITER over " + it->describe());
-  IterOf& state = it->iter();
-  if (!state.watches.empty()) check_watches(t, it);
-  if (state.pos < state.items.size()) {
-    t.push(state.items[state.pos++]);
+  if (ValuePtr item = iterator_next(t, it)) {
+    t.push(std::move(item));
     return;
   }
   t.pop();

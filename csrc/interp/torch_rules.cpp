@@ -215,7 +215,12 @@ CallKind classify_callable(py::handle fn) {
         "is_scripting", "is_tracing", "is_compiling", "is_dynamo_compiling", "is_exporting"};
     // Facts about the process that do not change while it runs (as torch._dynamo, folded unguarded).
     static const std::unordered_set<std::string> process_constants = {
-        "torch.cuda.is_available", "torch.cuda.device_count", "torch.distributed.is_available"};
+        "torch.cuda.is_available", "torch.cuda.device_count", "torch.distributed.is_available",
+        // Checked by every entry's GLOBAL_STATE guard.
+        "torch.are_deterministic_algorithms_enabled",
+        // False whenever a compiled frame runs: frames under a torch.jit trace (TorchScript ONNX export) run as Python,
+        // and fx symbolic tracing passes Proxies, which fail the tensor guards (torch._dynamo folds both too).
+        "torch.onnx.is_in_onnx_export", "torch.fx._symbolic_trace.is_fx_tracing"};
     if (name == "is_compiling" || name == "is_dynamo_compiling") {
       kind = CallKind::CompilingQuery;  // libraries take their compile-friendly paths, as under torch.compile
     } else if (mod == "torch.jit" && name == "annotate") {

@@ -106,6 +106,10 @@ bool marked_constant_result(py::handle f);
 // -2 where a break may stop but the instruction cannot be restarted there, -1 where no break may stop.
 // The one list tracer.cpp (breakable) and codegen/graph_break.cpp share.
 int restart_operands(const bytecode::Instruction& i);
+// iter(seq) as GET_ITER makes it (ops_iter.cpp): an Iter over the items known now (a dict's keys watched for changes);
+// an Iter is its own iterator. iterator_next: the next item of Iter `it` (advancing it), nullptr when exhausted.
+ValuePtr make_iterator(Tracer& t, const ValuePtr& seq);
+ValuePtr iterator_next(Tracer& t, const ValuePtr& it);
 // slice(start, stop[, step]) of constant bounds as a constant; not constant: unsupported (ops_build.cpp).
 ValuePtr slice_of(Tracer& t, const ValuePtr& start, const ValuePtr& stop, const ValuePtr& step = nullptr);
 // Pushes the Cell of cell/free slot `slot` (LOAD_CLOSURE; 3.13: LOAD_FAST of such a slot), made on first capture.
