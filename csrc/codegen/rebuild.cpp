@@ -498,6 +498,8 @@ void Rebuilder::push_object(const ValuePtr& v, int above) {
     e_.call(2);
     return;
   }
+  if (v->made_module())  // its instance is the trace's own: another one would have to be made
+    throw interp::Unsupported("a torch.nn module made in the trace cannot be passed on at a graph break or returned");
   if (v->is_modelled())  // super(), functools.partial, ... modelled by the trace
     throw interp::Unsupported("a " + v->modelled_name() + " value cannot be rebuilt at a graph break yet");
   if (v->bound_self()) {  // a bound method: its receiver, then the attribute again

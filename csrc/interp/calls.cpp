@@ -311,6 +311,8 @@ ValuePtr make_noop_context(Tracer& t, py::handle f, const std::vector<ValuePtr>&
 // constant's methods. nullptr when none applies.
 ValuePtr call_known_object(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr>& args, Kwargs& kwargs) {
   py::handle f = fn->obj;
+  if (fn->made_module()) return call_made_module(t, fn, std::move(args), std::move(kwargs));
+  if (ValuePtr m = make_nn_module(t, fn, args, kwargs)) return m;  // nn.Softmax(dim=-1) inside a forward
   // A bound method calls its function with the receiver first, whatever the function is.
   if (fn->bound_self() && fn->kind == VKind::Object) return t.call_object(fn, std::move(args), std::move(kwargs));
   if (fn->kind == VKind::Object)

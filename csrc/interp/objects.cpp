@@ -53,6 +53,7 @@ ValuePtr Tracer::method_of(const ValuePtr& self, py::handle func, const std::str
 
 ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
   py::handle o = obj->obj;
+  if (obj->made_module()) return made_module_attr(*this, obj, name);
   if (is_environ(obj) && (name == "get" || name == "__getitem__" || name == "__contains__"))
     return Value::method(obj, name);
   if (!obj->source && PyType_Check(o.ptr())) {

@@ -106,6 +106,15 @@ bool marked_constant_result(py::handle f);
 // -2 where a break may stop but the instruction cannot be restarted there, -1 where no break may stop.
 // The one list tracer.cpp (breakable) and codegen/graph_break.cpp share.
 int restart_operands(const bytecode::Instruction& i);
+// torch.nn modules made in the trace (made_modules.cpp): `cls(*args, **kwargs)` of a stateless torch.nn module class
+// on constants, built now (nullptr when it is not such a call); its attributes (constants of its __dict__, its class's
+// functions as bound methods); its call (forward inlined, global module hooks guarded empty).
+ValuePtr make_nn_module(Tracer& t, const ValuePtr& cls, std::vector<ValuePtr>& args,
+                       std::vector<std::pair<std::string, ValuePtr>>& kwargs);
+std::string describe_module_made(const ValuePtr& cls);
+ValuePtr made_module_attr(Tracer& t, const ValuePtr& mod, const std::string& name);
+ValuePtr call_made_module(Tracer& t, const ValuePtr& mod, std::vector<ValuePtr> args,
+                         std::vector<std::pair<std::string, ValuePtr>> kwargs);
 // iter(seq) as GET_ITER makes it (ops_iter.cpp): an Iter over the items known now (a dict's keys watched for changes);
 // an Iter is its own iterator. iterator_next: the next item of Iter `it` (advancing it), nullptr when exhausted.
 ValuePtr make_iterator(Tracer& t, const ValuePtr& seq);

@@ -172,7 +172,7 @@ const InstanceOf& Value::instance() const { return const_cast<Value*>(this)->ins
 
 bool Value::made_in_trace() const {
   if (kind != VKind::Object) return false;
-  if (std::holds_alternative<FunctionOf>(payload)) return true;
+  if (std::holds_alternative<FunctionOf>(payload) || std::holds_alternative<ModuleMadeOf>(payload)) return true;
   if (const PartialOf* p = partial()) return p->made_in_trace;
   if (const SlotOf* s = slot()) return s->slot != Slot::Noop;
   return false;

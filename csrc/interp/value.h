@@ -191,12 +191,21 @@ struct SlotOf {
 };
 const char* slot_method_name(Slot s);  // "get", "__getitem__", "__contains__" for the SuperDict slots
 
+// A torch.nn module made by the trace (`nn.Softmax(dim=-1)` inside forward): an Object whose `obj` is the real
+// instance, built while tracing from constant arguments, holding no parameters, buffers or submodules, and seen by
+// nothing but the trace (its attributes are read without guards). Its class and arguments say how to make it again.
+struct ModuleMadeOf {
+  ValuePtr cls;  // an Object with a source: the module class
+  std::vector<ValuePtr> args;
+  std::vector<std::pair<std::string, ValuePtr>> kwargs;
+};
+
 // The exception object a handler of an inlined function is running for (what a TracedRaise carried; made in
 // the trace, never passed back to Python).
 struct ExceptionOf {};
 
 using Payload = std::variant<std::monostate, TensorOf, IterOf, CellOf, InstanceOf, DictViewOf, BoundOf, FunctionOf,
-                             GradExitOf, PartialOf, SuperOf, SlotOf, ExceptionOf, SymOf, SliceOf>;
+                             GradExitOf, PartialOf, SuperOf, SlotOf, ExceptionOf, SymOf, SliceOf, ModuleMadeOf>;
 
 struct Value {
   VKind kind = VKind::Const;
@@ -251,6 +260,9 @@ struct Value {
   const PartialOf* partial() const { return kind == VKind::Object ? std::get_if<PartialOf>(&payload) : nullptr; }
   const SuperOf* super_of() const { return kind == VKind::Object ? std::get_if<SuperOf>(&payload) : nullptr; }
   const SlotOf* slot() const { return std::get_if<SlotOf>(&payload); }
+  const ModuleMadeOf* made_module() const {
+    return kind == VKind::Object ? std::get_if<ModuleMadeOf>(&payload) : nullptr;
+  }
   bool is_traced_exception() const { return kind == VKind::Object && std::holds_alternative<ExceptionOf>(payload); }
   // A partial, super object, slot or traced exception: a value Python has no plain object for.
   bool is_modelled() const {

@@ -133,3 +133,57 @@ def test_reduce_of_an_empty_sequence_runs_as_python():
     cdynamo.reset()
     with pytest.raises(TypeError):
         cdynamo.optimize("eager")(f)(torch.randn(2))
+
+
+# torch.nn modules made inside the trace (the commonest construct of crawled modules torch._dynamo captures).
+def softmax_made(x):
+    return torch.nn.Softmax(dim=-1)(x) * 2
+
+
+def relu_made_inplace(x):
+    y = x * 3
+    torch.nn.ReLU(inplace=True)(y)
+    return y + 1
+
+
+def log_softmax_made(x):
+    return torch.nn.LogSoftmax(dim=0)(x)
+
+
+def unfold_made(x):
+    return torch.nn.Unfold(kernel_size=1)(x.reshape(1, 1, 3, 1)).sum() + x
+
+
+@pytest.mark.parametrize("fn", [softmax_made, relu_made_inplace, log_softmax_made, unfold_made],
+                         ids=lambda f: f.__name__)
+def test_module_made_in_the_trace_as_torch_dynamo(fn):
+    test_one_graph_as_torch_dynamo(fn)
+
+
+def test_module_made_in_the_trace_sees_a_global_hook_registered_later():
+    def double_output(module, args, output):
+        return output * 2
+
+    cdynamo.reset()
+    counter = CompileCounter()
+    opt = cdynamo.optimize(counter)(softmax_made)
+    x = torch.randn(3)
+    torch.testing.assert_close(opt(x), softmax_made(x))
+    handle = torch.nn.modules.module.register_module_forward_hook(double_output)
+    try:
+        expected = softmax_made(x)  # the hook doubles the softmax
+        torch.testing.assert_close(opt(x), expected)
+    finally:
+        handle.remove()
+    torch.testing.assert_close(opt(x), softmax_made(x))
+
+
+def test_module_made_in_the_trace_and_returned_runs_as_python():
+    def make(x):
+        return torch.nn.Softmax(dim=-1), x + 1
+
+    cdynamo.reset()
+    mod, y = cdynamo.optimize("eager")(make)(torch.ones(2))
+    mod2, _ = cdynamo.optimize("eager")(make)(torch.ones(2))
+    assert isinstance(mod, torch.nn.Softmax) and mod.dim == -1 and mod is not mod2  # a new module on every call
+    torch.testing.assert_close(y, torch.ones(2) + 1)
