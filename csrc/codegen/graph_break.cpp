@@ -397,11 +397,7 @@ BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::ve
   if (!compiled_name.empty()) {
     tmp = e.add_local("___graph_out");
     e.load_global(compiled_name, true);
-    std::vector<const guards::Source*> srcs;
-    for (const auto& in : t.inputs) srcs.push_back(in.source.get());
-    e.load_inputs(srcs);
-    int n = static_cast<int>(t.inputs.size());
-    e.call(n);
+    e.call(e.load_graph_inputs(t));
     e.emit("STORE_FAST", tmp);
   }
   Rebuilder rb(e, outputs, tmp);

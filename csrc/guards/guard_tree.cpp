@@ -187,6 +187,7 @@ GuardTree::GuardTree(const GuardSet& set) {
     n.has_hooks = n.has_hooks || leaf.skip == Skip::Hooks;
     n.leaves.push_back(leaf);
   }
+  for (const auto& s : set.input_sources()) input_nodes_.push_back(intern(s.get()));
   for (Node& n : nodes_) {
     std::stable_sort(n.leaves.begin(), n.leaves.end(), [](const Leaf& a, const Leaf& b) { return a.cost < b.cost; });
     n.leaf_begin = static_cast<uint32_t>(leaves_.size());
@@ -508,7 +509,7 @@ bool GuardTree::check_relation(Walk& w, Relation& r) const {
   return true;
 }
 
-bool GuardTree::check(const std::vector<Guard>& guards, const FrameView& fv) const {
+bool GuardTree::check(const std::vector<Guard>& guards, const FrameView& fv, std::vector<PyObject*>* inputs) const {
   // Global state first once it has failed here (a train / eval or grad-mode switch), else after the walk (an
   // entry for other inputs fails at its first tensor without reading torch's state).
   auto state_ok = [&] {
@@ -528,6 +529,15 @@ bool GuardTree::check(const std::vector<Guard>& guards, const FrameView& fv) con
     if (!check_relation(w, r)) return false;
   for (uint32_t i : generic_guards_)
     if (!guards[i].check(fv, nullptr)) return false;
+  if (inputs) {
+    // Every node was visited and fetched by a passing walk; no Python ran after its fetch that the guards did
+    // not see through (leaves run after the fetch, relations and SHAPE_ENV read the same values).
+    for (uint32_t id : input_nodes_) {
+      PyObject* v = w.values[id];  // owned by the walk
+      Py_INCREF(v);
+      inputs->push_back(v);  // new reference, the caller's
+    }
+  }
   return true;
 }
 

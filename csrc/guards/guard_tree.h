@@ -37,7 +37,9 @@ class GuardTree {
   GuardTree(const GuardTree&) = delete;
   GuardTree& operator=(const GuardTree&) = delete;
   // The verdict of every guard of the set. Never leaves a Python error set.
-  bool check(const std::vector<Guard>& guards, const FrameView& fv) const;
+  // With `inputs`: when every guard passes, the values of the set's input sources (GuardSet::set_input_sources)
+  // as this walk fetched them are appended (new references).
+  bool check(const std::vector<Guard>& guards, const FrameView& fv, std::vector<PyObject*>* inputs = nullptr) const;
   // One line per node, indented under its parent: "local 'self'", "  ._modules", "    ['0']: ID_MATCH, NO_HOOKS".
   std::string text(const std::vector<Guard>& guards) const;
   size_t node_count() const { return nodes_.size(); }
@@ -103,6 +105,7 @@ class GuardTree {
   mutable std::vector<Leaf> leaves_;  // mutable: failure counts and order change on check()
   std::vector<uint32_t> child_ids_;
   std::vector<uint32_t> roots_;
+  std::vector<uint32_t> input_nodes_;     // the nodes of the set's input sources, in order
   std::vector<uint32_t> state_guards_;    // global state: no source
   mutable uint32_t state_fails_ = 0;      // checks failed on global state (then it is checked first)
   std::vector<uint32_t> generic_guards_;  // SHAPE_ENV and relational guards with a source missing a node

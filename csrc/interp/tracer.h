@@ -153,6 +153,9 @@ class Tracer {
   graph::Graph graph;
   guards::GuardSet guards;
   std::vector<Input> inputs;
+  // Per input (set by translate before codegen): 1 if the graph call gets it from the guard check (a source read
+  // through the frame's objects), so the rewritten code does not load it.
+  std::vector<char> lifted_inputs;
   std::vector<AttrStore> attr_stores;  // pending `obj.name = value` side effects, in program order
   // Lists, dicts and sets from the frame (with a Source and `obj`) whose contents the trace changed, in
   // first-change order: codegen writes their final contents back into the real objects after the graph.
@@ -160,6 +163,8 @@ class Tracer {
   // The value of each list / dict / set object read from the frame: one object seen through two sources
   // (an argument and a global) is one value, so a change made through one is seen through the other.
   std::unordered_map<PyObject*, ValuePtr> frame_containers;
+  // The same for plain Python instances (lazy identity): one object read through two sources is one value.
+  std::unordered_map<PyObject*, ValuePtr> frame_objects;
   std::vector<ValuePtr> stack;
   std::vector<ValuePtr> locals;      // per localsplus slot; null = not yet read / unbound
   std::vector<char> local_loaded;    // slot was read from the frame (wrapped) or assigned
