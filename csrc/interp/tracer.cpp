@@ -1034,6 +1034,13 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
     frame_objects[v] = out;
   } else {
     guards.add(guards::id_match(src, v));
+    if (PyFunction_Check(v) || PyType_Check(v)) {
+      // A function or class pinned by identity through a second source (every layer's `type(layer).forward`):
+      // the value of the first, so what the trace reads from it (closure cells, defaults) is guarded once.
+      auto seen = frame_objects.find(v);
+      if (seen != frame_objects.end()) return seen->second;
+      frame_objects[v] = out;
+    }
   }
   return out;
 }
