@@ -228,7 +228,7 @@ uint32_t GuardTree::intern(const Source* s) {
 
 // The node's value from its parent's (borrowed; nullptr for a root): a new reference or nullptr (missing). *same:
 // proven the object the memo holds. *stamp: the stamp read now (from_ver 0: none), recorded if the node passes.
-PyObject* GuardTree::fetch(Walk& w, Node& n, PyObject* parent, bool parent_same, bool* same, Memo* stamp) const {
+PyObject* GuardTree::fetch(Walk& w, Node& n, PyObject* parent, bool parent_same, bool* same, Stamp* stamp) const {
   const Source& s = *n.source;  // dereferenced on the paths that read afresh
   const Memo& m = n.memo;
   *same = false;
@@ -303,7 +303,7 @@ PyObject* GuardTree::fetch(Walk& w, Node& n, PyObject* parent, bool parent_same,
         uint64_t tver = compat::type_version(type);
         if (tver && m.from_ver == tver && m.from == type) {
           *same = m.value == reinterpret_cast<PyObject*>(type);
-          *stamp = m;
+          *stamp = Stamp{m.from, m.from_ver, m.from2, m.from2_ver};
           Py_INCREF(type);
           return reinterpret_cast<PyObject*>(type);
         }
@@ -322,7 +322,7 @@ PyObject* GuardTree::fetch(Walk& w, Node& n, PyObject* parent, bool parent_same,
         uint64_t tver = compat::type_version(cls);
         if (tver && m.from_ver == tver && m.from == cls && m.value) {
           *same = true;
-          *stamp = m;
+          *stamp = Stamp{m.from, m.from_ver, m.from2, m.from2_ver};
           Py_INCREF(m.value);
           return m.value;  // held by the class's (or a base's) unchanged dict
         }
@@ -344,7 +344,7 @@ PyObject* GuardTree::fetch(Walk& w, Node& n, PyObject* parent, bool parent_same,
       if (dver && m.from_ver && m.from == idict && m.from_ver == dver && m.from2 == type && m.from2_ver == tver &&
           m.value) {
         *same = true;
-        *stamp = m;
+        *stamp = Stamp{m.from, m.from_ver, m.from2, m.from2_ver};
         Py_INCREF(m.value);
         return m.value;  // held by the unchanged instance dict
       }
@@ -376,7 +376,7 @@ PyObject* GuardTree::fetch(Walk& w, Node& n, PyObject* parent, bool parent_same,
   if (stampable && m.from_ver && m.value && m.from == dict && m.from_ver == ver && m.from2 == dict2 &&
       m.from2_ver == ver2) {
     *same = true;
-    *stamp = m;
+    *stamp = Stamp{m.from, m.from_ver, m.from2, m.from2_ver};
     Py_INCREF(m.value);
     return m.value;  // held by the unchanged dict
   }
@@ -405,7 +405,7 @@ struct Busy {
 bool GuardTree::visit(Walk& w, uint32_t id, PyObject* parent, bool parent_same) const {
   Node& n = nodes_[id];
   bool same = false;
-  Memo stamp;
+  Stamp stamp;
   PyObject* v = fetch(w, n, parent, parent_same, &same, &stamp);  // new
   const bool proven = same;  // v is the object the memo held (its children's memos may rely on it)
   if (!v) return false;  // every node has a guard beneath it or a relation over it: all fail on a missing value

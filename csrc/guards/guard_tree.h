@@ -54,6 +54,14 @@ class GuardTree {
     Skip skip;
     uint32_t fails = 0;
   };
+  // Where a value was read now (from_ver 0: nowhere provable): the part of a Memo a fetch fills, kept small (a
+  // visit makes one per node).
+  struct Stamp {
+    const void* from = nullptr;
+    uint64_t from_ver = 0;
+    const void* from2 = nullptr;
+    uint64_t from2_ver = 0;
+  };
   // What a node's last passing visit saw. Pointers are identities, dereferenced only once a stamp proves the
   // object is still held where it was read.
   struct Memo {
@@ -96,7 +104,7 @@ class GuardTree {
   struct Walk;
 
   uint32_t intern(const Source* s);
-  PyObject* fetch(Walk& w, Node& n, PyObject* parent, bool parent_same, bool* same, Memo* stamp) const;
+  PyObject* fetch(Walk& w, Node& n, PyObject* parent, bool parent_same, bool* same, Stamp* stamp) const;
   bool visit(Walk& w, uint32_t id, PyObject* parent, bool parent_same) const;
   bool check_relation(Walk& w, Relation& r) const;
   void text_of(const std::vector<Guard>& guards, uint32_t id, int indent, std::string* out) const;
