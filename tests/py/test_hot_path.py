@@ -376,3 +376,101 @@ def test_shared_config_changes_recompile():
     finally:
         torch._dynamo.reset()
     assert cnt.frame_count == dc.frame_count == 4
+
+
+def scaled(factor):
+    def deco(fn):
+        def wrapper(self, x):
+            return fn(self, x) * factor
+        return wrapper
+    return deco
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 3)
+
+    @scaled(2.0)
+    def forward(self, x):
+        return self.fc(x).relu()
+
+
+class Block3(Block):
+    def forward(self, x):
+        return self.fc(x) * 3.0
+
+
+class Blocks(torch.nn.Module):
+    def __init__(self, n=4):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(Block() for _ in range(n))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def guard_text(opt, *args):
+    from cdynamo import _logging
+    import io
+    buf = io.StringIO()
+    _logging.enable("guards")
+    _logging.set_stream(buf)
+    try:
+        with torch.no_grad():
+            opt(*args)
+    finally:
+        _logging.disable("guards")
+        _logging.set_stream(None)
+    return buf.getvalue()
+
+
+def test_shared_forward_closure_is_guarded_once():
+    # Every layer's type(layer).forward is one function: its decorator's closure cells are guarded once (through
+    # the first layer), each layer's forward still by identity.
+    torch.manual_seed(0)
+    m, x = Blocks(), torch.randn(2, 3)
+    opt = cdynamo.optimize("eager")(m)
+    text = guard_text(opt, x)
+    guards = [line for line in text.splitlines() if line.startswith(" - ")]
+    cells = [g for g in guards if "cell_contents" in g]
+    assert len(cells) == 2 and all("._modules['0'].__class__.forward.__closure__" in g for g in cells), text
+    per_layer = [g for g in guards if "__class__.forward FUNCTION_MATCH" in g and "['fc']" not in g and "layers" in g]
+    assert len(per_layer) == 4, text  # each layer's forward still by identity
+
+
+def test_shared_forward_changes_recompile():
+    # The shared decorator's closure changed (seen through the first layer's source), and one layer given a
+    # subclass with its own forward: each recompiles and gives eager's result, as under torch._dynamo.
+    def run(make_opt):
+        torch.manual_seed(0)
+        m, x = Blocks(), torch.randn(2, 3)
+        opt = make_opt(m)
+        outs = []
+        with torch.no_grad():
+            outs.append((opt(x), m(x)))
+            cells = [c for c in Block.forward.__closure__ if isinstance(c.cell_contents, float)]  # `factor`
+            old = cells[0].cell_contents
+            cells[0].cell_contents = 5.0
+            try:
+                outs.append((opt(x), m(x)))
+            finally:
+                cells[0].cell_contents = old
+            outs.append((opt(x), m(x)))
+            m.layers[2].__class__ = Block3
+            outs.append((opt(x), m(x)))
+        return outs
+
+    cnt = CompileCounter()
+    for got, ref in run(lambda m: cdynamo.optimize(cnt)(m)):
+        same(got, ref)
+    dc = DynamoCounter()
+    torch._dynamo.reset()
+    try:
+        for got, ref in run(lambda m: torch.compile(m, backend=dc, dynamic=False)):
+            same(got, ref)
+    finally:
+        torch._dynamo.reset()
+    assert cnt.frame_count == dc.frame_count == 3
