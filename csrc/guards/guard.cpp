@@ -458,6 +458,23 @@ bool GuardSet::check(const FrameView& fv, std::string* why) const {
   return ok;
 }
 
+namespace {
+// Appends the sources' values fetched from the frame (new references); false (nothing appended) if one is missing.
+bool fetch_inputs(const std::vector<SourcePtr>& sources, const FrameView& fv, std::vector<PyObject*>* inputs) {
+  const size_t before = inputs->size();
+  for (const auto& src : sources) {
+    PyObject* v = src->fetch(fv);  // new reference, or nullptr with no error set
+    if (!v) {
+      for (size_t i = before; i < inputs->size(); ++i) Py_DECREF((*inputs)[i]);
+      inputs->resize(before);
+      return false;
+    }
+    inputs->push_back(v);
+  }
+  return true;
+}
+}  // namespace
+
 bool GuardSet::check_inputs(const FrameView& fv, std::vector<PyObject*>* inputs) const {
   const size_t before = inputs->size();
   bool ok = tree().check(guards_, fv, inputs);
@@ -467,9 +484,9 @@ bool GuardSet::check_inputs(const FrameView& fv, std::vector<PyObject*>* inputs)
     if (flat != ok) {
       std::fprintf(stderr, "cdynamo: GUARD TREE VERDICT DIFFERS: tree %d, flat %d (%s)\n%s", ok ? 1 : 0, flat ? 1 : 0,
                    reason.c_str(), tree_text().c_str());
-      ok = false;  // the flat verdict without fetched inputs: a miss (the entry is compiled again or runs as Python)
-    }
-    if (ok) {  // the handed-out values are what the sources give now (no Python ran since the walk)
+      if (flat) return fetch_inputs(input_sources_, fv, inputs);  // the flat verdict decides; the tree fetched nothing
+      ok = false;
+    } else if (ok) {  // the handed-out values are what the sources give now (no Python ran since the walk)
       for (size_t i = 0; i < input_sources_.size(); ++i) {
         PyObject* v = input_sources_[i]->fetch(fv);  // new reference
         if (PyErr_Occurred()) PyErr_Clear();
