@@ -53,6 +53,16 @@ void bind_testing(py::module_& m) {
         "default; benchmarks switch it off to measure its cost).");
   m.def("extra_count", &hook::extra_count, "Number of code objects holding cdynamo cache data.");
   m.def(
+      "cache_entries",
+      [](py::object code) {
+        py::list out;
+        if (hook::CodeExtra* e = hook::get_extra(as_code(code)))
+          for (const auto& entry : e->entries)
+            out.append(py::make_tuple(entry->description, entry->graph ? entry->graph : py::none()));
+        return out;
+      },
+      "The cache entries of a code object in the order they are checked: (description, graph call or None).");
+  m.def(
       "handled_opcodes",
       [] {
         py::list out;

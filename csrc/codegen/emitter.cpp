@@ -7,6 +7,7 @@
 
 #include "compat/compat.h"
 #include "compat/opargs.h"
+#include "interp/tracer.h"
 
 namespace cdynamo::codegen {
 
@@ -177,6 +178,14 @@ void Emitter::load_inputs(const std::vector<const guards::Source*>& srcs) {
   for (const guards::Source* s : srcs) load_source(*s);
   for (int slot : slots) emit("DELETE_FAST", slot);
   base_slots_.clear();
+}
+
+int Emitter::load_graph_inputs(const interp::Tracer& t) {
+  std::vector<const guards::Source*> srcs;
+  for (size_t i = 0; i < t.inputs.size(); ++i)
+    if (i >= t.lifted_inputs.size() || !t.lifted_inputs[i]) srcs.push_back(t.inputs[i].source.get());
+  load_inputs(srcs);
+  return static_cast<int>(srcs.size());
 }
 
 void Emitter::load_source(const guards::Source& src) {

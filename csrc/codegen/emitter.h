@@ -14,6 +14,10 @@
 #include "bytecode/bytecode.h"
 #include "guards/source.h"
 
+namespace cdynamo::interp {
+class Tracer;
+}  // namespace cdynamo::interp
+
 namespace cdynamo::codegen {
 
 namespace py = pybind11;
@@ -36,6 +40,9 @@ class Emitter {
   // Loads the graph inputs `srcs` in order; a base shared by two or more of them (self._modules['0'])
   // is computed once into a temporary local first, when the code allows new locals.
   void load_inputs(const std::vector<const guards::Source*>& srcs);
+  // load_inputs of the trace's graph inputs but those the guard check hands to the graph call
+  // (t.lifted_inputs); returns how many were loaded.
+  int load_graph_inputs(const interp::Tracer& t);
   void load_const(py::handle value) { emit("LOAD_CONST", const_index(value)); }
 
   // Version-neutral emission (the encodings live in compat/opargs.h).

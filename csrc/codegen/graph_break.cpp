@@ -418,10 +418,7 @@ void BreakEmitter::begin(const std::string& compiled_name, const std::vector<gra
   if (!compiled_name.empty()) {
     tmp = e.add_local("___graph_out");
     e.load_global(compiled_name, true);
-    std::vector<const guards::Source*> srcs;
-    for (const auto& in : t.inputs) srcs.push_back(in.source.get());
-    e.load_inputs(srcs);
-    e.call(static_cast<int>(t.inputs.size()));
+    e.call(e.load_graph_inputs(t));
     e.emit("STORE_FAST", tmp);
   }
   rb.emplace(e, outputs, tmp);

@@ -10,11 +10,7 @@ py::object straight_line(interp::Tracer& t, const std::string& compiled_name,
   Emitter e(t.code);
   e.copy_prefix(t.bc);
   e.load_global(compiled_name, true);
-  std::vector<const guards::Source*> srcs;
-  for (const auto& in : t.inputs) srcs.push_back(in.source.get());
-  e.load_inputs(srcs);
-  int n = static_cast<int>(t.inputs.size());
-  e.call(n);
+  e.call(e.load_graph_inputs(t));
   const interp::ValuePtr& ret = t.return_value;
   bool effects = Rebuilder::has_effects(t);
   if (!effects && ret->is_tensor() && !ret->source && outputs.size() == 1 && outputs[0] == ret->tensor().node) {

@@ -458,6 +458,56 @@ bool GuardSet::check(const FrameView& fv, std::string* why) const {
   return ok;
 }
 
+namespace {
+// Appends the sources' values fetched from the frame (new references); false (nothing appended) if one is missing.
+bool fetch_inputs(const std::vector<SourcePtr>& sources, const FrameView& fv, std::vector<PyObject*>* inputs) {
+  const size_t before = inputs->size();
+  for (const auto& src : sources) {
+    PyObject* v = src->fetch(fv);  // new reference, or nullptr with no error set
+    if (!v) {
+      for (size_t i = before; i < inputs->size(); ++i) Py_DECREF((*inputs)[i]);
+      inputs->resize(before);
+      return false;
+    }
+    inputs->push_back(v);
+  }
+  return true;
+}
+}  // namespace
+
+bool GuardSet::check_inputs(const FrameView& fv, std::vector<PyObject*>* inputs) const {
+  const size_t before = inputs->size();
+  bool ok = tree().check(guards_, fv, inputs);
+  if (verify_tree()) {
+    std::string reason;
+    bool flat = flat_check(fv, &reason);
+    if (flat != ok) {
+      std::fprintf(stderr, "cdynamo: GUARD TREE VERDICT DIFFERS: tree %d, flat %d (%s)\n%s", ok ? 1 : 0, flat ? 1 : 0,
+                   reason.c_str(), tree_text().c_str());
+      if (flat) return fetch_inputs(input_sources_, fv, inputs);  // the flat verdict decides; the tree fetched nothing
+      ok = false;
+    } else if (ok) {  // the handed-out values are what the sources give now (no Python ran since the walk)
+      for (size_t i = 0; i < input_sources_.size(); ++i) {
+        PyObject* v = input_sources_[i]->fetch(fv);  // new reference
+        if (PyErr_Occurred()) PyErr_Clear();
+        if (v != (*inputs)[before + i])
+          std::fprintf(stderr, "cdynamo: GUARD TREE INPUT DIFFERS: %s\n", input_sources_[i]->describe().c_str());
+        Py_XDECREF(v);
+      }
+    }
+  }
+  if (!ok) {
+    for (size_t i = before; i < inputs->size(); ++i) Py_DECREF((*inputs)[i]);
+    inputs->resize(before);
+  }
+  return ok;
+}
+
+void GuardSet::set_input_sources(std::vector<SourcePtr> sources) {
+  input_sources_ = std::move(sources);
+  tree_.reset();  // rebuilt on the next check
+}
+
 bool GuardSet::flat_check(const FrameView& fv, std::string* why) const {
   // Same order and verdicts as evaluating every guard with Guard::check: fast tests only skip guards
   // that would pass.

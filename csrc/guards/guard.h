@@ -80,6 +80,14 @@ class GuardSet {
   // Without `why`: the guard tree (guard_tree.h) decides. With `why`: the guards in order, as a flat list,
   // so the first failing guard of the list is the one named.
   bool check(const FrameView& fv, std::string* why = nullptr) const;
+  // check() by the guard tree that, when it passes, also appends the values of the input sources
+  // (set_input_sources) as the walk fetched them (new references) to *inputs: the graph's lifted inputs, not
+  // looked up again. On failure *inputs is left as it was.
+  bool check_inputs(const FrameView& fv, std::vector<PyObject*>* inputs) const;
+  // Sources whose values check_inputs hands out, in order; each is a node of the tree (with no guard of its own
+  // a missing value fails the check, as every guarded source's does). Replaces any earlier list.
+  void set_input_sources(std::vector<SourcePtr> sources);
+  const std::vector<SourcePtr>& input_sources() const { return input_sources_; }
   // The guards as a tree, one line per source, indented under the source it is read from (CDYNAMO_LOGS=guards).
   std::string tree_text() const;
   // The guards in the order added (the tree reads them).
@@ -110,6 +118,7 @@ class GuardSet {
   mutable std::unique_ptr<GuardTree> tree_;  // owns the nodes and their per-node memo (updated by check())
 
   std::vector<Guard> guards_;
+  std::vector<SourcePtr> input_sources_;  // check_inputs' sources (interned into the tree)
   // "kind|text" of each guard (add's dedup) and "kind|source text" of each guard with a source (has()):
   // hashed, so adding N guards does not describe every earlier guard again (quadratic on big frames).
   std::unordered_set<std::string> texts_;

@@ -187,6 +187,7 @@ GuardTree::GuardTree(const GuardSet& set) {
     n.has_hooks = n.has_hooks || leaf.skip == Skip::Hooks;
     n.leaves.push_back(leaf);
   }
+  for (const auto& s : set.input_sources()) input_nodes_.push_back(intern(s.get()));
   for (Node& n : nodes_) {
     std::stable_sort(n.leaves.begin(), n.leaves.end(), [](const Leaf& a, const Leaf& b) { return a.cost < b.cost; });
     n.leaf_begin = static_cast<uint32_t>(leaves_.size());
@@ -227,7 +228,7 @@ uint32_t GuardTree::intern(const Source* s) {
 
 // The node's value from its parent's (borrowed; nullptr for a root): a new reference or nullptr (missing). *same:
 // proven the object the memo holds. *stamp: the stamp read now (from_ver 0: none), recorded if the node passes.
-PyObject* GuardTree::fetch(Walk& w, Node& n, PyObject* parent, bool parent_same, bool* same, Memo* stamp) const {
+PyObject* GuardTree::fetch(Walk& w, Node& n, PyObject* parent, bool parent_same, bool* same, Stamp* stamp) const {
   const Source& s = *n.source;  // dereferenced on the paths that read afresh
   const Memo& m = n.memo;
   *same = false;
@@ -302,7 +303,7 @@ PyObject* GuardTree::fetch(Walk& w, Node& n, PyObject* parent, bool parent_same,
         uint64_t tver = compat::type_version(type);
         if (tver && m.from_ver == tver && m.from == type) {
           *same = m.value == reinterpret_cast<PyObject*>(type);
-          *stamp = m;
+          *stamp = Stamp{m.from, m.from_ver, m.from2, m.from2_ver};
           Py_INCREF(type);
           return reinterpret_cast<PyObject*>(type);
         }
@@ -321,7 +322,7 @@ PyObject* GuardTree::fetch(Walk& w, Node& n, PyObject* parent, bool parent_same,
         uint64_t tver = compat::type_version(cls);
         if (tver && m.from_ver == tver && m.from == cls && m.value) {
           *same = true;
-          *stamp = m;
+          *stamp = Stamp{m.from, m.from_ver, m.from2, m.from2_ver};
           Py_INCREF(m.value);
           return m.value;  // held by the class's (or a base's) unchanged dict
         }
@@ -343,7 +344,7 @@ PyObject* GuardTree::fetch(Walk& w, Node& n, PyObject* parent, bool parent_same,
       if (dver && m.from_ver && m.from == idict && m.from_ver == dver && m.from2 == type && m.from2_ver == tver &&
           m.value) {
         *same = true;
-        *stamp = m;
+        *stamp = Stamp{m.from, m.from_ver, m.from2, m.from2_ver};
         Py_INCREF(m.value);
         return m.value;  // held by the unchanged instance dict
       }
@@ -375,7 +376,7 @@ PyObject* GuardTree::fetch(Walk& w, Node& n, PyObject* parent, bool parent_same,
   if (stampable && m.from_ver && m.value && m.from == dict && m.from_ver == ver && m.from2 == dict2 &&
       m.from2_ver == ver2) {
     *same = true;
-    *stamp = m;
+    *stamp = Stamp{m.from, m.from_ver, m.from2, m.from2_ver};
     Py_INCREF(m.value);
     return m.value;  // held by the unchanged dict
   }
@@ -404,7 +405,7 @@ struct Busy {
 bool GuardTree::visit(Walk& w, uint32_t id, PyObject* parent, bool parent_same) const {
   Node& n = nodes_[id];
   bool same = false;
-  Memo stamp;
+  Stamp stamp;
   PyObject* v = fetch(w, n, parent, parent_same, &same, &stamp);  // new
   const bool proven = same;  // v is the object the memo held (its children's memos may rely on it)
   if (!v) return false;  // every node has a guard beneath it or a relation over it: all fail on a missing value
@@ -508,7 +509,7 @@ bool GuardTree::check_relation(Walk& w, Relation& r) const {
   return true;
 }
 
-bool GuardTree::check(const std::vector<Guard>& guards, const FrameView& fv) const {
+bool GuardTree::check(const std::vector<Guard>& guards, const FrameView& fv, std::vector<PyObject*>* inputs) const {
   // Global state first once it has failed here (a train / eval or grad-mode switch), else after the walk (an
   // entry for other inputs fails at its first tensor without reading torch's state).
   auto state_ok = [&] {
@@ -528,6 +529,15 @@ bool GuardTree::check(const std::vector<Guard>& guards, const FrameView& fv) con
     if (!check_relation(w, r)) return false;
   for (uint32_t i : generic_guards_)
     if (!guards[i].check(fv, nullptr)) return false;
+  if (inputs) {
+    // Every node was visited and fetched by a passing walk; no Python ran after its fetch that the guards did
+    // not see through (leaves run after the fetch, relations and SHAPE_ENV read the same values).
+    for (uint32_t id : input_nodes_) {
+      PyObject* v = w.values[id];  // owned by the walk
+      Py_INCREF(v);
+      inputs->push_back(v);  // new reference, the caller's
+    }
+  }
   return true;
 }
 

@@ -37,7 +37,9 @@ class GuardTree {
   GuardTree(const GuardTree&) = delete;
   GuardTree& operator=(const GuardTree&) = delete;
   // The verdict of every guard of the set. Never leaves a Python error set.
-  bool check(const std::vector<Guard>& guards, const FrameView& fv) const;
+  // With `inputs`: when every guard passes, the values of the set's input sources (GuardSet::set_input_sources)
+  // as this walk fetched them are appended (new references).
+  bool check(const std::vector<Guard>& guards, const FrameView& fv, std::vector<PyObject*>* inputs = nullptr) const;
   // One line per node, indented under its parent: "local 'self'", "  ._modules", "    ['0']: ID_MATCH, NO_HOOKS".
   std::string text(const std::vector<Guard>& guards) const;
   size_t node_count() const { return nodes_.size(); }
@@ -51,6 +53,14 @@ class GuardTree {
     uint8_t cost;  // 0: pointer compares; 1: a few loads or lookups; 2: a loop over items; 3: may call Python
     Skip skip;
     uint32_t fails = 0;
+  };
+  // Where a value was read now (from_ver 0: nowhere provable): the part of a Memo a fetch fills, kept small (a
+  // visit makes one per node).
+  struct Stamp {
+    const void* from = nullptr;
+    uint64_t from_ver = 0;
+    const void* from2 = nullptr;
+    uint64_t from2_ver = 0;
   };
   // What a node's last passing visit saw. Pointers are identities, dereferenced only once a stamp proves the
   // object is still held where it was read.
@@ -94,7 +104,7 @@ class GuardTree {
   struct Walk;
 
   uint32_t intern(const Source* s);
-  PyObject* fetch(Walk& w, Node& n, PyObject* parent, bool parent_same, bool* same, Memo* stamp) const;
+  PyObject* fetch(Walk& w, Node& n, PyObject* parent, bool parent_same, bool* same, Stamp* stamp) const;
   bool visit(Walk& w, uint32_t id, PyObject* parent, bool parent_same) const;
   bool check_relation(Walk& w, Relation& r) const;
   void text_of(const std::vector<Guard>& guards, uint32_t id, int indent, std::string* out) const;
@@ -103,6 +113,7 @@ class GuardTree {
   mutable std::vector<Leaf> leaves_;  // mutable: failure counts and order change on check()
   std::vector<uint32_t> child_ids_;
   std::vector<uint32_t> roots_;
+  std::vector<uint32_t> input_nodes_;     // the nodes of the set's input sources, in order
   std::vector<uint32_t> state_guards_;    // global state: no source
   mutable uint32_t state_fails_ = 0;      // checks failed on global state (then it is checked first)
   std::vector<uint32_t> generic_guards_;  // SHAPE_ENV and relational guards with a source missing a node

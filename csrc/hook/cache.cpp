@@ -115,6 +115,13 @@ bool entry_serves(const CacheEntry& e, PyObject* cb) {
   return same;
 }
 
+CacheEntry* newest_entry(const CodeExtra* extra) {
+  CacheEntry* best = nullptr;
+  for (const auto& e : extra->entries)
+    if (!best || e->serial > best->serial) best = e.get();
+  return best;
+}
+
 bool continuation_too_deep(PyThreadState* tstate) {
   const int limit = Py_GetRecursionLimit();
   return compat::recursion_headroom(tstate) < std::min(limit / 4, 200);

@@ -3,6 +3,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@ struct CacheEntry {
   PyObject* func_closure = nullptr;  // borrowed identity of the closure `func` holds
   std::vector<std::string> injected;  // names put into `globals` (compiled fns, resume fns)
   int nargs = 0;               // argument slots passed positionally
+  uint64_t serial = 0;         // creation order (entries are kept most recently used first)
   bool warned_rerun = false;   // warned that the graph raised where the frame, run as Python, did not
   std::string description;     // for logs: what the entry does
   // Compiled for this callback and its backend (strong references): another backend's call compiles anew,
@@ -52,6 +54,9 @@ struct CodeExtra {
   std::string last_failure;
   ~CodeExtra();
 };
+
+// The entry created last (the recompile reason names its failing guard), or nullptr.
+CacheEntry* newest_entry(const CodeExtra* extra);
 
 // Continuations nest one frame per graph break (eager runs the function in one frame): below this much
 // headroom a continuation runs as Python, so a chain of breaks never meets a RecursionError eager would not.

@@ -4,6 +4,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <optional>
 
 #include "hook/graph_call.h"
@@ -88,8 +89,12 @@ PyObject* ran_as_python(PyThreadState* tstate, compat::Frame* frame, CacheEntry*
 // Runs the entry's code with the frame's argument slots; the frame itself is either handed to eval_default
 // or released unrun (compat::release_unrun_frame). Returns a new reference or NULL.
 PyObject* run_entry(PyThreadState* tstate, compat::Frame* frame, CacheEntry* e) {
-  if (!e->code || compat::frame_has_object(frame)) return compat::eval_default(tstate, frame, 0);
+  if (!e->code || compat::frame_has_object(frame)) {
+    drop_handed_inputs();
+    return compat::eval_default(tstate, frame, 0);
+  }
   PyObject* r = call_entry(tstate, frame, e);
+  drop_handed_inputs();  // taken by the graph call, unless the code failed before it
   if (r == kRanAsPython) return ran_as_python(tstate, frame, e);
   compat::release_unrun_frame(tstate, frame);
   return r;
@@ -164,13 +169,50 @@ PyObject* eval_library(PyThreadState* tstate, compat::Frame* frame, int throwfla
   return compat::eval_default(tstate, frame, throwflag);
 }
 
+// Whether the entry's guards pass; an entry whose graph takes lifted inputs gets them handed over by the check.
+bool entry_matches(const CacheEntry& e, const guards::FrameView& fv) {
+  if (!e.graph || e.guards.input_sources().empty()) return e.guards.check(fv);
+  std::vector<PyObject*> lifted;  // new references
+  if (!e.guards.check_inputs(fv, &lifted)) return false;
+  hand_inputs(e.graph.ptr(), std::move(lifted));  // taken by the graph call the entry's code starts with
+  return true;
+}
+
+// A new entry runs once without its guards checked (it was just compiled for this frame): its lifted inputs are
+// the check's if it passes, else fetched from their sources as the rewritten code would have loaded them. False if
+// one is missing.
+bool hand_new_entry_inputs(const CacheEntry& e, compat::Frame* frame) {
+  if (!e.graph || e.guards.input_sources().empty()) return true;
+  guards::FrameView fv = frame_view(frame);
+  if (entry_matches(e, fv)) return true;
+  std::vector<PyObject*> values;  // new references
+  for (const auto& s : e.guards.input_sources()) {
+    PyObject* v = s->fetch(fv);  // new reference, or nullptr with no error set
+    if (!v) {
+      for (PyObject* o : values) Py_DECREF(o);
+      return false;
+    }
+    values.push_back(v);
+  }
+  hand_inputs(e.graph.ptr(), std::move(values));
+  return true;
+}
+
 // The first entry of `extra` whose globals and guards fit the frame, held while the caller uses it.
 std::shared_ptr<CacheEntry> find_entry(CodeExtra* extra, compat::Frame* frame, PyObject* cb) {
   if (extra->entries.empty()) return nullptr;
   guards::FrameView fv = frame_view(frame);
   for (size_t i = 0; i < extra->entries.size(); ++i) {  // by index: a guard running Python may append
     std::shared_ptr<CacheEntry> e = extra->entries[i];
-    if (e->globals.ptr() == fv.globals && entry_serves(*e, cb) && e->guards.check(fv)) return e;
+    if (e->globals.ptr() == fv.globals && entry_serves(*e, cb) && entry_matches(*e, fv)) {
+      // Most recently used first, as torch._dynamo orders its entries. Only while no other call (a guard's
+      // Python, another thread, a recursion) is walking this list by index; which entry matches never depends
+      // on the order (every entry's guards are complete), only how many are checked before it.
+      auto& v = extra->entries;
+      if (i > 0 && extra->pins == 1 && i < v.size() && v[i] == e)
+        std::rotate(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(i), v.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      return e;
+    }
   }
   return nullptr;
 }
@@ -232,8 +274,14 @@ PyObject* eval_frame(PyThreadState* tstate, compat::Frame* frame, int throwflag)
     // Another thread may have compiled this code while we waited: its entry may fit.
     e = find_entry(extra, frame, cb);
     if (!e) {
-      CallbackOff off;  // frames run while compiling (shape propagation, fx, the backend) are not captured
-      e = translate(frame, off.callback(), extra);
+      {
+        CallbackOff off;  // frames run while compiling (shape propagation, fx, the backend) are not captured
+        e = translate(frame, off.callback(), extra);
+      }
+      if (e && !hand_new_entry_inputs(*e, frame)) {
+        drop_handed_inputs();
+        return compat::eval_default(tstate, frame, throwflag);  // an input is missing: eager raises where it does
+      }
     }
   }
   if (!e) {

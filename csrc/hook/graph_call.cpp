@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "guards/tensor_match.h"
+#include "hook/rng_state.h"
 #include "hook/state.h"
 
 namespace cdynamo::hook {
@@ -16,6 +17,19 @@ namespace cdynamo::hook {
 namespace {
 
 thread_local PyObject* tl_clean_failure = nullptr;  // identity only, never dereferenced
+
+// The lifted inputs a passing guard check fetched for the GraphCall `graph` (identity only), owned.
+struct HandOff {
+  PyObject* graph = nullptr;
+  std::vector<PyObject*> values;
+};
+thread_local HandOff tl_handoff;
+
+void release(std::vector<PyObject*>& values) {
+  std::vector<PyObject*> dying;
+  dying.swap(values);  // a dying object's finalizer may hand inputs again: the list is detached first
+  for (PyObject* o : dying) Py_DECREF(o);
+}
 
 constexpr int64_t kNotTensor = -1;    // an argument that is not a tensor (nothing to compare)
 constexpr int64_t kUntracked = -2;    // an inference tensor: no version counter, a write cannot be seen
@@ -30,6 +44,8 @@ struct GraphCall {
   PyObject* snap_restore; // strong or NULL
   vectorcallfunc vectorcall;
   GraphErrorPolicy policy;
+  std::vector<int32_t>* plan;  // owned, or NULL: every input is an argument (GraphCallHooks::plan)
+  Py_ssize_t nlifted;          // entries of `plan` >= 0
 };
 
 int64_t version_of(PyObject* arg) {
@@ -53,7 +69,7 @@ bool call_keeping_error(PyObject* fn, PyObject* a, PyObject* b) {
 // After a failed call (error set): whether the inputs and the RNG are as they were before it, putting back
 // the snapshot of written inputs and the RNG state where there are.
 bool failed_cleanly(GraphCall* g, PyObject* const* args, Py_ssize_t n, const int64_t* before, PyObject* rng,
-                    PyObject* argtuple, PyObject* copies) {
+                    CpuRngState* cpu_rng, PyObject* argtuple, PyObject* copies) {
   if (g->policy == GraphErrorPolicy::Propagate || !PyErr_ExceptionMatches(PyExc_Exception)) return false;
   bool restore = false;
   if (before) {
@@ -68,10 +84,11 @@ bool failed_cleanly(GraphCall* g, PyObject* const* args, Py_ssize_t n, const int
     }
   }
   if (restore && !call_keeping_error(g->snap_restore, argtuple, copies)) return false;
+  if (cpu_rng && cpu_rng->saved()) return cpu_rng->restore_keeping_error();
   return !rng || call_keeping_error(g->rng_restore, rng, nullptr);
 }
 
-PyObject* gc_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+PyObject* run_graph(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   auto* g = reinterpret_cast<GraphCall*>(self);
   Py_ssize_t n = PyVectorcall_NARGS(nargsf);
   PyObject* prev = exchange_callback(nullptr);  // new reference (or NULL): frames run by the graph are not captured
@@ -85,7 +102,10 @@ PyObject* gc_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf, Py
   PyObject* rng = nullptr;       // new reference
   PyObject* argtuple = nullptr;  // new reference
   PyObject* copies = nullptr;    // new reference
-  if (g->rng_save) {
+  CpuRngState cpu_rng;  // the CPU generator saved in C++ while no CUDA generator is in use (no Python call)
+  if (g->rng_save && !cuda_rng_in_use()) {
+    ready = cpu_rng.save();
+  } else if (g->rng_save) {
     rng = PyObject_CallNoArgs(g->rng_save);
     ready = rng != nullptr;
   }
@@ -104,7 +124,8 @@ PyObject* gc_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf, Py
     // A graph that switches grad mode (`with torch.no_grad()` inside) and raises half-way must not leave
     // the switched mode behind: eager's `with` would have restored it.
     guards::set_grad_mode_enabled(grad_mode);
-    if (ready && failed_cleanly(g, args, n, before.empty() ? nullptr : before.data(), rng, argtuple, copies))
+    if (ready && failed_cleanly(g, args, n, before.empty() ? nullptr : before.data(), rng, &cpu_rng, argtuple,
+                                copies))
       tl_clean_failure = self;
   }
   Py_XDECREF(rng);
@@ -114,6 +135,30 @@ PyObject* gc_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf, Py
   Py_XDECREF(none);
   Py_XDECREF(prev);
   return result;
+}
+
+// The graph's inputs in order: the call's arguments, with the inputs handed by the guard check spliced in.
+PyObject* gc_vectorcall(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  auto* g = reinterpret_cast<GraphCall*>(self);
+  if (!g->plan) return run_graph(self, args, nargsf, kwnames);
+  const std::vector<int32_t>& plan = *g->plan;
+  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  if (tl_handoff.graph != self || kwnames || static_cast<Py_ssize_t>(tl_handoff.values.size()) != g->nlifted ||
+      nargs != static_cast<Py_ssize_t>(plan.size()) - g->nlifted) {
+    // Only the entry's rewritten code calls this, right after its guard check handed the inputs over.
+    PyErr_SetString(PyExc_RuntimeError, "cdynamo: a compiled graph was called without the inputs its guard check "
+                                        "fetched");
+    return nullptr;
+  }
+  std::vector<PyObject*> lifted;  // owned
+  lifted.swap(tl_handoff.values);
+  tl_handoff.graph = nullptr;
+  std::vector<PyObject*> full(plan.size());  // borrowed: from the caller's arguments and `lifted`
+  Py_ssize_t a = 0;
+  for (size_t i = 0; i < plan.size(); ++i) full[i] = plan[i] < 0 ? args[a++] : lifted[static_cast<size_t>(plan[i])];
+  PyObject* r = run_graph(self, full.data(), full.size(), nullptr);  // new reference
+  release(lifted);
+  return r;
 }
 
 int gc_traverse(PyObject* self, visitproc visit, void* arg) {
@@ -141,6 +186,7 @@ int gc_clear(PyObject* self) {
 void gc_dealloc(PyObject* self) {
   PyObject_GC_UnTrack(self);
   gc_clear(self);
+  delete reinterpret_cast<GraphCall*>(self)->plan;
   Py_TYPE(self)->tp_free(self);
 }
 
@@ -169,7 +215,13 @@ PyObject* gc_get_snapshot(PyObject* self, void*) {
   return r;
 }
 
+PyObject* gc_get_lifted(PyObject* self, void*) {
+  return PyLong_FromSsize_t(reinterpret_cast<GraphCall*>(self)->nlifted);  // new reference
+}
+
 PyGetSetDef gc_getset[] = {
+    {"_lifted_inputs", gc_get_lifted, nullptr, "how many inputs the guard check hands over (not loaded by code)",
+     nullptr},
     {"_fn", gc_get_fn, nullptr, "the backend's compiled callable", nullptr},
     {"_error_policy", gc_get_policy, nullptr, "0 propagate, 1 clean, 2 check input versions", nullptr},
     {"_snapshot_mask", gc_get_snapshot, nullptr, "the inputs copied before each call (bytes) or None", nullptr},
@@ -205,6 +257,9 @@ PyObject* make_graph_call(PyObject* fn, GraphErrorPolicy policy, const GraphCall
   g->snap_restore = hooks.snap_restore;
   g->vectorcall = gc_vectorcall;
   g->policy = policy;
+  g->plan = hooks.plan.empty() ? nullptr : new std::vector<int32_t>(hooks.plan);
+  g->nlifted = 0;
+  for (int32_t k : hooks.plan) g->nlifted += k >= 0 ? 1 : 0;
   PyObject_GC_Track(g);
   return reinterpret_cast<PyObject*>(g);
 }
@@ -216,6 +271,17 @@ bool take_clean_failure(PyObject* graph) {
 }
 
 void clear_clean_failure() { tl_clean_failure = nullptr; }
+
+void hand_inputs(PyObject* graph, std::vector<PyObject*>&& values) {
+  drop_handed_inputs();
+  tl_handoff.values = std::move(values);
+  tl_handoff.graph = graph;
+}
+
+void drop_handed_inputs() {
+  tl_handoff.graph = nullptr;
+  if (!tl_handoff.values.empty()) release(tl_handoff.values);
+}
 
 namespace {
 

@@ -4,6 +4,9 @@
 
 #include <Python.h>
 
+#include <cstdint>
+#include <vector>
+
 namespace cdynamo::hook {
 
 // What a graph call that raises may have changed, decided once per graph at compile time.
@@ -28,6 +31,10 @@ struct GraphCallHooks {
   PyObject* snap_mask = nullptr;
   PyObject* snap_save = nullptr;
   PyObject* snap_restore = nullptr;
+  // Graphs whose inputs read through the frame's objects (self._modules['fc']._parameters['weight']) are not
+  // loaded by the rewritten code: the guard check fetched them (hand_inputs). One entry per graph input: -1, the
+  // next argument of the call; k >= 0, the k-th handed input. Empty: every input is an argument.
+  std::vector<int32_t> plan;
 };
 
 // New reference: a GraphCall running `fn` (borrowed) with this thread's capture off and, if it raises, the
@@ -38,6 +45,11 @@ PyObject* make_graph_call(PyObject* fn, GraphErrorPolicy policy, const GraphCall
 bool take_clean_failure(PyObject* graph);
 // Forgets this thread's record (before running compiled code).
 void clear_clean_failure();
+// Hands `values` (new references, taken over) to the next call of `graph` (borrowed, compared by identity) on this
+// thread: the lifted inputs its entry's passing guard check fetched. Releases any earlier hand-off.
+void hand_inputs(PyObject* graph, std::vector<PyObject*>&& values);
+// Releases a hand-off that no graph call took (the frame ran another way).
+void drop_handed_inputs();
 // Readies the type; call once at module init. Returns -1 with an error set on failure.
 int init_graph_call();
 

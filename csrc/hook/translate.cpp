@@ -38,6 +38,34 @@ py::list module_tensor_inputs(const interp::Tracer& t) {
   return out;
 }
 
+// The graph inputs read through the frame's objects (a source with a base: self._modules['fc']._parameters['weight'])
+// are handed to the graph call by the guard check that fetched them (GuardSet::check_inputs) instead of being loaded
+// again by the rewritten code: marks them in t.lifted_inputs and returns the GraphCall's plan (graph_call.h).
+std::vector<int32_t> lift_inputs(interp::Tracer& t) {
+  std::vector<int32_t> plan;
+  t.lifted_inputs.assign(t.inputs.size(), 0);
+  int32_t k = 0;
+  for (size_t i = 0; i < t.inputs.size(); ++i) {
+    const guards::Source* s = t.inputs[i].source.get();
+    bool lift = s && s->base;
+    t.lifted_inputs[i] = lift ? 1 : 0;
+    plan.push_back(lift ? k++ : -1);
+  }
+  if (k == 0) {
+    plan.clear();
+    t.lifted_inputs.clear();
+  }
+  return plan;
+}
+
+// The sources of the lifted inputs, in order (GuardSet::set_input_sources).
+std::vector<guards::SourcePtr> lifted_sources(const interp::Tracer& t) {
+  std::vector<guards::SourcePtr> out;
+  for (size_t i = 0; i < t.lifted_inputs.size(); ++i)
+    if (t.lifted_inputs[i]) out.push_back(t.inputs[i].source);
+  return out;
+}
+
 int g_compiled_counter = 0;
 int g_resume_counter = 0;
 
@@ -165,7 +193,11 @@ std::shared_ptr<CacheEntry> add_entry(CodeExtra* extra, compat::Frame* frame, gu
   e->guards = std::move(guards);
   e->globals = py::reinterpret_borrow<py::object>(compat::frame_globals(frame));
   e->nargs = compat::code_total_args(compat::frame_code(frame));
-  extra->entries.push_back(e);
+  static uint64_t serial = 0;
+  e->serial = ++serial;
+  // First, as the most recently used, unless another call walks the list by index now (eval_frame.cpp's find_entry).
+  if (extra->pins <= 1) extra->entries.insert(extra->entries.begin(), e);
+  else extra->entries.push_back(e);
   return e;
 }
 
@@ -359,7 +391,7 @@ std::optional<EntryPtr> admit_recompile(FrameCompile& c) {
   }
   // Why did the newest entry not match? (reported as the recompile reason)
   std::string why;
-  extra->entries.back()->guards.check(frame_view(c.frame), &why);
+  newest_entry(extra)->guards.check(frame_view(c.frame), &why);
   extra->last_failure = why;
   py::dict info = base_info(c.code);
   info["reason"] = why;
@@ -538,6 +570,7 @@ std::optional<EntryPtr> compile_graph(FrameCompile& c) {
     hooks.snap_save = services.graph_save_inputs.ptr();  // borrowed: the services hold them for the process
     hooks.snap_restore = services.graph_restore_inputs.ptr();
   }
+  hooks.plan = lift_inputs(t);
   PyObject* call = make_graph_call(compiled.ptr(), static_cast<GraphErrorPolicy>(policy[0].cast<int>()),
                                    hooks);  // new reference
   if (!call) throw py::error_already_set();
@@ -590,6 +623,7 @@ EntryPtr publish(FrameCompile& c, const py::object& new_code, const std::vector<
   }
   if (has_graph) c.extra->had_graph = true;
   if (t.dynamic()) add_shape_guards(t);
+  if (has_graph) t.guards.set_input_sources(lifted_sources(t));
   py::list guard_list = c.text ? guard_strings(t.guards) : py::list();
   std::string guard_tree = c.text ? t.guards.tree_text() : std::string();
   EntryPtr e = c.entry(c.is_break() ? "graph break" : "graph " + c.name);

@@ -42,7 +42,9 @@ std::string pending_module_filing(const std::vector<AttrStore>& stores, py::hand
 ValuePtr bound_method(Tracer& t, const ValuePtr& self, py::handle func, const std::string& name) {
   SourcePtr fsrc = guards::Source::attr(guards::Source::attr(self->source, "__class__"), name);
   ValuePtr f = t.wrap(func, fsrc);
-  return Value::bound_method(f->obj, fsrc, self, name);
+  // The function's value may be the one first read through another source (Tracer::wrap: one value per function
+  // pinned by identity); its source then names where its closure and defaults are guarded.
+  return Value::bound_method(f->obj, f->source ? f->source : fsrc, self, name);
 }
 
 }  // namespace

@@ -1002,12 +1002,29 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
   // A plain instance of a Python class: its type now, its identity on first use (Tracer::realize), so an
   // object made anew on each call that the trace only moves (a result passed on to a continuation, a value
   // returned) does not recompile. Anything else: pinned by identity (attribute reads add their own guards).
+  if (lazy_identity(value)) {
+    // One instance seen through two sources (a config every layer holds) is one value: the second source is
+    // guarded to hold the same object, and everything the trace reads from it is guarded once, through the first.
+    auto seen = frame_objects.find(v);
+    if (seen != frame_objects.end()) {
+      guards.add(guards::same_object(seen->second->source, src));
+      return seen->second;
+    }
+  }
   ValuePtr out = Value::object(py::reinterpret_borrow<py::object>(value), src);
   if (lazy_identity(value)) {
     guards.add(guards::type_match(src, v));
     out->pending_id = std::make_shared<guards::Guard>(guards::id_match(src, v));
+    frame_objects[v] = out;
   } else {
     guards.add(guards::id_match(src, v));
+    if (PyFunction_Check(v) || PyType_Check(v)) {
+      // A function or class pinned by identity through a second source (every layer's `type(layer).forward`):
+      // the value of the first, so what the trace reads from it (closure cells, defaults) is guarded once.
+      auto seen = frame_objects.find(v);
+      if (seen != frame_objects.end()) return seen->second;
+      frame_objects[v] = out;
+    }
   }
   return out;
 }

@@ -164,6 +164,9 @@ class Tracer : public Frame {
   graph::Graph graph;
   guards::GuardSet guards;
   std::vector<Input> inputs;
+  // Per input (set by translate before codegen): 1 if the graph call gets it from the guard check (a source read
+  // through the frame's objects), so the rewritten code does not load it.
+  std::vector<char> lifted_inputs;
   std::vector<AttrStore> attr_stores;  // pending `obj.name = value` side effects, in program order
   // Lists, dicts and sets from the frame (with a Source and `obj`) whose contents the trace changed, in
   // first-change order: codegen writes their final contents back into the real objects after the graph.
@@ -171,6 +174,8 @@ class Tracer : public Frame {
   // The value of each list / dict / set object read from the frame: one object seen through two sources
   // (an argument and a global) is one value, so a change made through one is seen through the other.
   std::unordered_map<PyObject*, ValuePtr> frame_containers;
+  // The same for plain Python instances (lazy identity): one object read through two sources is one value.
+  std::unordered_map<PyObject*, ValuePtr> frame_objects;
   bool conditional_break = false;    // Break on POP_JUMP_*_IF_TRUE/FALSE of a tensor (top of stack)
   int steps = 0;                     // jumps taken (bounds loops unrolled at trace time)
   // Whether a container of the frame (or an item of an object) was written in this trace: from then on an
