@@ -60,11 +60,15 @@ def _as_dynamo_graph(gm):
 @register_backend(name="inductor")
 def inductor(gm, example_inputs, config_patches=None):
     """TorchInductor's compile_fx (C++/OpenMP kernels on CPU)."""
+    from . import _inductor_prefetch
+
+    _inductor_prefetch.start(example_inputs)  # inductor's per-process CPU probes, beside the import below
     from torch._inductor.compile_fx import compile_fx
 
     _as_dynamo_graph(gm)
     kwargs = {"config_patches": config_patches} if config_patches else {}
     context = _tracing_context(gm, example_inputs)
+    _inductor_prefetch.wait()
     if isinstance(context, contextlib.nullcontext):
         return compile_fx(gm, example_inputs, **kwargs)
     try:
