@@ -347,3 +347,28 @@ def test_inductor_inference_graph_uses_inductors_caches(cdynamo_reset, tmp_path,
     fx = counters["inductor"]
     assert fx["fxgraph_cache_bypass"] == 0
     assert fx["fxgraph_cache_miss"] + fx["fxgraph_cache_hit"] >= 1
+
+
+def test_inductor_training_graph_uses_inductors_caches(cdynamo_reset, tmp_path, monkeypatch):
+    # A static-shape training graph (parameters that require grad, grad mode on) reaches AOTAutograd's cache and
+    # inductor's FX graph cache too (a miss or a hit, never a bypass); outputs and gradients equal eager's.
+    import copy
+    import torch
+    import cdynamo
+    from torch._dynamo.utils import counters
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    counters.clear()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    ref = copy.deepcopy(model)
+    x = torch.randn(4, 8)
+    got = cdynamo.optimize("inductor")(model)(x)
+    want = ref(x)
+    assert torch.allclose(got, want, atol=1e-6)
+    got.sum().backward()
+    want.sum().backward()
+    assert all(torch.allclose(a.grad, b.grad, atol=1e-6) for a, b in zip(model.parameters(), ref.parameters()))
+    aot, fx = counters["aot_autograd"], counters["inductor"]
+    assert aot["autograd_cache_bypass"] == 0 and fx["fxgraph_cache_bypass"] == 0
+    assert aot["autograd_cache_miss"] + aot["autograd_cache_hit"] == 1
+    assert fx["fxgraph_cache_miss"] + fx["fxgraph_cache_hit"] == 2  # the forward and the backward graph
