@@ -347,6 +347,11 @@ def test_inductor_inference_graph_uses_inductors_caches(cdynamo_reset, tmp_path,
     fx = counters["inductor"]
     assert fx["fxgraph_cache_bypass"] == 0
     assert fx["fxgraph_cache_miss"] + fx["fxgraph_cache_hit"] >= 1
+    # inductor's CPU vector-ISA probe ran in cdynamo's thread (backends/_inductor_prefetch.py), done before compile_fx
+    from cdynamo.backends import _inductor_prefetch
+    from torch._inductor import cpu_vec_isa
+    assert _inductor_prefetch._thread is not None and not _inductor_prefetch._thread.is_alive()
+    assert cpu_vec_isa.valid_vec_isa_list.cache_info().currsize == 1
 
 
 def test_inductor_training_graph_uses_inductors_caches(cdynamo_reset, tmp_path, monkeypatch):
