@@ -1,9 +1,10 @@
 # bench_cold_start.py — owns the cold- and warm-start measurements: first compiled result in a fresh process
 # (cdynamo vs torch._dynamo / torch.compile; eager, aot_eager, inductor), `import cdynamo` cost, and a second
-# process's first inductor call on warm inductor caches (timm resnet18, an HF BERT with a small config).
+# process's first inductor call on warm inductor caches (timm resnet18, an HF BERT with a small config), in
+# inference and (--train) training.
 """Every sample is a fresh interpreter; cdynamo and torch runs alternate; the tables show medians.
 
-    python benchmarks/bench_cold_start.py [--repeats N] [--model-repeats M] [--skip-models]
+    python benchmarks/bench_cold_start.py [--repeats N] [--model-repeats M] [--skip-models] [--skip-first] [--train]
 
 Timings start after `import torch` (the frontend's own import is included) and end when the first compiled call
 returns. For the warm start, a first process compiles the model with inductor into an empty
@@ -32,6 +33,24 @@ def fn(x, y):
 x, y = torch.randn(64, 64), torch.randn(64, 64)
 """
 
+_CONVNET = """
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 16, 3, padding=1, bias=False)
+        self.bn = torch.nn.BatchNorm2d(16)
+        self.conv2 = torch.nn.Conv2d(16, 16, 3, stride=2, padding=1, groups=4)
+        self.ln = torch.nn.LayerNorm(16)
+        self.fc = torch.nn.Linear(16, 10)
+    def forward(self, x):
+        h = torch.relu(self.bn(self.conv(x)))
+        h = torch.nn.functional.adaptive_avg_pool2d(self.conv2(h), 1).flatten(1)
+        return self.fc(self.ln(h))
+torch.manual_seed(0)
+fn = Net().eval()
+x = torch.randn(2, 3, 32, 32)
+"""
+
 _CHILD = """
 import json, os, sys, time, warnings
 warnings.simplefilter("ignore")
@@ -44,6 +63,11 @@ print("RESULT " + json.dumps(out))
 _FIRST = {
     "cdynamo": "import cdynamo\n" + _FN + "r = cdynamo.optimize({backend!r})(fn)(x, y)\n",
     "torch": "import torch._dynamo\n" + _FN + "r = torch.compile(fn, backend={backend!r})(x, y)\n",
+}
+
+_FIRST_CONVNET = {
+    "cdynamo": "import cdynamo\n" + _CONVNET + "r = cdynamo.optimize({backend!r})(fn)(x)\n",
+    "torch": "import torch._dynamo\n" + _CONVNET + "r = torch.compile(fn, backend={backend!r})(x)\n",
 }
 
 _IMPORT = {
@@ -80,10 +104,13 @@ _MODEL_COMPILE = {
 }
 
 _MODEL_TAIL = """
+model.train({train})
 t0 = time.perf_counter()
 {compile}
-with torch.no_grad():
+with torch.set_grad_enabled({train}):
     r = opt(*inputs, **kwargs)
+    if {train}:  # training: the first gradients (the backward graph compiles or loads too)
+        (r if isinstance(r, torch.Tensor) else r[0]).float().sum().backward()
 first = time.perf_counter() - t0
 from torch._dynamo.utils import counters
 hits = {{k: dict(v) for k, v in counters.items() if k in ("inductor", "aot_autograd")}}
@@ -106,7 +133,11 @@ def _child(body, env=None):
 
 
 def first_call(frontend, backend, cache_dir):
-    body = _FIRST[frontend].format(backend=backend) + \
+    if backend.endswith("/convnet"):
+        body = _FIRST_CONVNET[frontend].format(backend=backend.split("/")[0])
+    else:
+        body = _FIRST[frontend].format(backend=backend)
+    body += \
         "out = {'ms': (time.perf_counter() - t0) * 1000, 'heavy': sorted(m for m in " \
         "('torch._dynamo', 'torch._inductor', 'torch._functorch.aot_autograd', 'sympy') if m in sys.modules)}\n"
     return _child(body, {"TORCHINDUCTOR_CACHE_DIR": cache_dir})
@@ -116,8 +147,8 @@ def import_cost(frontend):
     return _child(_IMPORT[frontend] + "out = {'ms': (time.perf_counter() - t0) * 1000}\n")
 
 
-def model_first(frontend, model, cache_dir):
-    body = _MODELS[model] + _MODEL_TAIL.format(compile=_MODEL_COMPILE[frontend])
+def model_first(frontend, model, cache_dir, train=False):
+    body = _MODELS[model] + _MODEL_TAIL.format(compile=_MODEL_COMPILE[frontend], train=train)
     return _child(body, {"TORCHINDUCTOR_CACHE_DIR": cache_dir})
 
 
@@ -129,16 +160,7 @@ def _load():
     return "load average %.2f %.2f %.2f" % os.getloadavg()
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--model-repeats", type=int, default=1)
-    ap.add_argument("--backends", default="eager,aot_eager,inductor")
-    ap.add_argument("--skip-models", action="store_true")
-    ap.add_argument("--models", default="resnet18,bert")
-    args = ap.parse_args()
-    print(f"# bench_cold_start ({_load()}, python {sys.version.split()[0]})")
-
+def _first_tables(args):
     rows = {}
     for _ in range(args.repeats):
         for fe in ("cdynamo", "torch"):
@@ -147,8 +169,8 @@ def main():
           f"import cdynamo {_median(rows[('import', 'cdynamo')]):.1f}, "
           f"import torch._dynamo {_median(rows[('import', 'torch')]):.1f}")
 
-    print(f"\nfirst compiled result after `import torch`, 3-op function (median of {args.repeats}, ms; {_load()})")
-    print(f"{'backend':10s} {'cdynamo':>10s} {'torch':>10s} {'speedup':>8s}  heavy modules after (cdynamo)")
+    print(f"\nfirst compiled result after `import torch`, 3-op function (`/convnet`: a conv/bn/ln net; median of {args.repeats}, ms; {_load()})")
+    print(f"{'backend':14s} {'cdynamo':>10s} {'torch':>10s} {'speedup':>8s}  heavy modules after (cdynamo)")
     for backend in args.backends.split(","):
         heavy = None
         for i in range(args.repeats):
@@ -163,11 +185,27 @@ def main():
                 if fe == "cdynamo":
                     heavy = r["heavy"]
         c, t = _median(rows[(backend, "cdynamo")]), _median(rows[(backend, "torch")])
-        print(f"{backend:10s} {c:10.1f} {t:10.1f} {t / c:7.1f}x  {heavy}", flush=True)
+        print(f"{backend:14s} {c:10.1f} {t:10.1f} {t / c:7.1f}x  {heavy}", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--model-repeats", type=int, default=1)
+    ap.add_argument("--backends", default="eager,eager/convnet,aot_eager,inductor")
+    ap.add_argument("--skip-models", action="store_true")
+    ap.add_argument("--skip-first", action="store_true", help="only the models' cold/warm table")
+    ap.add_argument("--train", action="store_true", help="models in training mode: time to the first gradients")
+    ap.add_argument("--models", default="resnet18,bert")
+    args = ap.parse_args()
+    print(f"# bench_cold_start ({_load()}, python {sys.version.split()[0]})")
+
+    if not args.skip_first:
+        _first_tables(args)
 
     if args.skip_models:
         return
-    print(f"\ninductor, a model's first call in a fresh process: cold (empty cache dir) and warm (second process, "
+    print(f"\ninductor, a model's first {'gradients' if args.train else 'call'} in a fresh process: cold (empty cache dir) and warm (second process, "
           f"same cache dir); median of {args.model_repeats}, ms; {_load()}")
     print(f"{'model':9s} {'frontend':8s} {'cold':>9s} {'warm':>9s}  warm-process cache counters")
     for model in args.models.split(","):
@@ -176,8 +214,8 @@ def main():
             for fe in ("cdynamo", "torch"):
                 d = tempfile.mkdtemp(prefix="cd-warm-")
                 try:
-                    cold = model_first(fe, model, d)
-                    warm = model_first(fe, model, d)
+                    cold = model_first(fe, model, d, args.train)
+                    warm = model_first(fe, model, d, args.train)
                 finally:
                     shutil.rmtree(d, ignore_errors=True)
                 res.setdefault(fe, []).append((cold["ms"], warm["ms"], warm["counters"]))
@@ -187,6 +225,8 @@ def main():
             cnt = res[fe][-1][2]
             keep = {f"{g}.{k}": v for g, d in cnt.items() for k, v in d.items() if "hit" in k or "miss" in k}
             print(f"{model:9s} {fe:8s} {cold:9.0f} {warm:9.0f}  {keep}", flush=True)
+        ratio = _median([r[1] for r in res["torch"]]) / _median([r[1] for r in res["cdynamo"]])
+        print(f"{model:9s} warm first call: torch.compile / cdynamo = {ratio:.2f}x", flush=True)
     print(f"\n({_load()})")
 
 

@@ -7,15 +7,17 @@ the first graph of a fresh process. ATen's C++ Meta kernel computes the same out
 kernel's meta function, which the CPU kernel itself runs); an op whose only C++ kernel for Meta is a composite one
 (CompositeExplicitAutograd: convolution, native_layer_norm, embedding, ...) runs that, as the dispatcher would
 without the Python registration, its own aten calls coming back to this mode. A pointwise op with per-device kernels only (relu, where,
-hardtanh) runs its CPU kernel on zeros of the same metadata (its output metadata never depends on values). Other
-ops without a C++ kernel for Meta (native_batch_norm, var_mean, _adaptive_avg_pool2d, ...), tensors that are not
-all meta, and calls made under a user's own dispatch mode dispatch exactly as before.
+hardtanh) runs its CPU kernel on zeros of the same metadata (its output metadata never depends on values).
+convolution, native_batch_norm and var_mean (no C++ Meta kernel; Python ones that import sympy) get their
+metadata from cdynamo._aten_shapes. Other ops without a C++ kernel for Meta (_adaptive_avg_pool2d, ...), tensors
+that are not all meta, and calls made under a user's own dispatch mode dispatch exactly as before.
 """
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from torch.utils._pytree import tree_flatten as _tree_flatten, tree_unflatten as _tree_unflatten
 
+from ._aten_shapes import SHAPES as _SHAPES
 from ._core import C
 
 
@@ -39,6 +41,13 @@ class _AtenMetaMode(TorchDispatchMode):
                 r = _call(func, args, kwargs)
         elif kind == 3:  # pointwise with CPU kernels only (relu, where, hardtanh, ...)
             r = _pointwise_on_zeros(func, args, kwargs)
+        elif kind == 4:  # no C++ Meta kernel, a Python one that imports sympy: cdynamo._aten_shapes
+            fn, reenter = _SHAPES[func]
+            if reenter:
+                with _AtenMetaMode():
+                    r = fn(*args, **kwargs)
+            else:
+                r = fn(*args, **kwargs)
         else:
             return func(*args, **kwargs)
         if r is NotImplemented:  # not all tensors meta, or the kernel refused: as before
@@ -54,6 +63,8 @@ _stack_len = torch._C._len_torch_dispatch_stack
 
 
 def _kind_of(func):
+    if func in _SHAPES:
+        return 4
     kind = _kind(func)
     if (kind == 0 and func.namespace == "aten" and torch.Tag.pointwise in func.tags
             and torch.Tag.nondeterministic_seeded not in func.tags and not func._schema.is_mutable

@@ -60,11 +60,15 @@ def _as_dynamo_graph(gm):
 @register_backend(name="inductor")
 def inductor(gm, example_inputs, config_patches=None):
     """TorchInductor's compile_fx (C++/OpenMP kernels on CPU)."""
+    from . import _inductor_prefetch
+
+    _inductor_prefetch.start(example_inputs)  # inductor's per-process CPU probes, beside the import below
     from torch._inductor.compile_fx import compile_fx
 
     _as_dynamo_graph(gm)
     kwargs = {"config_patches": config_patches} if config_patches else {}
     context = _tracing_context(gm, example_inputs)
+    _inductor_prefetch.wait()
     if isinstance(context, contextlib.nullcontext):
         return compile_fx(gm, example_inputs, **kwargs)
     try:
@@ -78,20 +82,21 @@ def inductor(gm, example_inputs, config_patches=None):
 
 
 def _tracing_context(gm, example_inputs):
-    """torch's tracing context around an inductor compile of a static-shape inference graph, as torch.compile has one:
+    """torch's tracing context around an inductor compile of a static-shape graph (inference or training), as
+    torch.compile has one:
     inductor's FX graph cache and AOTAutograd's cache read the ShapeEnv of its fake mode and bypass themselves
     without one ("No shape env"), so a second process would compile everything again. Its fake mode is a new one
-    whose ShapeEnv sees static shapes only. A training graph, a graph with Python number inputs, with symbolic shapes (its placeholders' example values are
-    fake tensors or symbols of cdynamo's own ShapeEnv), or a caller's active context: left as they are."""
+    whose ShapeEnv sees static shapes only. A graph with Python number inputs, with symbolic shapes (its placeholders'
+    example values are fake tensors or symbols of cdynamo's own ShapeEnv), or a caller's active context: left as
+    they are. A compile that fails under the context is done again without it (``inductor``)."""
     import torch
     from torch._guards import TracingContext, detect_fake_mode, tracing
     from torch._subclasses.fake_tensor import FakeTensor
 
     if (TracingContext.try_get() is not None or detect_fake_mode(example_inputs) is not None
-            or not all(isinstance(x, torch.Tensor) for x in example_inputs)
-            or (torch.is_grad_enabled() and any(x.requires_grad for x in example_inputs))):
-        # A Python number input (aot_autograd would make it a symbol), or a training graph: aot_autograd's joint
-        # trace under a ShapeEnv meets symbols cdynamo's graph does not declare (tensorify_python_scalars).
+            or not all(isinstance(x, torch.Tensor) for x in example_inputs)):
+        # A Python number input: aot_autograd would make it a symbol cdynamo's graph does not declare
+        # (tensorify_python_scalars).
         return contextlib.nullcontext()
     for node in gm.graph.nodes:
         if node.op != "placeholder":
