@@ -263,109 +263,8 @@ PyObject* GuardTree::fetch(Walk& w, Node& n, PyObject* parent, bool parent_same,
       }
       return v;
     }
-    case Source::Kind::Attr:
-      if (!parent) return nullptr;
-      if (PyFunction_Check(parent) || PyCell_Check(parent)) {
-        // Functions and cells (neither can be subclassed): their data descriptors read a field, and an instance
-        // __dict__ never shadows one. A function's __closure__ never changes: proven with the function.
-        const FieldNames& f = field_names();
-        PyObject* v = nullptr;  // borrowed
-        bool field = true;
-        if (PyCell_Check(parent)) {
-          if (n.name_obj == f.cell_contents) v = PyCell_GET(parent);
-          else field = false;
-        } else if (n.name_obj == f.closure) {
-          v = PyFunction_GET_CLOSURE(parent);
-          if (!v) v = Py_None;
-          *same = parent_same && m.value == v && m.from_ver == kTupleItem && m.from == parent;
-          stamp->from = parent;
-          stamp->from_ver = parent_same ? kTupleItem : 0;
-        } else if (n.name_obj == f.code) {
-          v = PyFunction_GET_CODE(parent);
-        } else if (n.name_obj == f.defaults) {
-          v = PyFunction_GET_DEFAULTS(parent);
-          if (!v) v = Py_None;
-        } else if (n.name_obj == f.name) {
-          v = reinterpret_cast<PyFunctionObject*>(parent)->func_name;
-        } else {
-          field = false;
-        }
-        if (field) {
-          Py_XINCREF(v);
-          return v;  // new reference, or nullptr (an empty cell)
-        }
-        return s.fetch_step(w.fv, parent);
-      }
-      if (n.name_obj == class_name()) {  // both interned: equal names are one object
-        // obj.__class__ is type(obj) while the class keeps object's __class__ descriptor and object's
-        // __getattribute__ (both fixed while the class's version is); a stamp (class, version) proves the same class.
-        PyTypeObject* type = Py_TYPE(parent);
-        uint64_t tver = compat::type_version(type);
-        if (tver && m.from_ver == tver && m.from == type) {
-          *same = m.value == reinterpret_cast<PyObject*>(type);
-          *stamp = Stamp{m.from, m.from_ver, m.from2, m.from2_ver};
-          Py_INCREF(type);
-          return reinterpret_cast<PyObject*>(type);
-        }
-        PyObject* v = s.fetch_step(w.fv, parent);  // new
-        if (v == reinterpret_cast<PyObject*>(type) && tver && compat::type_version(type) == tver &&
-            _PyType_Lookup(type, class_name()) == object_class_descriptor() && generic_getattribute(type)) {
-          stamp->from = type;
-          stamp->from_ver = tver;
-        }
-        return v;
-      }
-      if (PyType_CheckExact(parent)) {
-        // An attribute of a class whose metaclass is `type`: the function its MRO holds (a plain function's
-        // __get__(None, cls) is itself), fixed while the class's version is.
-        auto* cls = reinterpret_cast<PyTypeObject*>(parent);
-        uint64_t tver = compat::type_version(cls);
-        if (tver && m.from_ver == tver && m.from == cls && m.value) {
-          *same = true;
-          *stamp = Stamp{m.from, m.from_ver, m.from2, m.from2_ver};
-          Py_INCREF(m.value);
-          return m.value;  // held by the class's (or a base's) unchanged dict
-        }
-        PyObject* v = s.fetch_step(w.fv, parent);  // new
-        if (v && tver && PyFunction_Check(v) && compat::type_version(cls) == tver &&
-            _PyType_Lookup(cls, s.name_obj) == v && !_PyType_Lookup(&PyType_Type, s.name_obj)) {
-          stamp->from = cls;
-          stamp->from_ver = tver;
-        }
-        return v;
-      }
-      [[fallthrough]];
-    case Source::Kind::GenericAttr: {
-      if (!parent) return nullptr;
-      PyTypeObject* type = Py_TYPE(parent);
-      uint64_t tver = compat::type_version(type);
-      PyObject* idict = tver ? compat::versioned_instance_dict(parent) : nullptr;  // borrowed
-      uint64_t dver = compat::dict_version(idict);
-      if (dver && m.from_ver && m.from == idict && m.from_ver == dver && m.from2 == type && m.from2_ver == tver &&
-          m.value) {
-        *same = true;
-        *stamp = Stamp{m.from, m.from_ver, m.from2, m.from2_ver};
-        Py_INCREF(m.value);
-        return m.value;  // held by the unchanged instance dict
-      }
-      PyObject* v = s.fetch_step(w.fv, parent);  // new (may run Python: a property, __getattr__)
-      // Recorded only if the attribute is the instance dict's item: object's __getattribute__, no data
-      // descriptor of that name on the class (both fixed while the class's version is), dict unchanged since.
-      if (v && dver && compat::type_version(type) == tver && Py_TYPE(parent) == type &&
-          compat::dict_version(idict) == dver &&
-          (s.kind == Source::Kind::GenericAttr || generic_getattribute(type))) {
-        PyObject* descr = _PyType_Lookup(type, s.name_obj);  // borrowed
-        PyObject* item = PyDict_GetItemWithError(idict, s.name_obj);  // borrowed
-        if (!item) PyErr_Clear();
-        if (item == v && !(descr && Py_TYPE(descr)->tp_descr_set)) {
-          stamp->from = idict;
-          stamp->from_ver = dver;
-          stamp->from2 = type;
-          stamp->from2_ver = tver;
-        }
-      }
-      return v;
-    }
+    case Source::Kind::Attr: return fetch_attr(w, n, parent, parent_same, same, stamp);
+    case Source::Kind::GenericAttr: return fetch_generic_attr(w, n, parent, same, stamp);
     default:  // locals, closure cells, sequence items: one load, nothing to memoize
       return s.fetch_step(w.fv, parent);
   }
@@ -388,6 +287,116 @@ PyObject* GuardTree::fetch(Walk& w, Node& n, PyObject* parent, bool parent_same,
     stamp->from2_ver = ver2;
   }
   return v;
+}
+
+PyObject* GuardTree::fetch_attr(Walk& w, Node& n, PyObject* parent, bool parent_same, bool* same, Stamp* stamp) const {
+  const Source& s = *n.source;
+  const Memo& m = n.memo;
+  if (!parent) return nullptr;
+  if (PyFunction_Check(parent) || PyCell_Check(parent)) {
+    // Functions and cells (neither can be subclassed): their data descriptors read a field, and an instance
+    // __dict__ never shadows one. A function's __closure__ never changes: proven with the function.
+    const FieldNames& f = field_names();
+    PyObject* v = nullptr;  // borrowed
+    bool field = true;
+    if (PyCell_Check(parent)) {
+      if (n.name_obj == f.cell_contents) v = PyCell_GET(parent);
+      else field = false;
+    } else if (n.name_obj == f.closure) {
+      v = PyFunction_GET_CLOSURE(parent);
+      if (!v) v = Py_None;
+      *same = parent_same && m.value == v && m.from_ver == kTupleItem && m.from == parent;
+      stamp->from = parent;
+      stamp->from_ver = parent_same ? kTupleItem : 0;
+    } else if (n.name_obj == f.code) {
+      v = PyFunction_GET_CODE(parent);
+    } else if (n.name_obj == f.defaults) {
+      v = PyFunction_GET_DEFAULTS(parent);
+      if (!v) v = Py_None;
+    } else if (n.name_obj == f.name) {
+      v = reinterpret_cast<PyFunctionObject*>(parent)->func_name;
+    } else {
+      field = false;
+    }
+    if (field) {
+      Py_XINCREF(v);
+      return v;  // new reference, or nullptr (an empty cell)
+    }
+    return s.fetch_step(w.fv, parent);
+  }
+  if (n.name_obj == class_name()) {  // both interned: equal names are one object
+    // obj.__class__ is type(obj) while the class keeps object's __class__ descriptor and object's
+    // __getattribute__ (both fixed while the class's version is); a stamp (class, version) proves the same class.
+    PyTypeObject* type = Py_TYPE(parent);
+    uint64_t tver = compat::type_version(type);
+    if (tver && m.from_ver == tver && m.from == type) {
+      *same = m.value == reinterpret_cast<PyObject*>(type);
+      *stamp = Stamp{m.from, m.from_ver, m.from2, m.from2_ver};
+      Py_INCREF(type);
+      return reinterpret_cast<PyObject*>(type);
+    }
+    PyObject* v = s.fetch_step(w.fv, parent);  // new
+    if (v == reinterpret_cast<PyObject*>(type) && tver && compat::type_version(type) == tver &&
+        _PyType_Lookup(type, class_name()) == object_class_descriptor() && generic_getattribute(type)) {
+      stamp->from = type;
+      stamp->from_ver = tver;
+    }
+    return v;
+  }
+  if (PyType_CheckExact(parent)) {
+    // An attribute of a class whose metaclass is `type`: the function its MRO holds (a plain function's
+    // __get__(None, cls) is itself), fixed while the class's version is.
+    auto* cls = reinterpret_cast<PyTypeObject*>(parent);
+    uint64_t tver = compat::type_version(cls);
+    if (tver && m.from_ver == tver && m.from == cls && m.value) {
+      *same = true;
+      *stamp = Stamp{m.from, m.from_ver, m.from2, m.from2_ver};
+      Py_INCREF(m.value);
+      return m.value;  // held by the class's (or a base's) unchanged dict
+    }
+    PyObject* v = s.fetch_step(w.fv, parent);  // new
+    if (v && tver && PyFunction_Check(v) && compat::type_version(cls) == tver &&
+        _PyType_Lookup(cls, s.name_obj) == v && !_PyType_Lookup(&PyType_Type, s.name_obj)) {
+      stamp->from = cls;
+      stamp->from_ver = tver;
+    }
+    return v;
+  }
+  return fetch_generic_attr(w, n, parent, same, stamp);
+}
+
+PyObject* GuardTree::fetch_generic_attr(Walk& w, Node& n, PyObject* parent, bool* same, Stamp* stamp) const {
+  const Source& s = *n.source;
+  const Memo& m = n.memo;
+if (!parent) return nullptr;
+PyTypeObject* type = Py_TYPE(parent);
+uint64_t tver = compat::type_version(type);
+PyObject* idict = tver ? compat::versioned_instance_dict(parent) : nullptr;  // borrowed
+uint64_t dver = compat::dict_version(idict);
+if (dver && m.from_ver && m.from == idict && m.from_ver == dver && m.from2 == type && m.from2_ver == tver &&
+    m.value) {
+  *same = true;
+  *stamp = Stamp{m.from, m.from_ver, m.from2, m.from2_ver};
+  Py_INCREF(m.value);
+  return m.value;  // held by the unchanged instance dict
+}
+PyObject* v = s.fetch_step(w.fv, parent);  // new (may run Python: a property, __getattr__)
+// Recorded only if the attribute is the instance dict's item: object's __getattribute__, no data
+// descriptor of that name on the class (both fixed while the class's version is), dict unchanged since.
+if (v && dver && compat::type_version(type) == tver && Py_TYPE(parent) == type &&
+    compat::dict_version(idict) == dver &&
+    (s.kind == Source::Kind::GenericAttr || generic_getattribute(type))) {
+  PyObject* descr = _PyType_Lookup(type, s.name_obj);  // borrowed
+  PyObject* item = PyDict_GetItemWithError(idict, s.name_obj);  // borrowed
+  if (!item) PyErr_Clear();
+  if (item == v && !(descr && Py_TYPE(descr)->tp_descr_set)) {
+    stamp->from = idict;
+    stamp->from_ver = dver;
+    stamp->from2 = type;
+    stamp->from2_ver = tver;
+  }
+}
+return v;
 }
 
 namespace {

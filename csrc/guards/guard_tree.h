@@ -105,6 +105,10 @@ class GuardTree {
 
   uint32_t intern(const Source* s);
   PyObject* fetch(Walk& w, Node& n, PyObject* parent, bool parent_same, bool* same, Stamp* stamp) const;
+  // fetch()'s attribute cases: a function's or cell's field, obj.__class__, a class attribute, and an attribute read
+  // through object's __getattribute__ (Attr falls through to GenericAttr); same contract as fetch().
+  PyObject* fetch_attr(Walk& w, Node& n, PyObject* parent, bool parent_same, bool* same, Stamp* stamp) const;
+  PyObject* fetch_generic_attr(Walk& w, Node& n, PyObject* parent, bool* same, Stamp* stamp) const;
   bool visit(Walk& w, uint32_t id, PyObject* parent, bool parent_same) const;
   bool check_relation(Walk& w, Relation& r) const;
   void text_of(const std::vector<Guard>& guards, uint32_t id, int indent, std::string* out) const;
