@@ -1,0 +1,180 @@
+# _ddp.py — owns config.optimize_ddp: a graph captured inside a DistributedDataParallel forward is split at DDP's
+# gradient-bucket boundaries and each piece compiled separately with the user's backend.
+"""Why: DDP all-reduces a bucket of gradients as soon as autograd has written all of them. A compiled graph is one
+autograd node, so with one graph every gradient is written at the end of its backward and no all-reduce overlaps
+the backward's computation. Split where DDP's buckets end (parameters in reverse order of use, ``bucket_cap_mb``
+each, the first bucket capped by DDP's first-bucket size), each piece's backward is its own autograd node and a
+bucket's all-reduce starts while the earlier pieces' backward still runs, as with torch._dynamo's DDPOptimizer.
+
+cdynamo lifts parameters as placeholders (graph inputs); a placeholder is a bucketed parameter when its example input
+is one of the active DDP module's parameters (by identity), requires grad and is not in DDP's ignore list. With
+dynamic shapes the examples are fake: a placeholder the C++ side read from a module's ``_parameters`` dict
+(``info['static_inputs']``) that requires grad counts then.
+"""
+import sys
+
+import torch
+
+from . import config
+
+
+def active_module():
+    """The DistributedDataParallel module whose forward is running (DDP sets it around its inner module's call), or
+    None (also when optimize_ddp is off or torch.distributed was never imported)."""
+    if not config.optimize_ddp:
+        return None
+    dist = sys.modules.get("torch.nn.parallel.distributed")
+    if dist is None:
+        return None
+    getter = getattr(dist.DistributedDataParallel, "_get_active_ddp_module", None)
+    return getter() if getter is not None else None
+
+
+def bucket_caps(ddp):
+    """(first bucket's cap, every other bucket's cap) in bytes, as DDP's reducer sizes them."""
+    cap = int(getattr(ddp, "bucket_bytes_cap", 25 * 1024 * 1024))
+    first = getattr(torch.distributed, "_DEFAULT_FIRST_BUCKET_BYTES", cap)
+    return min(first, cap), cap
+
+
+def _ddp_params(ddp):
+    """id -> parameter of the parameters DDP reduces (requiring grad, not in its ignore list)."""
+    ignored = set(getattr(ddp, "parameters_to_ignore", ()) or ())
+    return {id(p): p for name, p in ddp.module.named_parameters()
+            if p.requires_grad and name not in ignored and not getattr(p, "_ddp_ignored", False)}
+
+
+def param_sizes(gm, example_inputs, static_inputs, ddp):
+    """placeholder node -> bytes, for the placeholders that are gradients DDP reduces."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    params = _ddp_params(ddp)
+    static = set(static_inputs or ())
+    out = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i, (node, value) in enumerate(zip(placeholders, example_inputs)):
+        if not isinstance(value, torch.Tensor):
+            continue
+        if isinstance(value, FakeTensor):
+            if i not in static or not value.requires_grad:
+                continue
+        elif id(value) not in params:
+            continue
+        out[node] = value.numel() * value.element_size()
+    return out
+
+
+def _has_outside_user(nodes):
+    """Whether a value made in ``nodes`` (a bucket, built backwards) is used outside it: a piece needs an output."""
+    inside = set(nodes)
+    return any(user not in inside for node in nodes for user in node.users)
+
+
+def assign_buckets(gm, sizes, first_cap, cap):
+    """Lists of nodes, in graph order, one per bucket: walking the graph backwards (backward's order), a bucket
+    closes once its parameters reach its cap and it has a value used later; a parameter counts in the bucket of its
+    last use. A leading bucket with no parameters joins the next one."""
+    buckets = [[]]  # buckets[0] is the one being filled (earliest in graph order)
+    filled = [0]
+    counted = set()
+    for node in reversed(gm.graph.nodes):
+        if node.op in ("placeholder", "output"):
+            continue
+        limit = first_cap if len(buckets) == 1 else cap
+        if filled[0] >= limit and _has_outside_user(buckets[0]):
+            buckets.insert(0, [])
+            filled.insert(0, 0)
+        for arg in node.all_input_nodes:
+            if arg in sizes and arg not in counted:
+                counted.add(arg)
+                filled[0] += sizes[arg]
+        buckets[0].append(node)
+    if len(buckets) > 1 and filled[0] == 0:
+        buckets[1].extend(buckets.pop(0))
+    return [list(reversed(b)) for b in buckets]
+
+
+def _fake_inputs(example_inputs):
+    """The example inputs as fake tensors of one mode (theirs when some already are), to run the pieces on."""
+    from torch._guards import detect_fake_mode
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    mode = detect_fake_mode(example_inputs)
+    if mode is None:
+        mode = FakeTensorMode(shape_env=ShapeEnv(), static_shapes=True, allow_non_fake_inputs=True)
+    values = [mode.from_tensor(x, static_shapes=True) if isinstance(x, torch.Tensor) and not
+              isinstance(x, torch._subclasses.fake_tensor.FakeTensor) else x for x in example_inputs]
+    return mode, values
+
+
+class _Piece(torch.nn.Module):
+    """A compiled piece: the backend's callable gets a graph whose output is a tuple (aot_autograd needs one); a
+    piece that returned one value returns it unwrapped again."""
+
+    def __init__(self, compiled, single):
+        super().__init__()
+        self.compiled = compiled
+        self.single = single
+
+    def forward(self, *args):
+        out = self.compiled(*args)
+        return out[0] if self.single else out
+
+
+def _compile_piece(sub, args, compile_fn):
+    out = next(n for n in sub.graph.nodes if n.op == "output")
+    single = not isinstance(out.args[0], (tuple, list))
+    if single:
+        out.args = ((out.args[0],),)
+        sub.recompile()
+    return _Piece(compile_fn(sub, list(args)), single)
+
+
+def split_and_compile(gm, example_inputs, buckets, compile_fn):
+    """``gm`` split into one submodule per bucket (torch.fx split_module), each compiled with ``compile_fn`` on fake
+    example inputs computed by running the pieces before it; returns the split module (callable like ``gm``)."""
+    from torch.fx.passes.split_module import split_module
+
+    part = {node: i for i, nodes in enumerate(buckets) for node in nodes}
+    split = split_module(gm, None, lambda node: part[node])
+    mode, values = _fake_inputs(example_inputs)
+    env = {}
+    placeholders = iter(values)
+    allow = mode.allow_non_fake_inputs
+    mode.allow_non_fake_inputs = True  # the pieces' constants (get_attr) are real tensors
+    try:
+        _run_and_compile(split, mode, env, placeholders, compile_fn)
+    finally:
+        mode.allow_non_fake_inputs = allow
+    split.recompile()
+    return split
+
+
+def _run_and_compile(split, mode, env, placeholders, compile_fn):
+    for node in split.graph.nodes:
+        if node.op == "placeholder":
+            env[node] = next(placeholders)
+        elif node.op == "call_module":
+            sub = split.get_submodule(node.target)
+            args = torch.fx.node.map_arg(node.args, lambda n: env[n])
+            with mode:  # before compiling: the backend may rewrite the graph it is given
+                env[node] = sub(*args)
+            split.delete_submodule(node.target)
+            split.add_submodule(node.target, _compile_piece(sub, args, compile_fn))  # outside the fake mode
+        elif node.op == "call_function":  # split_module's getitem of a piece's outputs
+            args = torch.fx.node.map_arg(node.args, lambda n: env[n])
+            kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+            env[node] = node.target(*args, **kwargs)
+
+
+def compile_split(ddp, gm, example_inputs, static_inputs, compile_fn, stats=None):
+    """``compile_fn(gm, example_inputs)`` once per DDP bucket of ``gm`` (once when it has one bucket)."""
+    sizes = param_sizes(gm, example_inputs, static_inputs, ddp)
+    first_cap, cap = bucket_caps(ddp)
+    buckets = assign_buckets(gm, sizes, first_cap, cap)
+    if stats is not None:
+        stats["ddp_buckets"] += len(buckets)
+    if len(buckets) == 1:
+        return compile_fn(gm, example_inputs)
+    return split_and_compile(gm, example_inputs, buckets, compile_fn)
