@@ -66,7 +66,11 @@ def _model(args, device):
     cfg = GPT2Config(n_layer=2, n_embd=64, n_head=2) if args.small else GPT2Config(n_layer=12, n_embd=768, n_head=12)
     cfg.resid_pdrop = cfg.embd_pdrop = cfg.attn_pdrop = 0.0  # the same losses in every mode
     torch.manual_seed(0)
-    return GPT2LMHeadModel(cfg).to(device), cfg
+    model = GPT2LMHeadModel(cfg).to(device)
+    # Named, so loss_function does not call logger.warning_once on every step: cdynamo guards that bound method by
+    # identity, made anew on each read, and traced the frame again every step (32 times, then ran it as Python).
+    model.loss_type = "ForCausalLM"
+    return model, cfg
 
 
 def _wrap(kind, model, device):

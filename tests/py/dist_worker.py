@@ -219,6 +219,27 @@ def fsdp_run(rank, mode, *, per_block=False):
             "graphs": counter.graphs, "graphs_after_first": graphs_after_first, "recompiles": _recompiles(mode)}
 
 
+def dtensor_run(mode):
+    """A function compiled on a DTensor, then called with plain tensors, then with the DTensor again (and the other
+    way round): results (as plain tensors) and graph counts; a guard that took one for the other would be wrong."""
+    from torch.distributed.tensor import Shard, distribute_tensor, init_device_mesh
+    _reset(mode)
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    torch.manual_seed(0)
+    w, x = torch.randn(8, 4), torch.randn(8, 4)
+    dw, dx = distribute_tensor(w, mesh, [Shard(0)]), distribute_tensor(x, mesh, [Shard(0)])
+
+    def f(a, b):
+        return torch.relu(a * 2 + b).sum(0)
+    counter = Counter(mode)
+    g = _compile(f, mode, counter) if mode != "eager" else f
+    out = []
+    for a, b in ((dw, dx), (w, x), (dw, dx), (w, x)):
+        r = g(a, b)
+        out.append((type(r).__name__, r.full_tensor() if hasattr(r, "full_tensor") else r))
+    return {"out": out, "graphs": counter.graphs, "recompiles": _recompiles(mode)}
+
+
 DDP_CASES = {"plain": {}, "unused": {"unused": True}, "frozen": {"frozen": True}, "accumulate": {"accumulate": True},
              "static_graph": {"static_graph": True}, "graph_break": {"gb": True},
              "optimize_off": {"off": True}}
@@ -235,6 +256,9 @@ def main(rank, world, port, out_file, only=None):
                 continue
             for mode in ("eager", "dynamo", "cdynamo"):
                 results[("ddp", name, mode)] = ddp_run(rank, mode, **kw)
+        if not only or "dtensor" in only:
+            for mode in ("eager", "dynamo", "cdynamo"):
+                results[("dtensor", "mixed", mode)] = dtensor_run(mode)
         for per_block in (False, True):
             name = "per_block" if per_block else "whole"
             if only and f"fsdp_{name}" not in only:
