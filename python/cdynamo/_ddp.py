@@ -131,13 +131,36 @@ def _compile_piece(sub, args, compile_fn):
     return _Piece(compile_fn(sub, list(args)), single)
 
 
+def _copy_meta(gm, split):
+    """The original nodes' meta (example values, static-input marks, stack traces) onto the pieces' nodes of the
+    same name, where the piece lacks a key."""
+    by_name = {node.name: node for node in gm.graph.nodes}
+    for sub in split.children():
+        if not isinstance(sub, torch.fx.GraphModule):
+            continue
+        for node in sub.graph.nodes:
+            orig = by_name.get(node.name)
+            if orig is not None and (orig.op == node.op or node.op == "placeholder"):
+                for key, value in orig.meta.items():
+                    node.meta.setdefault(key, value)
+
+
 def split_and_compile(gm, example_inputs, buckets, compile_fn):
     """``gm`` split into one submodule per bucket (torch.fx split_module), each compiled with ``compile_fn`` on fake
     example inputs computed by running the pieces before it; returns the split module (callable like ``gm``)."""
     from torch.fx.passes.split_module import split_module
 
     part = {node: i for i, nodes in enumerate(buckets) for node in nodes}
-    split = split_module(gm, None, lambda node: part[node])
+    # split_module makes a piece an input of each symbol in its inputs' example values, found through placeholders
+    # whose example is that SymInt; cdynamo's dynamic graphs read sizes from their tensors and have none, so the
+    # split runs without example values, and the pieces get them back (with the rest of the meta) by node name.
+    saved = {node: node.meta.pop("example_value") for node in gm.graph.nodes if "example_value" in node.meta}
+    try:
+        split = split_module(gm, None, lambda node: part[node])
+    finally:
+        for node, value in saved.items():
+            node.meta["example_value"] = value
+    _copy_meta(gm, split)
     mode, values = _fake_inputs(example_inputs)
     env = {}
     placeholders = iter(values)

@@ -150,8 +150,10 @@ def ddp_run(rank, mode, *, off=False, **kw):
         return _ddp_steps(rank, mode, **kw)
 
 
-def _ddp_steps(rank, mode, *, unused=False, frozen=False, accumulate=False, static_graph=False, gb=False):
-    """Final parameters, last gradients, graph and recompile counts, and when each bucket was all-reduced."""
+def _ddp_steps(rank, mode, *, unused=False, frozen=False, accumulate=False, static_graph=False, gb=False,
+               dynamic=False):
+    """Final parameters, last gradients, graph and recompile counts, and when each bucket was all-reduced.
+    ``dynamic``: the batch grows each step (the second compile has a symbolic batch size: fake example inputs)."""
     _reset(mode)
     torch.manual_seed(0)
     model = Blocks(unused=unused, gb=gb)
@@ -178,7 +180,7 @@ def _ddp_steps(rank, mode, *, unused=False, frozen=False, accumulate=False, stat
                 nn.functional.mse_loss(run(x[:8]), y[:8]).backward()
             nn.functional.mse_loss(run(x[8:]), y[8:]).backward()
         else:
-            x, y = _data(rank, step)
+            x, y = _data(rank, step, 8 + 4 * step if dynamic else 8)
             nn.functional.mse_loss(run(x), y).backward()
         grads = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
         opt.step()
@@ -242,7 +244,7 @@ def dtensor_run(mode):
 
 DDP_CASES = {"plain": {}, "unused": {"unused": True}, "frozen": {"frozen": True}, "accumulate": {"accumulate": True},
              "static_graph": {"static_graph": True}, "graph_break": {"gb": True},
-             "optimize_off": {"off": True}}
+             "optimize_off": {"off": True}, "dynamic": {"dynamic": True}}
 
 
 def main(rank, world, port, out_file, only=None):

@@ -68,16 +68,22 @@ def _check_vs_eager(results, kind, case):
         _same(got["params"], eager["params"])
 
 
-DDP_CASES = ["plain", "unused", "frozen", "accumulate", "static_graph", "graph_break"]
+DDP_CASES = ["plain", "unused", "frozen", "accumulate", "static_graph", "graph_break", "dynamic"]
 
 
 @pytest.mark.parametrize("case", DDP_CASES)
 def test_ddp_matches_eager_and_dynamo(results, case):
     """Gradients and parameters after the steps equal eager DDP's; cdynamo hands the backend as many graphs as
-    torch._dynamo's DDPOptimizer does, all in the first step (no recompiles)."""
+    torch._dynamo's DDPOptimizer does, all in the first step (no recompiles). ``dynamic``: the batch grows each
+    step, so the second step compiles again with a symbolic batch size (fake example inputs), split the same way;
+    the first bucket's all-reduce still starts before the last backward graph runs."""
     _check_vs_eager(results, "ddp", case)
     dyn, cdy = results[("ddp", case, "dynamo")], results[("ddp", case, "cdynamo")]
     assert cdy["graphs"] == dyn["graphs"]
+    if case == "dynamic":
+        assert cdy["graphs"] == 2 * cdy["graphs_after_first"] == 12
+        assert dict(cdy["hook_marks"])[0] < cdy["bw_runs"]
+        return
     assert cdy["graphs"] == cdy["graphs_after_first"]
     assert cdy["recompiles"] == 0
 
