@@ -15,7 +15,7 @@ import sys
 
 import torch
 
-from . import config
+from . import _logging, config
 
 
 def active_module():
@@ -145,9 +145,8 @@ def _copy_meta(gm, split):
                     node.meta.setdefault(key, value)
 
 
-def split_and_compile(gm, example_inputs, buckets, compile_fn):
-    """``gm`` split into one submodule per bucket (torch.fx split_module), each compiled with ``compile_fn`` on fake
-    example inputs computed by running the pieces before it; returns the split module (callable like ``gm``)."""
+def _split(gm, buckets):
+    """``gm`` as a module calling one submodule per bucket (torch.fx split_module)."""
     from torch.fx.passes.split_module import split_module
 
     part = {node: i for i, nodes in enumerate(buckets) for node in nodes}
@@ -161,43 +160,54 @@ def split_and_compile(gm, example_inputs, buckets, compile_fn):
         for node, value in saved.items():
             node.meta["example_value"] = value
     _copy_meta(gm, split)
+    return split
+
+
+def _piece_inputs(split, example_inputs):
+    """[(target, piece, its fake example inputs)] in call order: the pieces run on fake tensors, one after another."""
     mode, values = _fake_inputs(example_inputs)
-    env = {}
+    env, out = {}, []
     placeholders = iter(values)
     allow = mode.allow_non_fake_inputs
     mode.allow_non_fake_inputs = True  # the pieces' constants (get_attr) are real tensors
     try:
-        _run_and_compile(split, mode, env, placeholders, compile_fn)
+        with mode:
+            for node in split.graph.nodes:
+                if node.op == "placeholder":
+                    env[node] = next(placeholders)
+                    continue
+                if node.op not in ("call_module", "call_function"):  # call_function: getitem of a piece's outputs
+                    continue
+                args = torch.fx.node.map_arg(node.args, lambda n: env[n])
+                kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+                fn = split.get_submodule(node.target) if node.op == "call_module" else node.target
+                env[node] = fn(*args, **kwargs)
+                if node.op == "call_module":
+                    out.append((node.target, fn, args))
     finally:
         mode.allow_non_fake_inputs = allow
-    split.recompile()
-    return split
+    return out
 
 
-def _run_and_compile(split, mode, env, placeholders, compile_fn):
-    for node in split.graph.nodes:
-        if node.op == "placeholder":
-            env[node] = next(placeholders)
-        elif node.op == "call_module":
-            sub = split.get_submodule(node.target)
-            args = torch.fx.node.map_arg(node.args, lambda n: env[n])
-            with mode:  # before compiling: the backend may rewrite the graph it is given
-                env[node] = sub(*args)
-            split.delete_submodule(node.target)
-            split.add_submodule(node.target, _compile_piece(sub, args, compile_fn))  # outside the fake mode
-        elif node.op == "call_function":  # split_module's getitem of a piece's outputs
-            args = torch.fx.node.map_arg(node.args, lambda n: env[n])
-            kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
-            env[node] = node.target(*args, **kwargs)
-
-
-def compile_split(ddp, gm, example_inputs, static_inputs, compile_fn, stats=None):
-    """``compile_fn(gm, example_inputs)`` once per DDP bucket of ``gm`` (once when it has one bucket)."""
+def compile_split(ddp, gm, example_inputs, static_inputs, compile_fn, stats):
+    """``compile_fn(gm, example_inputs)`` once per DDP bucket of ``gm`` (once when it has one bucket); the split
+    module, calling the compiled pieces, is the graph's callable. A graph the split or the fake run of its pieces
+    cannot handle is compiled whole (correct, without the overlap), with a graph_breaks log line."""
     sizes = param_sizes(gm, example_inputs, static_inputs, ddp)
     first_cap, cap = bucket_caps(ddp)
     buckets = assign_buckets(gm, sizes, first_cap, cap)
-    if stats is not None:
-        stats["ddp_buckets"] += len(buckets)
     if len(buckets) == 1:
         return compile_fn(gm, example_inputs)
-    return split_and_compile(gm, example_inputs, buckets, compile_fn)
+    try:
+        split = _split(gm, buckets)
+        pieces = _piece_inputs(split, example_inputs)
+    except Exception as e:  # noqa: BLE001 - any failure of the split: one graph, as with optimize_ddp off
+        stats["ddp_split_failed"] += 1
+        _logging.emit("graph_breaks", f"DDP bucket split not done, one graph: {type(e).__name__}: {e}")
+        return compile_fn(gm, example_inputs)
+    stats["ddp_buckets"] += len(buckets)
+    for target, sub, args in pieces:  # outside the fake mode; each before the next: a backend may rewrite its graph
+        split.delete_submodule(target)
+        split.add_submodule(target, _compile_piece(sub, args, compile_fn))
+    split.recompile()
+    return split

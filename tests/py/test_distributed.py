@@ -168,3 +168,60 @@ def test_optimize_ddp_config():
         assert _ddp.active_module() is None
     with pytest.raises(TypeError):
         cdynamo.config.optimize_ddp = "yes"
+
+
+class _FakeDDP:
+    """What compile_split reads of a DistributedDataParallel module."""
+
+    def __init__(self, module, cap):
+        self.module, self.bucket_bytes_cap, self.parameters_to_ignore = module, cap, ()
+
+
+def _chain():
+    import collections
+    import torch.fx
+
+    class M(torch.nn.Module):
+        def forward(self, x, w0, w1, w2, w3):
+            for w in (w0, w1, w2, w3):
+                x = torch.tanh(torch.mm(x, w))
+            return x.sum(), x
+
+    torch.manual_seed(0)
+    params = torch.nn.ParameterList(torch.nn.Parameter(torch.randn(64, 64) / 8) for _ in range(4))
+    x = torch.randn(8, 64)
+    return torch.fx.symbolic_trace(M()), params, [x, *params], collections.Counter()
+
+
+def test_compile_split_in_process():
+    """Split with a 16 KiB cap (one 64x64 fp32 parameter each): four pieces, each given to the backend once; the
+    split module's outputs and gradients equal the whole graph's."""
+    gm, params, inputs, stats = _chain()
+    ref_sum, ref_x = gm(*inputs)
+    ref_grads = torch.autograd.grad(ref_sum, list(params))
+    calls = []
+
+    def backend(g, example_inputs):
+        calls.append(len([n for n in g.graph.nodes if n.op == "placeholder"]))
+        return g.forward
+
+    fn = _ddp.compile_split(_FakeDDP(params, 64 * 64 * 4), gm, inputs, (), backend, stats)
+    got_sum, got_x = fn(*inputs)
+    assert len(calls) == 4 and stats["ddp_buckets"] == 4
+    torch.testing.assert_close(got_x, ref_x)
+    for a, b in zip(torch.autograd.grad(got_sum, list(params)), ref_grads):
+        torch.testing.assert_close(a, b)
+
+
+def test_split_failure_compiles_whole(monkeypatch):
+    """A graph the split cannot handle is compiled whole, once, and still gives the graph's result."""
+    gm, params, inputs, stats = _chain()
+
+    def fail(*a):
+        raise RuntimeError("no split")
+    monkeypatch.setattr(_ddp, "_split", fail)
+    calls = []
+    fn = _ddp.compile_split(_FakeDDP(params, 64 * 64 * 4), gm, inputs, (), lambda g, e: calls.append(g) or g.forward,
+                            stats)
+    assert calls == [gm] and stats["ddp_split_failed"] == 1
+    torch.testing.assert_close(fn(*inputs)[1], gm(*inputs)[1])
