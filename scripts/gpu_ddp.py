@@ -1,6 +1,6 @@
 # gpu_ddp.py — owns the distributed training benchmark: GPT-2 small (random weights) with DDP and FSDP2 on every
 # local GPU (or gloo CPU ranks), eager vs torch.compile+inductor vs cdynamo+inductor, interleaved rounds.
-"""Usage: python scripts/gpu_ddp.py [--nproc N] [--kinds ddp,fsdp2] [--steps S] [--rounds R] [--small]
+"""Usage: python scripts/gpu_ddp.py [--nproc N] [--kinds ddp,fsdp2] [--steps S] [--rounds R] [--small] [--fsdp-compile whole|blocks]
 
 Without RANK in the environment it starts N ranks of itself (torchrun's variables; N = the GPUs, or 2 on CPU) on a
 free loopback port and waits. Each rank trains GPT2LMHeadModel (12 layers, 768 wide; --small: 2 layers, 64 wide for
@@ -29,6 +29,8 @@ def _args(argv=None):
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--small", action="store_true")
+    p.add_argument("--fsdp-compile", choices=("whole", "blocks"), default="whole",
+                   help="FSDP2: compile the sharded model whole, or each block before sharding it (torchtitan's order)")
     return p.parse_args(argv)
 
 
@@ -73,29 +75,31 @@ def _model(args, device):
     return model, cfg
 
 
-def _wrap(kind, model, device):
+def _wrap(kind, model, device, compile_block=None):
     if kind == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
         return DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     from torch.distributed.fsdp import fully_shard
-    for block in model.transformer.h:
-        fully_shard(block)
+    blocks = model.transformer.h
+    for i in range(len(blocks)):
+        if compile_block is not None:
+            blocks[i] = compile_block(blocks[i])
+        fully_shard(blocks[i])
     fully_shard(model)
     return model
 
 
-def _compile(mode, wrapped):
-    if mode == "eager":
-        return wrapped, None
+def _frontend(mode):
+    """(wrap a module, the counting backend) for a compiled mode."""
     if mode == "torch.compile":
         import torch
         from torch._inductor.compile_fx import compile_fx
         c = Counter(compile_fx)
-        return torch.compile(wrapped, backend=c), c
+        return (lambda m: torch.compile(m, backend=c)), c
     import cdynamo
     from cdynamo.backends.registry import lookup_backend
     c = Counter(lookup_backend("inductor"))
-    return cdynamo.optimize(c)(wrapped), c
+    return cdynamo.optimize(c), c
 
 
 def _recompiles(mode):
@@ -117,8 +121,10 @@ class Run:
         self.device = device
         base = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
         model, self.cfg = _model(args, device)
-        self.model = _wrap(kind, model, device)
-        self.call, self.counter = _compile(mode, self.model)
+        wrap, self.counter = _frontend(mode) if mode != "eager" else (None, None)
+        per_block = kind == "fsdp2" and args.fsdp_compile == "blocks"
+        self.model = _wrap(kind, model, device, wrap if per_block else None)
+        self.call = wrap(self.model) if wrap is not None and not per_block else self.model
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, foreach=True)
         self.base = base
         self.losses = []
@@ -176,7 +182,8 @@ def bench(kind, args, rank, world, device):
 def _report(kind, args, world, runs, times, graphs_warm, device):
     tokens = args.batch * args.seq * args.steps * world
     tps = {m: tokens / sorted(ts)[len(ts) // 2] for m, ts in times.items()}  # median round
-    print(f"\n== {kind} on {world} x {device.type} ({'small' if args.small else 'GPT-2 small'}), batch "
+    how = f", compiled {args.fsdp_compile}" if kind == "fsdp2" else ""
+    print(f"\n== {kind}{how} on {world} x {device.type} ({'small' if args.small else 'GPT-2 small'}), batch "
           f"{args.batch}x{args.seq} per rank, {args.rounds} rounds x {args.steps} steps ==")
     for r in runs:
         g = r.counter.graphs if r.counter else 0

@@ -192,16 +192,21 @@ def _ddp_steps(rank, mode, *, unused=False, frozen=False, accumulate=False, stat
 
 
 def fsdp_run(rank, mode, *, per_block=False):
-    """STEPS AdamW steps of fully_shard(Blocks) (each block, then the root), compiled whole or per block."""
+    """STEPS AdamW steps of fully_shard(Stack) (each block, then the root), compiled whole or per block after
+    sharding (``per_block=True``) or per block before (``"first"``, torchtitan's order: compile, then shard)."""
     from torch.distributed.fsdp import fully_shard
     _reset(mode)
     torch.manual_seed(0)
     model = Stack()
-    for layer in model.layers:
-        fully_shard(layer)
-    fully_shard(model)
     counter = Counter(mode)
-    if per_block and mode != "eager":
+    for i, layer in enumerate(model.layers):
+        if per_block == "first" and mode != "eager":
+            model.layers[i] = _compile(layer, mode, counter)
+        fully_shard(model.layers[i])
+    fully_shard(model)
+    if per_block == "first":
+        run = model
+    elif per_block and mode != "eager":
         for i, layer in enumerate(model.layers):
             model.layers[i] = _compile(layer, mode, counter)
         run = model
@@ -261,8 +266,7 @@ def main(rank, world, port, out_file, only=None):
         if not only or "dtensor" in only:
             for mode in ("eager", "dynamo", "cdynamo"):
                 results[("dtensor", "mixed", mode)] = dtensor_run(mode)
-        for per_block in (False, True):
-            name = "per_block" if per_block else "whole"
+        for per_block, name in ((False, "whole"), (True, "per_block"), ("first", "compile_then_shard")):
             if only and f"fsdp_{name}" not in only:
                 continue
             for mode in ("eager", "dynamo", "cdynamo"):

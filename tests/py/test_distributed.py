@@ -121,6 +121,15 @@ def test_fsdp2_matches_eager_and_dynamo(results, case):
     assert dyn["recompiles"] == 0
 
 
+def test_fsdp2_compile_then_shard(results):
+    """torchtitan's order, each block compiled and then fully_shard on the compiled module: each wrapper has its own
+    entry code, so every block compiles once (no recompile limit, no recompiles) and the steps equal eager's."""
+    _check_vs_eager(results, "fsdp", "compile_then_shard")
+    cdy = results[("fsdp", "compile_then_shard", "cdynamo")]
+    assert cdy["graphs"] == cdy["graphs_after_first"] == 4
+    assert cdy["recompiles"] == 0
+
+
 @pytest.mark.xfail(strict=True, reason="cdynamo guards the `self` of a block's forward frame by identity (ID_MATCH): "
                    "one graph per FSDP block where torch._dynamo, whose modules are unspecialized, reuses one")
 def test_fsdp2_graph_count_parity(results):
