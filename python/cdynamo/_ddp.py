@@ -60,7 +60,12 @@ def param_sizes(gm, example_inputs, static_inputs, ddp):
                 continue
         elif id(value) not in params:
             continue
-        out[node] = value.numel() * value.element_size()
+        nbytes = value.numel() * value.element_size()
+        if not isinstance(nbytes, int):  # a symbolic size (dynamic=True): its hint, never a guard on it
+            nbytes = getattr(nbytes.node, "hint", None)
+            if not isinstance(nbytes, int):
+                continue
+        out[node] = nbytes
     return out
 
 
