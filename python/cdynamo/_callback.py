@@ -4,7 +4,7 @@ import collections
 import time
 import warnings
 
-from . import _core, _dead_code, _dealias, _dynamic, _logging, _trace, _verify, config, utils
+from . import _core, _ddp, _dead_code, _dealias, _dynamic, _logging, _trace, _verify, config, utils
 from .exc import BackendCompilerFailed, CdynamoWarning
 
 GuardFail = collections.namedtuple("GuardFail", ["reason", "orig_code"])
@@ -96,10 +96,10 @@ class Callback:
         try:
             context = _trace.compile_context(info.get("code"))
             if context is None:
-                compiled = self._call_backend(gm, example_inputs)
+                compiled = self._compile(gm, example_inputs, info)
             else:
                 with context:
-                    compiled = self._call_backend(gm, example_inputs)
+                    compiled = self._compile(gm, example_inputs, info)
         except Exception as e:
             counters["backend_failures"] += 1
             raise BackendCompilerFailed(self.backend_name, e) from e
@@ -120,6 +120,14 @@ class Callback:
         if self.recorder is not None:
             self.recorder.on_graph(gm, example_inputs, info, time.perf_counter() - t0)
         return compiled
+
+    def _compile(self, gm, example_inputs, info):
+        """The backend's callable for ``gm``: one per DDP gradient bucket inside a DDP forward (_ddp.py)."""
+        ddp = _ddp.active_module()
+        if ddp is not None:
+            return _ddp.compile_split(ddp, gm, example_inputs, info.get("static_inputs"), self._call_backend,
+                                      utils.counters["stats"])
+        return self._call_backend(gm, example_inputs)
 
     def _call_backend(self, gm, example_inputs):
         """The backend's callable for ``gm``; a graph that changes an input sharing its storage with another input

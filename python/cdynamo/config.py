@@ -40,6 +40,9 @@ _OPTIONS = {
                                  "dynamic; False: every dimension (and int argument) is dynamic from the first "
                                  "compile, as compile(dynamic=True)"),
     "traceable_tensor_subclasses": (set, set(), "accepted, not read (deprecated and unused in torch._dynamo too)"),
+    "optimize_ddp": (bool, True, "a graph captured inside a DistributedDataParallel forward is split at DDP's "
+                     "gradient-bucket boundaries, one backend compile per bucket, so each bucket's all-reduce overlaps "
+                     "the rest of the backward (_ddp.py); read on each compile"),
     "dead_code_elimination": (bool, True, "a captured graph's pure nodes whose values nothing uses are dropped "
                               "before the backend sees it (_dead_code.py); read on each compile"),
 }

@@ -170,7 +170,7 @@ def test_compile_times_forms_like_dynamo():
 
 _PARITY_NAMES = ["cache_size_limit", "recompile_limit", "accumulated_cache_size_limit", "accumulated_recompile_limit",
                  "suppress_errors", "verbose", "capture_scalar_outputs", "capture_dynamic_output_shape_ops",
-                 "traceable_tensor_subclasses", "verify_correctness"]
+                 "traceable_tensor_subclasses", "verify_correctness", "optimize_ddp"]
 
 
 @pytest.mark.parametrize("name", _PARITY_NAMES)
