@@ -27,6 +27,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def build(model, layers, width, heads, vocab):
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "py"))
+    import vision_shim  # noqa: F401  (torchvision's Python part without its C++ extension, before transformers)
     import transformers
     if model == "llama":
         cfg = transformers.LlamaConfig(vocab_size=vocab, hidden_size=width, intermediate_size=width * 2,

@@ -81,9 +81,29 @@ def _refuse(gm, nodes):
             return "a node draws from an explicit generator"
         if n.op == "call_module" or _graph_call._opaque(n):
             return f"opaque callee {n.target!r}"
-        if _stateful(n):
-            return f"{n.target!r} changes global state"
     return None
+
+
+def _state_cuts(nodes):
+    """The positions where the global state is what it was at the graph's start (grad mode as set by
+    ``_set_grad_enabled`` with a constant, no autocast block open): a segment is compiled under the state at its
+    start, so only those positions may be cut. None: a node changes global state in another way."""
+    start = grad = torch.is_grad_enabled()
+    depth = 0
+    ok = []
+    for i, n in enumerate(nodes):
+        if grad == start and depth == 0:
+            ok.append(i)
+        name = getattr(n.target, "__name__", str(n.target)) or ""
+        if name == "_set_grad_enabled" and len(n.args) == 1 and isinstance(n.args[0], bool) and not n.kwargs:
+            grad = n.args[0]
+        elif name == "_enter_autocast":
+            depth += 1
+        elif name == "_exit_autocast":
+            depth -= 1
+        elif _stateful(n):
+            return None
+    return set(ok)
 
 
 def _fake_values(gm, example_inputs):
@@ -225,6 +245,12 @@ def plan(gm, example_inputs, min_calls=None):
     why = _refuse(gm, nodes)
     if why:
         return None, why
+    allowed = _state_cuts(nodes)
+    if allowed is None:
+        return None, "a node changes global state"
+    spans = [s for s in spans if s[0] in allowed and (s[1] in allowed or s[1] == len(nodes))]
+    if not spans:
+        return None, "the global state differs at every call's edge"
     try:
         values = _fake_values(gm, example_inputs)
     except Exception as e:  # noqa: BLE001  (an op without a fake kernel: compile the graph whole)

@@ -193,6 +193,46 @@ def test_dynamic_shapes():
     assert cnt.frame_count == 3  # one compile per distinct segment, for every length
 
 
+class NoGradInsideBlock(Block):
+    def forward(self, x):
+        with torch.no_grad():
+            scale = self.norm.weight.abs().mean() + 1
+        return super().forward(x) / scale
+
+
+class NoGradAroundStack(Stack):
+    def forward(self, x):
+        h = self.inp(x).relu()
+        with torch.no_grad():
+            for layer in self.layers:
+                h = layer(h)
+        return self.out(h).sum(-1)
+
+
+def test_grad_mode_switch_inside_layers():
+    torch.manual_seed(0)
+    model = Stack(blocks=[NoGradInsideBlock(16) for _ in range(4)])
+    cnt = CompileCounterWithBackend("aot_eager")
+    with config.patch(compile_regions=True):
+        got, got_g = _train_step(model, cdynamo.optimize(cnt)(model), _x())
+    ref, ref_g = _train_step(model, model, _x())
+    assert cnt.frame_count == 3
+    torch.testing.assert_close(got, ref)
+    torch.testing.assert_close(got_g, ref_g)
+
+
+def test_grad_mode_differs_at_layer_edges_compiles_whole():
+    torch.manual_seed(0)
+    model = NoGradAroundStack()
+    cnt = CompileCounterWithBackend("aot_eager")
+    with config.patch(compile_regions=True):
+        got, got_g = _train_step(model, cdynamo.optimize(cnt)(model), _x())
+    ref, ref_g = _train_step(model, model, _x())
+    assert cnt.frame_count == 1  # a segment would be compiled under the grad mode of the graph's start
+    torch.testing.assert_close(got, ref)
+    torch.testing.assert_close(got_g, ref_g)
+
+
 class InplaceBlock(Block):
     def forward(self, x):
         x.mul_(0.5)  # writes its input: the graph is compiled whole
