@@ -65,6 +65,8 @@ def _compile(torch, model, frontend, mode):
     if frontend == "dynamo":
         return torch.compile(model, **kw)
     import cdynamo
+    if frontend == "cdynamo_whole":
+        cdynamo.config.compile_regions = False
     return cdynamo.compile(model, **kw)
 
 
@@ -86,6 +88,10 @@ def child_first(args):
     torch, model, ids = _setup(args)
     _step(torch, model, ids, args.train)  # eager: loads kernels for both frontends alike
     model.zero_grad(set_to_none=True)
+    if args.warm_inductor:  # inductor's one-time start (imports, compile workers, compiler checks) out of the time
+        import torch._dynamo
+        torch.compile(lambda x: x.sin() + 1)(torch.randn(4, device=args.device))
+        torch._dynamo.reset()
     _sync(torch, args.device)
     t0 = time.perf_counter()
     fn = _compile(torch, model, args.frontend, args.mode)
@@ -93,7 +99,7 @@ def child_first(args):
     _sync(torch, args.device)
     first = time.perf_counter() - t0
     extra = {}
-    if args.frontend == "cdynamo":
+    if args.frontend.startswith("cdynamo"):
         from cdynamo import utils
         extra = {k: v for k, v in utils.counters["stats"].items() if k.startswith("region")}
     print(json.dumps({"first_s": first, **extra}))
@@ -139,7 +145,7 @@ MODEL_SPECS = {"llama8": ("llama", 8), "llama16": ("llama", 16), "gpt2": ("gpt2"
 def _common(args, model, layers):
     return ["--model", model, "--layers", str(layers), "--width", str(args.width), "--heads", str(args.heads),
             "--seq", str(args.seq), "--batch", str(args.batch), "--vocab", str(args.vocab), "--device", args.device,
-            "--mode", args.mode, "--threads", str(args.threads)]
+            "--mode", args.mode, "--threads", str(args.threads)] + (["--warm-inductor"] if args.warm_inductor else [])
 
 
 def main(args):
@@ -155,16 +161,19 @@ def main(args):
         common = _common(args, model, layers)
         for train in ([False] if args.skip_train else [False, True]):
             flag = ["--train"] if train else []
-            samples = {"dynamo": [], "cdynamo": []}
+            frontends = ("cdynamo", "dynamo", "cdynamo_whole") if args.whole else ("cdynamo", "dynamo")
+            samples = {fe: [] for fe in frontends}
             info = {}
             for _ in range(args.repeats):
-                for fe in ("cdynamo", "dynamo"):
+                for fe in frontends:
                     r = _run_child(args, ["--child", "first", "--frontend", fe, *common, *flag])
                     samples[fe].append(r.pop("first_s"))
                     info.update(r)
             d, c = statistics.median(samples["dynamo"]), statistics.median(samples["cdynamo"])
             row = {"model": f"{model}{layers}", "step": "train" if train else "infer", "dynamo_first_s": d,
-                   "cdynamo_first_s": c, "first_ratio": d / c, "regions": info}
+                   "cdynamo_first_s": c, "first_ratio": d / c, "regions": info, "samples": samples}
+            if args.whole:
+                row["cdynamo_whole_first_s"] = statistics.median(samples["cdynamo_whole"])
             if not args.skip_steady:
                 s = _run_child(args, ["--child", "steady", *common, *flag, "--rounds", str(args.rounds),
                                       "--number", str(args.number)])
@@ -183,6 +192,8 @@ def _fmt(r):
     if "steady_ratio" in r:
         text += (f"; per call torch.compile {r['dynamo_call_ms']:.2f} ms, cdynamo {r['cdynamo_call_ms']:.2f} ms, "
                  f"cdynamo/dynamo {r['steady_ratio']:.3f}")
+    if "cdynamo_whole_first_s" in r:
+        text += f" (cdynamo whole graph {r['cdynamo_whole_first_s']:.1f} s)"
     reg = r.get("regions") or {}
     if reg:
         text += (f"; cdynamo compiled {reg.get('region_compiles', 0)} of {reg.get('region_segments', 0)} "
@@ -208,10 +219,12 @@ def parse(argv=None):
     p.add_argument("--timeout", type=int, default=3600)
     p.add_argument("--skip-train", action="store_true")
     p.add_argument("--skip-steady", action="store_true")
+    p.add_argument("--warm-inductor", action="store_true", help="start inductor (a tiny torch.compile) before timing")
+    p.add_argument("--whole", action="store_true", help="also time cdynamo with config.compile_regions=False")
     p.add_argument("--json")
     # child-process arguments
     p.add_argument("--child", choices=["first", "steady"])
-    p.add_argument("--frontend", choices=["cdynamo", "dynamo"])
+    p.add_argument("--frontend", choices=["cdynamo", "dynamo", "cdynamo_whole"])
     p.add_argument("--model", default="llama")
     p.add_argument("--train", action="store_true")
     return p.parse_args(argv)

@@ -77,6 +77,9 @@ def test_one_region_for_n_identical_layers():
     assert cnt.frame_count == 3
     layer_graphs = [g for g in cnt.graphs if sum(n.op == "call_function" for n in g.graph.nodes) > 5]
     assert len(layer_graphs) == 1
+    marks = [n.meta.get("tensor_dict", {}).get("_dynamo_static_input_type")
+             for n in layer_graphs[0].graph.nodes if n.op == "placeholder"]
+    assert marks.count("unguarded") == 6 and len(marks) == 7  # the layer's parameters (static), its input
     assert utils.counters["stats"]["region_segments"] >= 6
     ref = model(_x())
     torch.testing.assert_close(got, ref)
@@ -350,10 +353,12 @@ def _grads_of(model):
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-def test_inductor_default_policy_compiles_layers_once():
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+def test_inductor_default_policy_compiles_layers_once(mode):
+    # reduce-overhead: compile()'s inductor-with-options backend takes the same path (CUDA graphs: GPU only)
     model = _model(n=4)
     before = _stats()
-    fn = cdynamo.optimize("inductor")(model)
+    fn = cdynamo.optimize("inductor")(model) if mode is None else cdynamo.compile(model, mode=mode)
     got, got_g = _train_step(model, fn, _x())
     ref, ref_g = _train_step(model, model, _x())
     after = _stats()
