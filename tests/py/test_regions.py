@@ -138,6 +138,46 @@ def test_layer_that_differs_is_a_second_region(differ):
     torch.testing.assert_close(got, model(_x()))
 
 
+class ScaleBlock(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(16))
+        self.b = torch.nn.Parameter(torch.randn(16))
+
+    def forward(self, x):
+        return x * self.w + self.b
+
+
+class Fan(torch.nn.Module):
+    """Every layer reads the same input: layers whose parameters differ only in metadata have equal graphs."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([ScaleBlock() for _ in range(4)])
+
+    def forward(self, x):
+        outs = []
+        for layer in self.layers:
+            outs.append(layer(x))
+        return torch.stack([o.float() for o in outs]).sum(0)
+
+
+@pytest.mark.parametrize("differ", ["dtype", "requires_grad"])
+def test_input_metadata_splits_regions(differ):
+    torch.manual_seed(0)
+    model = Fan()
+    for layer in model.layers[2:]:
+        layer.double() if differ == "dtype" else layer.requires_grad_(False)
+    cnt = CompileCounterWithBackend("aot_eager")
+    x = torch.randn(3, 16)
+    with config.patch(compile_regions=True):
+        got, got_g = _train_step(model, cdynamo.optimize(cnt)(model), x)
+    ref, ref_g = _train_step(model, model, x)
+    assert cnt.frame_count == 3  # layers 0-1, layers 2-3, the stack and sum after them
+    torch.testing.assert_close(got, ref)
+    torch.testing.assert_close(got_g, ref_g)
+
+
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 def test_training_gradients_equal_eager(backend):
     model = _model(n=4)
