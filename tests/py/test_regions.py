@@ -23,9 +23,10 @@ class Block(torch.nn.Module):
         self.fc2 = torch.nn.Linear(2 * d, d)
         self.norm = torch.nn.LayerNorm(d, eps=eps)
         self.p = p
+        self.act = torch.nn.functional.gelu
 
     def forward(self, x):
-        h = torch.nn.functional.gelu(self.fc1(self.norm(x)))
+        h = self.act(self.fc1(self.norm(x)))
         h = torch.nn.functional.dropout(h, self.p, self.training)
         return x + self.fc2(h)
 
@@ -120,15 +121,17 @@ class CastBlock(Block):
         return super().forward(x.to(self.fc1.weight.dtype)).to(x.dtype)
 
 
-@pytest.mark.parametrize("differ", ["eps", "dtype", "hook"])
+@pytest.mark.parametrize("differ", ["eps", "dtype", "hook", "target"])
 def test_layer_that_differs_is_a_second_region(differ):
     blocks = [CastBlock(16) for _ in range(4)]
     if differ == "eps":
         blocks[2] = CastBlock(16, eps=1e-3)  # a constant baked into the graph
     elif differ == "dtype":
         blocks[2].double()  # its parameters (inputs of its segment) have another dtype
-    else:
+    elif differ == "hook":
         blocks[2].register_forward_hook(lambda mod, args, out: out * 2)
+    else:
+        blocks[2].act = torch.nn.functional.silu  # same graph but one target
     torch.manual_seed(0)
     model = Stack(blocks=blocks)
     cnt = CompileCounterWithBackend("eager")
