@@ -159,7 +159,8 @@ def main(args):
         if args.layers:
             layers = args.layers
         common = _common(args, model, layers)
-        for train in ([False] if args.skip_train else [False, True]):
+        steps = [s for s in args.steps.split(",") if not (args.skip_train and s == "train")]
+        for train in [s == "train" for s in steps]:
             flag = ["--train"] if train else []
             frontends = ("cdynamo", "dynamo", "cdynamo_whole") if args.whole else ("cdynamo", "dynamo")
             samples = {fe: [] for fe in frontends}
@@ -218,6 +219,7 @@ def parse(argv=None):
     p.add_argument("--number", type=int, default=20)
     p.add_argument("--timeout", type=int, default=3600)
     p.add_argument("--skip-train", action="store_true")
+    p.add_argument("--steps", default="infer,train", help="infer, train or both")
     p.add_argument("--skip-steady", action="store_true")
     p.add_argument("--warm-inductor", action="store_true", help="start inductor (a tiny torch.compile) before timing")
     p.add_argument("--whole", action="store_true", help="also time cdynamo with config.compile_regions=False")
