@@ -110,7 +110,7 @@ def _fake_values(gm, example_inputs):
     """Each node's value with fake tensors (static graphs: a fresh fake mode over the real inputs; the nodes' meta
     examples carry no device). Dynamic graphs: the nodes' own fake example values."""
     if _dynamic.has_fake(example_inputs):
-        return {n: n.meta.get("example_value") for n in gm.graph.nodes}
+        return _dynamic_values(gm, example_inputs)
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     mode = FakeTensorMode(allow_non_fake_inputs=True)
@@ -124,6 +124,30 @@ def _fake_values(gm, example_inputs):
 
     with mode:
         Prop(gm).run(*fakes)
+    return values
+
+
+def _dynamic_values(gm, example_inputs):
+    """The nodes' fake example values; a compute node without one (some call_method nodes) is run on its
+    arguments' fakes under the graph's fake mode (None where that fails: no cut across it)."""
+    from torch._guards import detect_fake_mode
+
+    mode = detect_fake_mode(example_inputs)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    values = dict(zip(placeholders, example_inputs))
+    for n in gm.graph.nodes:
+        if n in values:
+            continue
+        v = n.meta.get("example_value")
+        if v is None and n.op in ("call_function", "call_method") and mode is not None:
+            try:
+                args, kwargs = torch.fx.node.map_arg((n.args, n.kwargs), values.__getitem__)
+                with mode:
+                    v = (getattr(args[0], n.target)(*args[1:], **kwargs) if n.op == "call_method"
+                         else n.target(*args, **kwargs))
+            except Exception:  # noqa: BLE001
+                v = None
+        values[n] = v
     return values
 
 
@@ -145,7 +169,10 @@ def _drop_bad_cuts(nodes, starts, values):
 
 
 def _dim(v):
-    return str(v) if isinstance(v, torch.SymInt) else int(v)
+    if isinstance(v, torch.SymInt):
+        known = v.node.maybe_as_int()  # a symbol specialised to a constant is that constant
+        return str(v.node.expr) if known is None else int(known)
+    return int(v)
 
 
 def _meta_key(v, static):

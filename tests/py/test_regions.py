@@ -229,6 +229,7 @@ def test_dropout_aot_eager_same_numbers_as_whole_graph():
 def test_dynamic_shapes():
     model = _model(n=4)
     cnt = CompileCounterWithBackend("aot_eager")
+    before = _stats()
     with config.patch(compile_regions=True):
         fn = cdynamo.optimize(cnt, dynamic=True)(model)
         for seq in (5, 7, 9):
@@ -237,6 +238,8 @@ def test_dynamic_shapes():
             torch.testing.assert_close(got, ref)
             torch.testing.assert_close(got_g, ref_g)
     assert cnt.frame_count == 3  # one compile per distinct segment, for every length
+    # all four layers share one segment (a size specialised to a constant keys as that constant)
+    assert _stats()["region_reuses"] - before.get("region_reuses", 0) == 3
 
 
 class NoGradInsideBlock(Block):
