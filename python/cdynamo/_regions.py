@@ -10,8 +10,9 @@ Where the graph is cut: at the first and after the last node of each call of sib
 value that is not a tensor or a symbolic number would cross it. The graph is compiled whole (this module returns
 None) when fewer than ``config.regions_min_calls`` calls share a key, when any segment may write one of its inputs
 (``_graph_call.error_policy``: aliasing and mutation stay inside one compiled graph), when a node draws from an
-explicit generator, changes global state (grad mode, autocast) or is opaque (an allow_in_graph callee), or when the
-graph's values cannot be propagated with fake tensors.
+explicit generator, changes global state other than grad mode (a cut is made only where the grad mode is the graph's
+starting mode) or is opaque (an allow_in_graph callee), or when the graph's values cannot be propagated with fake
+tensors.
 
 What a backend receives: one call per distinct segment, ``backend(segment_gm, example_inputs)``, where the
 segment's placeholders are the values it reads (parameters and buffers keep their static-input marks, constants are
@@ -373,7 +374,10 @@ def compile_regions(gm, example_inputs, call_backend):
     reason in the ``regions`` log). ``call_backend(gm, example_inputs)`` compiles one segment."""
     if _dynamic.has_fake(example_inputs):
         _dynamic.drop_dead_sym_nodes(gm)
-    p, why = plan(gm, example_inputs)
+    try:
+        p, why = plan(gm, example_inputs)
+    except Exception as e:  # noqa: BLE001  (an internal error here never fails the compile: the graph goes whole)
+        p, why = None, f"internal error while planning: {type(e).__name__}: {e}"
     if p is None:
         if why != "no repeated module calls":
             _logging.emit("regions", f"graph compiled whole: {why}")
@@ -384,6 +388,8 @@ def compile_regions(gm, example_inputs, call_backend):
         fn = compiled.get(key)
         if fn is None:
             fn = compiled[key] = call_backend(seg.gm, _example_inputs(seg, p, gm, example_inputs))
+            if not callable(fn):
+                raise TypeError(f"backend returned {type(fn).__name__} for a region segment, expected a callable")
         fns.append(fn)
     stats = utils.counters["stats"]
     stats["region_graphs"] += 1
