@@ -4,7 +4,7 @@ import collections
 import time
 import warnings
 
-from . import _core, _ddp, _dead_code, _dealias, _dynamic, _logging, _trace, _verify, config, utils
+from . import _core, _ddp, _dead_code, _dealias, _dynamic, _logging, _regions, _trace, _verify, config, utils
 from .exc import BackendCompilerFailed, CdynamoWarning
 
 GuardFail = collections.namedtuple("GuardFail", ["reason", "orig_code"])
@@ -72,7 +72,8 @@ class Callback:
         """Whether graphs get node meta (stack_trace, nn_module_stack, source_fn_stack): always for explain/export
         recorders; for a backend unless it is marked ``_cdynamo_node_meta = False`` (the built-in eager backend,
         which reads none of it)."""
-        return self.recorder is not None or getattr(self.backend, "_cdynamo_node_meta", True) is not False
+        return (self.recorder is not None or getattr(self.backend, "_cdynamo_node_meta", True) is not False
+                or config.compile_regions is True)  # regions are found from nn_module_stack
 
     # -- called by C++ --
 
@@ -122,11 +123,17 @@ class Callback:
         return compiled
 
     def _compile(self, gm, example_inputs, info):
-        """The backend's callable for ``gm``: one per DDP gradient bucket inside a DDP forward (_ddp.py)."""
+        """The backend's callable for ``gm``: inside a DDP forward, one per DDP gradient bucket (_ddp.py); else by
+        region when the policy wants it and the graph has repeated module calls (_regions.py; each distinct segment
+        goes through ``_call_backend``); else the whole graph."""
         ddp = _ddp.active_module()
         if ddp is not None:
             return _ddp.compile_split(ddp, gm, example_inputs, info.get("static_inputs"), self._call_backend,
                                       utils.counters["stats"])
+        if _regions.wanted(self.backend):
+            compiled = _regions.compile_regions(gm, example_inputs, self._call_backend)
+            if compiled is not None:
+                return compiled
         return self._call_backend(gm, example_inputs)
 
     def _call_backend(self, gm, example_inputs):

@@ -2,7 +2,7 @@
 import dataclasses
 import torch
 
-from . import _callback, _format
+from . import _callback, _format, _regions
 from .eval_frame import OptimizedModule, _CallbackContext, reset
 
 
@@ -42,6 +42,7 @@ class _Recorder:
         self.recompiles = []
         self.fallbacks = []
         self.break_reasons = []
+        self.regions = []       # per graph: the repeated regions regional compilation would use (or [])
 
     def backend(self, gm, example_inputs):
         return gm.forward
@@ -49,6 +50,7 @@ class _Recorder:
     def on_graph(self, gm, example_inputs, info, seconds):
         self.graphs.append(gm)
         self.graph_infos.append(dict(info))
+        self.regions.append(_regions.explain(gm, example_inputs))
 
     def on_compiled(self, info):
         self.frames.append(dict(info))
@@ -88,6 +90,7 @@ class ExplainOutput:
     out_guards: list
     compile_times: dict
     fallbacks: list
+    regions: list = dataclasses.field(default_factory=list)  # per graph: [{"cls", "paths", "calls"}] (_regions)
 
     def __iter__(self):
         """The legacy 6-tuple: explanation, out_guards, graphs, ops_per_graph, break_reasons, verbose."""
@@ -107,6 +110,11 @@ class ExplainOutput:
             for f in self.fallbacks:
                 lines.append(f"  {f.get('co_name')} ({f.get('co_filename')}:{f.get('co_firstlineno')}) "
                              f"[{f.get('kind')}]: {_first_line(f.get('reason', ''))}")
+        if any(self.regions):
+            lines.append("Repeated Regions (compiled once each under config.compile_regions):")
+            for i, regions in enumerate(self.regions, 1):
+                for r in regions:
+                    lines.append(f"  Graph {i}: {r['cls']} x{r['calls']} ({r['paths'][0]} ... {r['paths'][-1]})")
         lines.append("Ops per Graph:")
         for i, ops in enumerate(self.ops_per_graph, 1):
             lines.append(f"  Ops {i}:")
@@ -150,7 +158,7 @@ def _output(rec):
     return ExplainOutput(graphs=list(rec.graphs), graph_count=len(rec.graphs),
                          graph_break_count=len(rec.break_reasons), break_reasons=list(rec.break_reasons),
                          op_count=sum(len(o) for o in ops), ops_per_graph=ops, out_guards=rec.guards(),
-                         compile_times=times, fallbacks=list(rec.fallbacks))
+                         compile_times=times, fallbacks=list(rec.fallbacks), regions=list(rec.regions))
 
 
 def _run_recorded(fn, args, kwargs, nopython, rec=None):

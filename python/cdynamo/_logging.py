@@ -1,5 +1,5 @@
 # _logging.py — owns CDYNAMO_LOGS parsing, programmatic enable/disable, and the log record formats.
-"""Log kinds: graph, guards, bytecode, graph_breaks, recompiles ("all" or "+all" = every kind).
+"""Log kinds: graph, guards, bytecode, graph_breaks, recompiles, regions ("all" or "+all" = every kind).
 
 ``CDYNAMO_LOGS=graph,guards`` in the environment at import, or ``cdynamo._logging.enable("graph")``.
 Records go to sys.stderr (looked up at write time) unless ``set_stream`` chose another stream.
@@ -8,7 +8,7 @@ import os
 import sys
 import warnings
 
-KINDS = ("graph", "guards", "bytecode", "graph_breaks", "recompiles")
+KINDS = ("graph", "guards", "bytecode", "graph_breaks", "recompiles", "regions")
 
 _enabled = set()
 _stream = None

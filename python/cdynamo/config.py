@@ -8,7 +8,8 @@ An alias (``cache_size_limit``) and its option (``recompile_limit``) are one val
 ``recompile_limit`` on each recompile, ``suppress_errors`` on a backend failure and ``enable_dynamo_decompositions``
 while tracing; the Python callback reads
 ``verbose`` and ``verify_correctness`` on each event; ``automatic_dynamic_shapes``, ``assume_static_by_default`` and
-``capture_scalar_outputs`` / ``capture_dynamic_output_shape_ops`` on each compile. ``accumulated_recompile_limit`` and
+``capture_scalar_outputs`` / ``capture_dynamic_output_shape_ops``, ``compile_regions`` and ``regions_min_calls`` on
+each compile. ``accumulated_recompile_limit`` and
 ``traceable_tensor_subclasses`` are accepted and not read yet (see docs/python_api.md).
 """
 import contextlib
@@ -43,6 +44,11 @@ _OPTIONS = {
     "optimize_ddp": (bool, True, "a graph captured inside a DistributedDataParallel forward is split at DDP's "
                      "gradient-bucket boundaries, one backend compile per bucket, so each bucket's all-reduce overlaps "
                      "the rest of the backward (_ddp.py); read on each compile"),
+    "compile_regions": ("optional bool", None, "regional compilation (_regions.py): a graph with repeated calls of "
+                        "sibling modules of one class (model.layers.0 ... N-1) is cut at their edges and each distinct "
+                        "segment compiled once. None: for the inductor backend (and compile(mode=/options=)); True: "
+                        "for every backend; False: never; read on each compile"),
+    "regions_min_calls": (int, 2, "how many equal module calls make a graph worth compiling by region (>= 2)"),
     "dead_code_elimination": (bool, True, "a captured graph's pure nodes whose values nothing uses are dropped "
                               "before the backend sees it (_dead_code.py); read on each compile"),
 }
@@ -72,10 +78,14 @@ def _check(name, value):
         raise TypeError(f"cdynamo.config.{name} must be an int, got {type(value).__name__} {value!r}")
     if typ is bool and not isinstance(value, bool):
         raise TypeError(f"cdynamo.config.{name} must be a bool, got {type(value).__name__} {value!r}")
+    if typ == "optional bool" and value is not None and not isinstance(value, bool):
+        raise TypeError(f"cdynamo.config.{name} must be None or a bool, got {type(value).__name__} {value!r}")
     if typ is set and not isinstance(value, (set, frozenset)):
         raise TypeError(f"cdynamo.config.{name} must be a set, got {type(value).__name__} {value!r}")
     if name in ("recompile_limit", "accumulated_recompile_limit") and value < 1:
         raise ValueError(f"cdynamo.config.{name} must be >= 1, got {value}")
+    if name == "regions_min_calls" and value < 2:
+        raise ValueError(f"cdynamo.config.{name} must be >= 2, got {value}")
 
 
 def to_dict():

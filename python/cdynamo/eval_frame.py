@@ -225,6 +225,7 @@ def _inductor_with(mode, options):
     def inductor_with_options(gm, example_inputs):
         return inductor(gm, example_inputs, config_patches=patches)
 
+    inductor_with_options._cdynamo_regions = True  # as the inductor backend (config.compile_regions)
     return inductor_with_options
 
 

@@ -81,6 +81,9 @@ def inductor(gm, example_inputs, config_patches=None):
         return compile_fx(gm, example_inputs, **kwargs)
 
 
+inductor._cdynamo_regions = True  # compiled by region by default (config.compile_regions, _regions.py)
+
+
 def _tracing_context(gm, example_inputs):
     """torch's tracing context around an inductor compile of a static-shape graph (inference or training), as
     torch.compile has one:

@@ -1,0 +1,438 @@
+# test_regions.py — owns the regional-compilation tests (issue 33): repeated module calls compiled once, results and
+# gradients equal eager and torch._dynamo, a differing layer its own region, the policy switch, explain and logs.
+import copy
+import io
+import logging
+import warnings
+
+import pytest
+import torch
+import torch._dynamo
+
+import cdynamo
+from cdynamo import _logging, config, utils
+from cdynamo.testing import CompileCounterWithBackend
+
+pytestmark = pytest.mark.usefixtures("cdynamo_and_dynamo_reset")
+
+
+class Block(torch.nn.Module):
+    def __init__(self, d, eps=1e-5, p=0.0):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(d, 2 * d)
+        self.fc2 = torch.nn.Linear(2 * d, d)
+        self.norm = torch.nn.LayerNorm(d, eps=eps)
+        self.p = p
+        self.act = torch.nn.functional.gelu
+
+    def forward(self, x):
+        h = self.act(self.fc1(self.norm(x)))
+        h = torch.nn.functional.dropout(h, self.p, self.training)
+        return x + self.fc2(h)
+
+
+class Stack(torch.nn.Module):
+    def __init__(self, d=16, n=4, blocks=None):
+        super().__init__()
+        self.inp = torch.nn.Linear(8, d)
+        self.layers = torch.nn.ModuleList(blocks if blocks is not None else [Block(d) for _ in range(n)])
+        self.out = torch.nn.Linear(d, 4)
+
+    def forward(self, x):
+        h = self.inp(x).relu()
+        for layer in self.layers:
+            h = layer(h)
+        return self.out(h).sum(-1)
+
+
+def _model(**kw):
+    torch.manual_seed(0)
+    return Stack(**kw)
+
+
+def _x(seed=0, batch=3, seq=5):
+    return torch.randn(batch, seq, 8, generator=torch.Generator().manual_seed(seed))
+
+
+def _stats():
+    return dict(utils.counters["stats"])
+
+
+def _grads(model):
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def _train_step(model, fn, x):
+    model.zero_grad(set_to_none=True)
+    out = fn(x)
+    out.sum().backward()
+    return out.detach(), _grads(model)
+
+
+def test_one_region_for_n_identical_layers():
+    model = _model(n=4)
+    cnt = CompileCounterWithBackend("eager")
+    with config.patch(compile_regions=True):
+        got = cdynamo.optimize(cnt)(model)(_x())
+    # before the layers, one region for the four layers, after them: three backend compiles, not one
+    assert cnt.frame_count == 3
+    layer_graphs = [g for g in cnt.graphs if sum(n.op == "call_function" for n in g.graph.nodes) > 5]
+    assert len(layer_graphs) == 1
+    marks = [n.meta.get("tensor_dict", {}).get("_dynamo_static_input_type")
+             for n in layer_graphs[0].graph.nodes if n.op == "placeholder"]
+    assert marks.count("unguarded") == 6 and len(marks) == 7  # the layer's parameters (static), its input
+    assert utils.counters["stats"]["region_segments"] >= 6
+    ref = model(_x())
+    torch.testing.assert_close(got, ref)
+    torch._dynamo.reset()
+    dyn = torch.compile(model, backend="eager")(_x())
+    torch.testing.assert_close(got, dyn)
+
+
+def test_off_switch_compiles_whole_graph():
+    model = _model(n=4)
+    cnt = CompileCounterWithBackend("eager")
+    with config.patch(compile_regions=False):
+        got = cdynamo.optimize(cnt)(model)(_x())
+    assert cnt.frame_count == 1
+    torch.testing.assert_close(got, model(_x()))
+
+
+def test_default_policy_leaves_other_backends_whole():
+    cnt = CompileCounterWithBackend("eager")
+    assert config.compile_regions is None
+    cdynamo.optimize(cnt)(_model(n=4))(_x())
+    assert cnt.frame_count == 1
+
+
+def test_min_calls():
+    cnt = CompileCounterWithBackend("eager")
+    with config.patch(compile_regions=True, regions_min_calls=5):
+        cdynamo.optimize(cnt)(_model(n=4))(_x())
+    assert cnt.frame_count == 1
+    with pytest.raises(ValueError):
+        config.regions_min_calls = 1
+    with pytest.raises(TypeError):
+        config.compile_regions = "yes"
+
+
+class CastBlock(Block):
+    def forward(self, x):
+        return super().forward(x.to(self.fc1.weight.dtype)).to(x.dtype)
+
+
+@pytest.mark.parametrize("differ", ["eps", "dtype", "hook", "target"])
+def test_layer_that_differs_is_a_second_region(differ):
+    blocks = [CastBlock(16) for _ in range(4)]
+    if differ == "eps":
+        blocks[2] = CastBlock(16, eps=1e-3)  # a constant baked into the graph
+    elif differ == "dtype":
+        blocks[2].double()  # its parameters (inputs of its segment) have another dtype
+    elif differ == "hook":
+        blocks[2].register_forward_hook(lambda mod, args, out: out * 2)
+    else:
+        blocks[2].act = torch.nn.functional.silu  # same graph but one target
+    torch.manual_seed(0)
+    model = Stack(blocks=blocks)
+    cnt = CompileCounterWithBackend("eager")
+    with config.patch(compile_regions=True):
+        got = cdynamo.optimize(cnt)(model)(_x())
+    assert cnt.frame_count == 4  # before, layers 0/1/3, layer 2, after
+    torch.testing.assert_close(got, model(_x()))
+
+
+class ScaleBlock(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(16))
+        self.b = torch.nn.Parameter(torch.randn(16))
+
+    def forward(self, x):
+        return x * self.w + self.b
+
+
+class Fan(torch.nn.Module):
+    """Every layer reads the same input: layers whose parameters differ only in metadata have equal graphs."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([ScaleBlock() for _ in range(4)])
+
+    def forward(self, x):
+        outs = []
+        for layer in self.layers:
+            outs.append(layer(x))
+        return torch.stack([o.float() for o in outs]).sum(0)
+
+
+@pytest.mark.parametrize("differ", ["dtype", "requires_grad"])
+def test_input_metadata_splits_regions(differ):
+    torch.manual_seed(0)
+    model = Fan()
+    for layer in model.layers[2:]:
+        layer.double() if differ == "dtype" else layer.requires_grad_(False)
+    cnt = CompileCounterWithBackend("aot_eager")
+    x = torch.randn(3, 16)
+    with config.patch(compile_regions=True):
+        got, got_g = _train_step(model, cdynamo.optimize(cnt)(model), x)
+    ref, ref_g = _train_step(model, model, x)
+    assert cnt.frame_count == 3  # layers 0-1, layers 2-3, the stack and sum after them
+    torch.testing.assert_close(got, ref)
+    torch.testing.assert_close(got_g, ref_g)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_training_gradients_equal_eager(backend):
+    model = _model(n=4)
+    cnt = CompileCounterWithBackend(backend)
+    with config.patch(compile_regions=True):
+        fn = cdynamo.optimize(cnt)(model)
+        for seed in range(2):
+            got, got_g = _train_step(model, fn, _x(seed))
+            ref, ref_g = _train_step(model, model, _x(seed))
+            torch.testing.assert_close(got, ref)
+            torch.testing.assert_close(got_g, ref_g)
+    assert cnt.frame_count == 3
+    assert len(ref_g) == len(list(model.parameters()))
+
+
+def test_dropout_layers_draw_their_own_numbers():
+    # eager backend: segments run their ops in graph order, so every draw happens as in eager
+    model = _model(n=4, blocks=[Block(16, p=0.5) for _ in range(4)])
+    model.train()
+    cnt = CompileCounterWithBackend("eager")
+    with config.patch(compile_regions=True):
+        fn = cdynamo.optimize(cnt)(model)
+        torch.manual_seed(5)
+        got = fn(_x())
+    torch.manual_seed(5)
+    ref = model(_x())
+    torch.testing.assert_close(got, ref)
+    assert cnt.frame_count == 3
+
+
+def test_dropout_aot_eager_same_numbers_as_whole_graph():
+    model = _model(n=4, blocks=[Block(16, p=0.5) for _ in range(4)])
+    model.train()
+    outs = []
+    for regions in (True, False):
+        cdynamo.reset()
+        with config.patch(compile_regions=regions):
+            fn = cdynamo.optimize("aot_eager")(model)
+            torch.manual_seed(7)
+            outs.append(fn(_x()))
+    torch.testing.assert_close(outs[0], outs[1])
+    torch.manual_seed(7)
+    torch.testing.assert_close(outs[0], model(_x()))
+
+
+def test_dynamic_shapes():
+    model = _model(n=4)
+    cnt = CompileCounterWithBackend("aot_eager")
+    before = _stats()
+    with config.patch(compile_regions=True):
+        fn = cdynamo.optimize(cnt, dynamic=True)(model)
+        for seq in (5, 7, 9):
+            got, got_g = _train_step(model, fn, _x(seq, seq=seq))
+            ref, ref_g = _train_step(model, model, _x(seq, seq=seq))
+            torch.testing.assert_close(got, ref)
+            torch.testing.assert_close(got_g, ref_g)
+    assert cnt.frame_count == 3  # one compile per distinct segment, for every length
+    # all four layers share one segment (a size specialised to a constant keys as that constant)
+    assert _stats()["region_reuses"] - before.get("region_reuses", 0) == 3
+
+
+class NoGradInsideBlock(Block):
+    def forward(self, x):
+        with torch.no_grad():
+            scale = self.norm.weight.abs().mean() + 1
+        return super().forward(x) / scale
+
+
+class NoGradAroundStack(Stack):
+    def forward(self, x):
+        h = self.inp(x).relu()
+        with torch.no_grad():
+            for layer in self.layers:
+                h = layer(h)
+        return self.out(h).sum(-1)
+
+
+def test_grad_mode_switch_inside_layers():
+    torch.manual_seed(0)
+    model = Stack(blocks=[NoGradInsideBlock(16) for _ in range(4)])
+    cnt = CompileCounterWithBackend("aot_eager")
+    with config.patch(compile_regions=True):
+        got, got_g = _train_step(model, cdynamo.optimize(cnt)(model), _x())
+    ref, ref_g = _train_step(model, model, _x())
+    assert cnt.frame_count == 3
+    torch.testing.assert_close(got, ref)
+    torch.testing.assert_close(got_g, ref_g)
+
+
+def test_grad_mode_differs_at_layer_edges_compiles_whole():
+    torch.manual_seed(0)
+    model = NoGradAroundStack()
+    cnt = CompileCounterWithBackend("aot_eager")
+    with config.patch(compile_regions=True):
+        got, got_g = _train_step(model, cdynamo.optimize(cnt)(model), _x())
+    ref, ref_g = _train_step(model, model, _x())
+    assert cnt.frame_count == 1  # a segment would be compiled under the grad mode of the graph's start
+    torch.testing.assert_close(got, ref)
+    torch.testing.assert_close(got_g, ref_g)
+
+
+class InplaceBlock(Block):
+    def forward(self, x):
+        x.mul_(0.5)  # writes its input: the graph is compiled whole
+        return super().forward(x)
+
+
+def test_segment_writing_an_input_compiles_whole():
+    torch.manual_seed(0)
+    model = Stack(blocks=[InplaceBlock(16) for _ in range(4)])
+    cnt = CompileCounterWithBackend("eager")
+    with config.patch(compile_regions=True), torch.no_grad():
+        got = cdynamo.optimize(cnt)(model)(_x())
+        ref = model(_x())
+    assert cnt.frame_count == 1
+    torch.testing.assert_close(got, ref)
+
+
+def test_view_outputs_and_aliasing_across_segments():
+    class ViewBlock(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(16, 16)
+
+        def forward(self, x):
+            y = self.fc(x).view(3, 5, 4, 4)
+            return y.view(3, 5, 16).transpose(0, 1).transpose(0, 1)  # a view crosses into the next layer
+
+    torch.manual_seed(0)
+    model = Stack(blocks=[ViewBlock() for _ in range(3)])
+    cnt = CompileCounterWithBackend("aot_eager")
+    with config.patch(compile_regions=True):
+        fn = cdynamo.optimize(cnt)(model)
+        got, got_g = _train_step(model, fn, _x())
+    ref, ref_g = _train_step(model, model, _x())
+    torch.testing.assert_close(got, ref)
+    torch.testing.assert_close(got_g, ref_g)
+    assert cnt.frame_count == 3
+
+
+def test_explain_and_log_show_regions():
+    model = _model(n=4)
+    out = cdynamo.explain(model)(_x())
+    assert out.regions == [[{"cls": "Block", "paths": [f"L['self'].layers.{i}" for i in range(4)], "calls": 4}]]
+    assert "Block x4" in str(out)
+    stream = io.StringIO()
+    _logging.enable("regions", stream=stream)
+    try:
+        with config.patch(compile_regions=True):
+            cdynamo.optimize("eager")(model)(_x())
+    finally:
+        _logging.disable("regions")
+        _logging.set_stream(None)
+    text = stream.getvalue()
+    assert "region Block: 4 calls" in text and "compiled once" in text
+
+
+# ---- transformers models ----
+
+def _hf(name):
+    pytest.importorskip("transformers")
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    from hf_zoo_models import MODELS
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return MODELS[name]()
+
+
+def _main(out):
+    return out["last_hidden_state"] if "last_hidden_state" in out else out["logits"]
+
+
+@pytest.mark.full_tier
+@pytest.mark.parametrize("name", ["llama", "gpt2", "bert"])
+def test_hf_regions_equal_eager_and_dynamo(name):
+    model, make_inputs = _hf(name)
+    model.eval()
+    cnt = CompileCounterWithBackend("aot_eager")
+    before = _stats().get("region_graphs", 0)
+    with config.patch(compile_regions=True), torch.no_grad():
+        fn = cdynamo.optimize(cnt)(model)
+        got = [_main(fn(**make_inputs(s))) for s in range(2)]
+        ref = [_main(model(**make_inputs(s))) for s in range(2)]
+        dyn_fn = torch.compile(copy.deepcopy(model), backend="aot_eager")
+        dyn = [_main(dyn_fn(**make_inputs(s))) for s in range(2)]
+    assert _stats()["region_graphs"] == before + 1
+    assert cnt.frame_count == 3  # before the layers, one layer, after
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got, dyn, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.full_tier
+@pytest.mark.parametrize("name", ["llama", "gpt2", "bert"])
+def test_hf_regions_training_gradients_equal_eager(name):
+    model, make_inputs = _hf(name)
+    model.train()
+    for m in model.modules():  # dropout off: aot_eager's random numbers are not eager's
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    cnt = CompileCounterWithBackend("aot_eager")
+    with config.patch(compile_regions=True):
+        fn = cdynamo.optimize(cnt)(model)
+        model.zero_grad(set_to_none=True)
+        _main(fn(**make_inputs(0))).float().pow(2).mean().backward()
+        got = _grads_of(model)
+        model.zero_grad(set_to_none=True)
+        _main(model(**make_inputs(0))).float().pow(2).mean().backward()
+        ref = _grads_of(model)
+    assert cnt.frame_count == 3
+    assert got.keys() == ref.keys() and len(got) > 10
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-4)
+
+
+def _grads_of(model):
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+def test_inductor_default_policy_compiles_layers_once(mode):
+    # reduce-overhead: compile()'s inductor-with-options backend takes the same path (CUDA graphs: GPU only)
+    model = _model(n=4)
+    before = _stats()
+    fn = cdynamo.optimize("inductor")(model) if mode is None else cdynamo.compile(model, mode=mode)
+    got, got_g = _train_step(model, fn, _x())
+    ref, ref_g = _train_step(model, model, _x())
+    after = _stats()
+    assert after.get("region_graphs", 0) == before.get("region_graphs", 0) + 1
+    assert after["region_compiles"] - before.get("region_compiles", 0) == 3
+    assert after["region_reuses"] - before.get("region_reuses", 0) == 3
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got_g, ref_g, atol=1e-5, rtol=1e-4)
+
+
+def test_inductor_dropout_layers_do_not_share_masks():
+    class Drop(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.dropout(x, 0.5, True) + 0.0
+
+    class Outs(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList([Drop() for _ in range(4)])
+
+        def forward(self, x):
+            return [layer(x) for layer in self.layers]
+
+    before = _stats().get("region_graphs", 0)
+    outs = cdynamo.optimize("inductor")(Outs())(torch.ones(4096))
+    assert _stats()["region_graphs"] == before + 1
+    masks = [o != 0 for o in outs]
+    for i in range(4):
+        assert 0.4 < masks[i].float().mean() < 0.6
+        for j in range(i):
+            assert not torch.equal(masks[i], masks[j])
