@@ -32,8 +32,8 @@ bool empty_dict_attr(py::handle obj, const char* name) {
 }  // namespace
 
 ValuePtr make_nn_module(Tracer& t, const ValuePtr& cls, std::vector<ValuePtr>& args, Kwargs& kwargs) {
-  if (cls->kind != VKind::Object || !cls->source || cls->bound_self() || !is_torch_nn_module_class(cls->obj))
-    return nullptr;
+  // The class: read through a source (guarded), or from torch's namespace (a program constant, as torch.nn.Softmax).
+  if (cls->kind != VKind::Object || cls->bound_self() || !is_torch_nn_module_class(cls->obj)) return nullptr;
   py::tuple real(args.size());
   py::dict kw;
   for (size_t i = 0; i < args.size(); ++i) {

@@ -195,7 +195,7 @@ const char* slot_method_name(Slot s);  // "get", "__getitem__", "__contains__" f
 // instance, built while tracing from constant arguments, holding no parameters, buffers or submodules, and seen by
 // nothing but the trace (its attributes are read without guards). Its class and arguments say how to make it again.
 struct ModuleMadeOf {
-  ValuePtr cls;  // an Object with a source: the module class
+  ValuePtr cls;  // an Object: the module class (with a source, or a constant of torch's namespace)
   std::vector<ValuePtr> args;
   std::vector<std::pair<std::string, ValuePtr>> kwargs;
 };

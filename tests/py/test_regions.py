@@ -400,8 +400,11 @@ def _grads_of(model):
 
 
 @pytest.mark.parametrize("mode", [None, "reduce-overhead"])
-def test_inductor_default_policy_compiles_layers_once(mode):
-    # reduce-overhead: compile()'s inductor-with-options backend takes the same path (CUDA graphs: GPU only)
+def test_inductor_default_policy_compiles_layers_once(mode, monkeypatch):
+    # reduce-overhead: compile()'s inductor-with-options backend takes the same path when regions are asked for
+    # (CUDA graphs: GPU only); by default it compiles whole graphs (test_reduce_overhead_compiles_whole_by_default).
+    if mode is not None:
+        monkeypatch.setattr(cdynamo.config, "compile_regions", True)
     model = _model(n=4)
     before = _stats()
     fn = cdynamo.optimize("inductor")(model) if mode is None else cdynamo.compile(model, mode=mode)
@@ -411,6 +414,16 @@ def test_inductor_default_policy_compiles_layers_once(mode):
     assert after.get("region_graphs", 0) == before.get("region_graphs", 0) + 1
     assert after["region_compiles"] - before.get("region_compiles", 0) == 3
     assert after["region_reuses"] - before.get("region_reuses", 0) == 3
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got_g, ref_g, atol=1e-5, rtol=1e-4)
+
+
+def test_reduce_overhead_compiles_whole_by_default():
+    model = _model(n=4)
+    before = _stats()
+    got, got_g = _train_step(model, cdynamo.compile(model, mode="reduce-overhead"), _x())
+    ref, ref_g = _train_step(model, model, _x())
+    assert _stats().get("region_graphs", 0) == before.get("region_graphs", 0)  # CUDA-graph replays: one graph
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(got_g, ref_g, atol=1e-5, rtol=1e-4)
 
