@@ -20,7 +20,8 @@ void bind_testing(py::module_& m);
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "cdynamo's C++ core: PEP 523 frame hook, symbolic interpreter, guards and codegen";
-  if (hook::init_state() < 0 || hook::init_cache() < 0 || hook::init_graph_call() < 0) throw py::error_already_set();
+  if (hook::init_state() < 0 || hook::init_cache() < 0 || hook::init_graph_call() < 0 || hook::init_compile_lock() < 0)
+    throw py::error_already_set();
 
   m.attr("OptimizedCallable") = py::handle(reinterpret_cast<PyObject*>(&hook::OptimizedCallableType));
   m.attr("GraphCall") = py::handle(reinterpret_cast<PyObject*>(&hook::GraphCallType));

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <stdexcept>
 
 #include "hook/graph_call.h"
 #include "hook/state.h"
@@ -103,12 +104,15 @@ PyObject* run_entry(PyThreadState* tstate, compat::Frame* frame, CacheEntry* e) 
 // One compile at a time in the process, as torch.compile does: tracing and backends (aot_eager, inductor)
 // keep global state. A Python RLock, so a thread waiting for it lets the others run (the GIL is released)
 // and a backend that compiles through cdynamo again does not deadlock on itself.
+PyObject* g_compile_lock = nullptr;  // owned for the process lifetime; made by init_compile_lock at import
+
 class CompileLock {
  public:
   CompileLock() {
-    static PyObject* lock = nullptr;  // owned for the process lifetime
-    if (!lock) lock = py::module_::import("threading").attr("RLock")().release().ptr();
-    lock_ = lock;
+    // Made when cdynamo._C is imported, never here: an import in the frame hook would run a Python-level
+    // builtins.__import__ override, whose frame reaches this hook again before the lock exists (endless recursion).
+    if (!g_compile_lock) throw std::runtime_error("cdynamo's compile lock was not made at import");
+    lock_ = g_compile_lock;
     PyObject* r = PyObject_CallMethod(lock_, "acquire", nullptr);  // new reference
     if (!r) throw py::error_already_set();
     Py_DECREF(r);
@@ -292,6 +296,15 @@ PyObject* eval_frame(PyThreadState* tstate, compat::Frame* frame, int throwflag)
     return compat::eval_default(tstate, frame, throwflag);
   }
   return run_entry(tstate, frame, e.get());
+}
+
+int init_compile_lock() {
+  if (g_compile_lock) return 0;
+  PyObject* threading = PyImport_ImportModule("threading");  // new reference
+  if (!threading) return -1;
+  g_compile_lock = PyObject_CallMethod(threading, "RLock", nullptr);  // new reference, kept
+  Py_DECREF(threading);
+  return g_compile_lock ? 0 : -1;
 }
 
 }  // namespace cdynamo::hook

@@ -28,4 +28,8 @@ guards::FrameView frame_view(compat::Frame* frame);
 bool skip_by_file(PyCodeObject* code);
 
 
+// Makes the process-wide compile lock (a threading.RLock); called once when cdynamo._C is imported, before the frame
+// hook can run. 0, or -1 with a Python error set.
+int init_compile_lock();
+
 }  // namespace cdynamo::hook
