@@ -994,6 +994,15 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
       }
     }
   }
+  // Any other bound method (its function is not a plain Python function: functools.lru_cache's wrapper bound to a
+  // logger, transformers' `logger.warning_once`): a new object on each read, so guarded by its function and its
+  // receiver, which decide what calling it does, never by its own identity (that failed on every call).
+  if (PyMethod_Check(v)) {
+    guards.add(guards::type_match(src, v));
+    guards.add(guards::id_match(guards::Source::attr(src, "__func__"), PyMethod_GET_FUNCTION(v)));
+    guards.add(guards::id_match(guards::Source::attr(src, "__self__"), PyMethod_GET_SELF(v)));
+    return Value::object(py::reinterpret_borrow<py::object>(value), src);
+  }
   // The __exit__ of a grad-mode `with` block continued after a break (a process-lifetime constant).
   if (int mode = grad_exit_mode(value); mode >= 0) {
     guards.add(guards::id_match(src, v));

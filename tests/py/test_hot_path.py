@@ -1,6 +1,8 @@
 # test_hot_path.py — owns tests of the cached call's hot path (issue 29, item 3): graph inputs handed over by the guard
 # check that fetched them (a replaced or changed parameter is still the one used), the RNG saved in C++, cache entries
 # most-recent-first, and one value (one set of guards) for a plain object read through two sources.
+import functools
+
 import torch
 import torch._dynamo  # noqa: F401  (torch._dynamo.graph_break, the reference frontend)
 from torch._dynamo.testing import CompileCounter as DynamoCounter
@@ -474,3 +476,50 @@ def test_shared_forward_changes_recompile():
     finally:
         torch._dynamo.reset()
     assert cnt.frame_count == dc.frame_count == 3
+
+
+class _CachedLogger:
+    """As transformers' logger.warning_once: a functools.lru_cache'd function set on the class, so every read of
+    `obj.warn_once` is a new bound method object."""
+
+    def __init__(self):
+        self.seen = []
+
+    @functools.lru_cache(None)
+    def warn_once(self, msg):
+        self.seen.append(msg)
+
+
+_LOGGER = _CachedLogger()
+
+
+def _logs_then_computes(x):
+    y = x * 2
+    _LOGGER.warn_once("once")
+    return y + 1
+
+
+def test_bound_method_made_anew_on_each_read_does_not_recompile():
+    assert _LOGGER.warn_once is not _LOGGER.warn_once  # a new bound method on each read
+    cdynamo.reset()
+    counter = CompileCounter()
+    opt = cdynamo.optimize(counter)(_logs_then_computes)
+    x = torch.randn(3)
+    for _ in range(4):
+        torch.testing.assert_close(opt(x), _logs_then_computes(x))
+    frames = counter.frame_count
+    for _ in range(3):
+        opt(x)
+    assert counter.frame_count == frames  # guarded by __func__ / __self__: no recompile per call
+    assert _LOGGER.seen == ["once"]
+    other = _CachedLogger()
+    globals()["_LOGGER"] = other  # another receiver: the guard on __self__ fails, the frame recompiles
+    try:
+        torch.testing.assert_close(opt(x), x * 2 + 1)
+        assert other.seen == ["once"]
+        assert counter.frame_count > frames or cdynamo.utils.counters["recompiles"]
+    finally:
+        globals()["_LOGGER"] = _LOGGER_ORIG
+
+
+_LOGGER_ORIG = _LOGGER
