@@ -18,5 +18,10 @@ PyObject* versioned_instance_dict(PyObject* obj);
 // A stamp of a type's own attributes and those of its bases: changes whenever any of them is set or deleted (and
 // on __bases__ assignment), unique over all types; 0 when the type has none now (the caller must not memoize).
 uint64_t type_version(PyTypeObject* type);
+// Whether a guard check may hand the graph inputs it fetched to the graph call (hook/translate.cpp: lift_inputs). Off on
+// 3.13: a handed-out input read through an object's __dict__ was released once too often there (a segfault on the
+// second call of test_fuzz_regressions' dunder_dict_after_setattr_in_trace, 2026-11-27); the inputs are loaded by the
+// rewritten code instead, as before the hand-off.
+constexpr bool kHandOffGraphInputs = PY_VERSION_HEX < 0x030D0000;
 
 }  // namespace cdynamo::compat
