@@ -12,9 +12,16 @@ namespace cdynamo::compat {
 
 uint64_t dict_version(PyObject* dict) {
   if (!dict || !PyDict_Check(dict)) return 0;
+  auto* d = reinterpret_cast<PyDictObject*>(dict);
+#if PY_VERSION_HEX >= 0x030D0000
+  // 3.13: a split dict's values may be an object's inline values (its materialized __dict__), which the object's
+  // attribute stores write without changing the dict's version (`obj.a = v` leaves obj.__dict__'s tag as it
+  // was): no stamp for a dict with split values.
+  if (d->ma_values) return 0;
+#endif
   // 3.11-3.13: ma_version_tag is a global counter's next value, taken by every new dict and every change
   // (3.12+ keep watcher bits in the low 12 bits, which only ever make a stamp differ spuriously).
-  return reinterpret_cast<PyDictObject*>(dict)->ma_version_tag;
+  return d->ma_version_tag;
 }
 
 PyObject* versioned_instance_dict(PyObject* obj) {

@@ -9,7 +9,8 @@ namespace cdynamo::compat {
 
 // A stamp of a dict's contents (borrowed `dict`, any dict or subclass): every insertion, replacement or deletion
 // gives the dict a new stamp, and no two dict states, of any dicts alive now or ever, share one (a dict made at a
-// freed dict's address gets a fresh stamp). 0: no stamp available (the caller must not memoize).
+// freed dict's address gets a fresh stamp). 0: no stamp available (the caller must not memoize); on 3.13, every
+// dict with split values (an object's materialized __dict__ shares its inline values, written without a stamp).
 uint64_t dict_version(PyObject* dict);
 // The instance __dict__ of `obj` (borrowed), materialized if the object keeps its attributes inline, when every
 // attribute store of the object is then a store into that dict (so dict_version covers them); nullptr (no
@@ -18,10 +19,5 @@ PyObject* versioned_instance_dict(PyObject* obj);
 // A stamp of a type's own attributes and those of its bases: changes whenever any of them is set or deleted (and
 // on __bases__ assignment), unique over all types; 0 when the type has none now (the caller must not memoize).
 uint64_t type_version(PyTypeObject* type);
-// Whether a guard check may hand the graph inputs it fetched to the graph call (hook/translate.cpp: lift_inputs). Off on
-// 3.13: a handed-out input read through an object's __dict__ was released once too often there (a segfault on the
-// second call of test_fuzz_regressions' dunder_dict_after_setattr_in_trace, 2026-11-27); the inputs are loaded by the
-// rewritten code instead, as before the hand-off.
-constexpr bool kHandOffGraphInputs = PY_VERSION_HEX < 0x030D0000;
 
 }  // namespace cdynamo::compat

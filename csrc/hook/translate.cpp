@@ -8,7 +8,6 @@
 #include <unordered_set>
 
 #include "codegen/codegen.h"
-#include "compat/versions.h"
 #include "codegen/resume_info.h"
 #include "interp/services.h"
 #include "interp/skip_files.h"
@@ -44,10 +43,6 @@ py::list module_tensor_inputs(const interp::Tracer& t) {
 // again by the rewritten code: marks them in t.lifted_inputs and returns the GraphCall's plan (graph_call.h).
 std::vector<int32_t> lift_inputs(interp::Tracer& t) {
   std::vector<int32_t> plan;
-  if (!compat::kHandOffGraphInputs) {
-    t.lifted_inputs.clear();
-    return plan;
-  }
   t.lifted_inputs.assign(t.inputs.size(), 0);
   int32_t k = 0;
   for (size_t i = 0; i < t.inputs.size(); ++i) {

@@ -181,6 +181,35 @@ def test_dict_key_added_to_argument():
     assert cnt.frame_count == 2
 
 
+class _Plain:
+    pass
+
+
+@pytest.mark.parametrize("owner", [_Plain, torch.nn.Module])
+def test_item_of_instance_dict_written_by_attribute_store(owner):
+    # An object's materialized __dict__ passed as an argument; the object's attribute stores change its items.
+    # On 3.13 that dict shares the object's inline values and such a store leaves its version unchanged: a memo
+    # keyed on the version handed the graph the old tensor (and read a freed one once the old was dropped).
+    def f(x, d):
+        return x + d["t"]
+
+    obj = owner()
+    obj.t = torch.ones(2)
+    opt, cnt = compiled(f)
+    x = torch.zeros(1)
+    d = obj.__dict__
+    run_twice(opt, f, x, d)
+    kept = obj.t
+    obj.t = torch.full((2,), 5.0)  # same metadata: the guards pass, the new value must be the graph's input
+    assert torch.equal(opt(x, d), f(x, d))
+    obj.t = torch.full((3,), 7.0)  # other shape: recompiles
+    run_twice(opt, f, x, d)
+    del kept
+    obj.t = torch.full((3,), 9.0)  # the previous value is freed
+    assert torch.equal(opt(x, d), f(x, d))
+    assert cnt.frame_count == 2
+
+
 @pytest.mark.parametrize("kind", [list, tuple])
 def test_getitem_of_sequence(kind):
     def f(xs):

@@ -2,7 +2,6 @@
 # check that fetched them (a replaced or changed parameter is still the one used), the RNG saved in C++, cache entries
 # most-recent-first, and one value (one set of guards) for a plain object read through two sources.
 import functools
-import sys
 
 import torch
 import torch._dynamo  # noqa: F401  (torch._dynamo.graph_break, the reference frontend)
@@ -57,7 +56,6 @@ class Net(torch.nn.Module):
 # --- lifted inputs ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(sys.version_info >= (3, 13), reason="the hand-off is off on 3.13 (compat::kHandOffGraphInputs)")
 def test_parameters_are_handed_by_the_guard_check():
     torch.manual_seed(0)
     m, x = Net(), torch.randn(2, 4)
@@ -144,7 +142,6 @@ def test_parameter_deleted_after_compile_runs_as_eager_raises():
             opt(x)
 
 
-@pytest.mark.skipif(sys.version_info >= (3, 13), reason="the hand-off is off on 3.13 (compat::kHandOffGraphInputs)")
 def test_lifted_inputs_of_a_graph_before_a_break():
     # The rewritten code of a frame that breaks starts with the graph call too: its lifted inputs come from the check.
     class Breaks(torch.nn.Module):
