@@ -78,14 +78,38 @@ py::dict base_info(PyCodeObject* code) {
   return info;
 }
 
-int recompile_limit() {
+int config_int(const char* name, int missing) {
   try {
-    return interp::services().config.attr("recompile_limit").cast<int>();
+    return interp::services().config.attr(name).cast<int>();
   } catch (py::error_already_set&) {
-    return 8;
+    return missing;
   } catch (py::cast_error&) {
-    return 8;
+    return missing;
   }
+}
+
+int recompile_limit() { return config_int("recompile_limit", 8); }
+
+// Whether `e` was compiled for the objects this frame's locals hold now, for each local the entry pins by identity
+// (an ID_MATCH on the local itself: a module method's `self`, a function argument). torch._dynamo's rule: the
+// recompile limit counts only those entries, so every instance of a class runs its own compiled forward (FSDP2
+// calls each block's forward as a frame of its own) while one instance that keeps failing guards still stops at the
+// limit; accumulated_recompile_limit bounds all entries of the code.
+bool same_pinned_locals(const CacheEntry& e, const guards::FrameView& fv) {
+  for (const guards::Guard& g : e.guards.guards()) {
+    const guards::Source* s = g.source.get();
+    if (g.kind != guards::GuardKind::IdMatch || !s || s->kind != guards::Source::Kind::Local || s->base) continue;
+    if (fv.localsplus[s->index] != g.expected) return false;  // identities only: `expected` may be borrowed
+  }
+  return true;
+}
+
+// The entries that count against the recompile limit for this frame (same_pinned_locals).
+int entries_for_frame(const CodeExtra* extra, compat::Frame* frame) {
+  guards::FrameView fv = frame_view(frame);
+  int n = 0;
+  for (const auto& e : extra->entries) n += same_pinned_locals(*e, fv) ? 1 : 0;
+  return n;
 }
 
 // The callback's boolean attribute `name`, or `missing` when it has none (or it cannot be read).
@@ -367,7 +391,10 @@ std::optional<EntryPtr> admit_recompile(FrameCompile& c) {
   }
   if (extra->entries.empty()) return std::nullopt;
   int limit = recompile_limit();
-  if (static_cast<int>(extra->entries.size()) >= limit) {
+  const int total_limit = config_int("accumulated_recompile_limit", 256);
+  const bool over_total = static_cast<int>(extra->entries.size()) >= total_limit;
+  if (over_total) limit = total_limit;
+  if (over_total || entries_for_frame(extra, c.frame) >= limit) {
     if (c.strict) {
       raise_unsupported("recompile limit (" + std::to_string(limit) + ") reached for " +
                         py::str(c.code->co_name).cast<std::string>() + "; last guard failure: " + extra->last_failure);

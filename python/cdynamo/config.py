@@ -5,12 +5,11 @@ Read and set them as attributes: ``cdynamo.config.recompile_limit = 4``. Unknown
 AttributeError (on get and on set, as torch._dynamo.config), values of the wrong type raise TypeError.
 An alias (``cache_size_limit``) and its option (``recompile_limit``) are one value.
 ``config.patch(...)`` changes options for a ``with`` block or a decorated function. The C++ core reads
-``recompile_limit`` on each recompile, ``suppress_errors`` on a backend failure and ``enable_dynamo_decompositions``
+``recompile_limit`` and ``accumulated_recompile_limit`` on each recompile, ``suppress_errors`` on a backend failure and ``enable_dynamo_decompositions``
 while tracing; the Python callback reads
 ``verbose`` and ``verify_correctness`` on each event; ``automatic_dynamic_shapes``, ``assume_static_by_default`` and
 ``capture_scalar_outputs`` / ``capture_dynamic_output_shape_ops``, ``compile_regions`` and ``regions_min_calls`` on
-each compile. ``accumulated_recompile_limit`` and
-``traceable_tensor_subclasses`` are accepted and not read yet (see docs/python_api.md).
+each compile. ``traceable_tensor_subclasses`` is accepted and not read yet (see docs/python_api.md).
 """
 import contextlib
 import sys
@@ -18,9 +17,9 @@ import types
 
 # name -> (type, default, doc)
 _OPTIONS = {
-    "recompile_limit": (int, 8, "cache entries per code object before it runs as plain Python"),
-    "accumulated_recompile_limit": (int, 256, "torch's limit over all entries of a code object; accepted, not "
-                                    "read: cdynamo's recompile_limit already counts every entry of a code object"),
+    "recompile_limit": (int, 8, "cache entries of a code object for the objects its frame's locals pin by identity "
+                        "(a module's self) before that frame runs as plain Python"),
+    "accumulated_recompile_limit": (int, 256, "cache entries of a code object over all objects"),
     "suppress_errors": (bool, False, "a backend failure (or a verify_correctness mismatch) runs the frame as Python "
                         "with one warning instead of raising BackendCompilerFailed (never under nopython)"),
     "verbose": (bool, False, "keep full multi-line reasons (tracebacks) in fallback warnings and errors"),

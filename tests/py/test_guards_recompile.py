@@ -132,6 +132,47 @@ def test_recompile_limit_falls_back_with_one_warning():
     assert "add_one" in str(limit_warnings[0].message)
 
 
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x)) + 1
+
+
+def _per_block_forward(cnt, nblocks, **patch):
+    """Each block's forward compiled as a frame of its own (as FSDP2's hooks make it): (frames, outputs ok)."""
+    blocks = [_Block() for _ in range(nblocks)]
+    fwd = cdynamo.optimize(cnt)(_Block.forward)
+    x = torch.randn(2, 4)
+    with cdynamo.config.patch(**patch), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(2):
+            for b in blocks:
+                torch.testing.assert_close(fwd(b, x), b(x))
+    return cnt.frame_count
+
+
+def test_recompile_limit_counts_entries_per_pinned_self():
+    # torch._dynamo's rule: the limit counts the entries compiled for the objects the frame's locals pin by identity
+    # (here `self`), so 12 instances of one class each run compiled; their 12 entries stay under the total limit.
+    assert _per_block_forward(CompileCounter(), 12, recompile_limit=8) == 12
+    # accumulated_recompile_limit bounds all entries of the code (the rest run as Python, with equal results)
+    assert _per_block_forward(CompileCounter(), 12, recompile_limit=8, accumulated_recompile_limit=5) == 5
+
+
+def test_recompile_limit_still_bounds_one_instance():
+    b = _Block()
+    fwd, cnt = compiled(_Block.forward)
+    with cdynamo.config.patch(recompile_limit=2, automatic_dynamic_shapes=False), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for n in range(1, 6):
+            x = torch.randn(n, 4)
+            torch.testing.assert_close(fwd(b, x), b(x))
+    assert cnt.frame_count == 2
+
+
 def test_cache_size_limit_alias():
     cdynamo.config.cache_size_limit = 3
     assert cdynamo.config.recompile_limit == 3
