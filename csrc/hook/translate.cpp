@@ -10,6 +10,7 @@
 #include "codegen/codegen.h"
 #include "codegen/resume_info.h"
 #include "interp/services.h"
+#include "interp/tracer.h"
 #include "interp/skip_files.h"
 #include "hook/eval_frame.h"
 #include "hook/graph_call.h"
@@ -90,16 +91,21 @@ int config_int(const char* name, int missing) {
 
 int recompile_limit() { return config_int("recompile_limit", 8); }
 
-// Whether `e` was compiled for the objects this frame's locals hold now, for each local the entry pins by identity
-// (an ID_MATCH on the local itself: a module method's `self`, a function argument). torch._dynamo's rule: the
-// recompile limit counts only those entries, so every instance of a class runs its own compiled forward (FSDP2
-// calls each block's forward as a frame of its own) while one instance that keeps failing guards still stops at the
-// limit; accumulated_recompile_limit bounds all entries of the code.
+// Whether `e` was compiled for the nn.Modules this frame's locals hold now, for each local that is a module the
+// entry pins by identity (an ID_MATCH on the local itself: a module method's `self`). torch._dynamo's rule for
+// ID-matched locals: the recompile limit counts only those entries, so every instance of a module class runs its own
+// compiled forward (FSDP2 calls each block's forward as a frame of its own) while one instance that keeps failing
+// guards still stops at the limit; accumulated_recompile_limit bounds all entries of the code. Other pinned objects
+// (a plain object made anew on every call) keep counting against one limit.
 bool same_pinned_locals(const CacheEntry& e, const guards::FrameView& fv) {
+  PyObject* module_cls = interp::PyRefs::get().nn_module.ptr();  // borrowed (process lifetime)
+  if (!PyType_Check(module_cls)) return true;
   for (const guards::Guard& g : e.guards.guards()) {
     const guards::Source* s = g.source.get();
     if (g.kind != guards::GuardKind::IdMatch || !s || s->kind != guards::Source::Kind::Local || s->base) continue;
-    if (fv.localsplus[s->index] != g.expected) return false;  // identities only: `expected` may be borrowed
+    PyObject* now = fv.localsplus[s->index];  // borrowed
+    if (!now || !PyType_IsSubtype(Py_TYPE(now), reinterpret_cast<PyTypeObject*>(module_cls))) continue;
+    if (now != g.expected) return false;  // identities only: `expected` may be borrowed
   }
   return true;
 }
