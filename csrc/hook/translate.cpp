@@ -486,7 +486,12 @@ void trace(FrameCompile& c) {
     fake_trace = true;
     run(-1, "");
   }
-  if (c.is_break() && c.tracer->failed_guards > 0 && !c.strict) {
+  // The instruction that stopped the trace may have added guards before it failed (a callee inlined part way that
+  // pinned an object made anew on every call): traced again up to that instruction, so that the entry holds only
+  // the guards of what the graph really did. The same for a frame that then runs as Python: its guards only decide
+  // when to try again, and a failed inline's reads would make it retrace on every call.
+  const bool stopped = c.is_break() || c.status == interp::Tracer::Status::Unsupported;
+  if (stopped && c.tracer->failed_guards > 0 && !c.strict && !c.tracer->internal_error) {
     const int at = static_cast<int>(c.tracer->pc);
     const std::string reason = c.tracer->stop_info().reason;
     run(at, reason);

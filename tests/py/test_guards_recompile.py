@@ -1,5 +1,6 @@
 # test_guards_recompile.py — owns tests that guards pass when they should, fail (and recompile) when they
 # should, and that the recompile limit and reset() behave.
+import os
 import warnings
 
 import pytest
@@ -171,6 +172,50 @@ def test_recompile_limit_still_bounds_one_instance():
             x = torch.randn(n, 4)
             torch.testing.assert_close(fwd(b, x), b(x))
     assert cnt.frame_count == 2
+
+
+class _Cache:
+    pass
+
+
+class _CallLayer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def __call__(self, *args, **kwargs):  # as transformers' GradientCheckpointingLayer
+        return super().__call__(*args, **kwargs)
+
+    def forward(self, x, cache=None):
+        return torch.relu(self.lin(x))
+
+
+def _untraceable_hook(module, args, kwargs):
+    os.getpid()  # not traceable: the layer's call runs as Python
+
+
+def test_frame_run_as_python_keeps_no_guard_of_a_failed_inline():
+    # Each layer's __call__ cannot be captured (its super().__call__ runs a hook that is not traceable); the inline
+    # attempt read the fresh `cache` object of this call before failing. The entry that runs the frame as Python
+    # must not pin it, or every call would find the entry dead and trace the frame again.
+    layers = [_CallLayer() for _ in range(3)]
+    for layer in layers:
+        layer.register_forward_pre_hook(_untraceable_hook, with_kwargs=True)
+
+    def run(x):
+        cache = _Cache()
+        for layer in layers:
+            x = layer(x, cache=cache)
+        return x
+
+    opt = cdynamo.optimize("eager")(run)
+    x = torch.randn(2, 4)
+    cdynamo.utils.counters.clear()
+    for _ in range(6):
+        torch.testing.assert_close(opt(x), run(x))
+    # one entry per layer (its self pinned) for __call__ and for forward: 2 recompiles each, none per call
+    assert sum(cdynamo.utils.counters["recompiles"].values()) == 4
+    assert len(_C._testing.cache_entries(_CallLayer.__call__.__code__)) == 3
 
 
 def test_cache_size_limit_alias():
