@@ -892,6 +892,16 @@ bool lazy_identity(py::handle value) {
     return false;
   return !module_instance(v);
 }
+
+// A plain Python function with closure cells and no keyword-only defaults, reached from the frame (not a global or
+// a class attribute, which hold one function for the program's life): typically made anew on each call.
+bool fresh_closure_of(py::handle value, const guards::Source& src) {
+  PyObject* v = value.ptr();
+  if (!PyFunction_Check(v) || !Py_IS_TYPE(v, &PyFunction_Type)) return false;
+  if (!PyFunction_GET_CLOSURE(v) || PyFunction_GET_KW_DEFAULTS(v)) return false;
+  using K = guards::Source::Kind;
+  return src.kind == K::Local || src.kind == K::Item || src.kind == K::DictItem;
+}
 }  // namespace
 
 ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
@@ -1021,6 +1031,23 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
     }
   }
   ValuePtr out = Value::object(py::reinterpret_borrow<py::object>(value), src);
+  if (fresh_closure_of(value, *src)) {
+    // A closure made anew on every call (transformers' mask functions passed down each forward): its code and
+    // globals now (what its calls and reads run), its identity on first use. Its closure cells, defaults and
+    // attributes are guarded where the trace reads them, as for a pinned function.
+    auto seen = frame_objects.find(v);
+    if (seen != frame_objects.end()) {
+      guards.add(guards::same_object(seen->second->source, src));
+      return seen->second;
+    }
+    guards.add(guards::type_match(src, v));
+    guards.add(guards::id_match(guards::Source::attr(src, "__code__"), PyFunction_GET_CODE(v)));
+    guards.add(guards::id_match(guards::Source::attr(src, "__globals__"), PyFunction_GET_GLOBALS(v)));
+    guards.add(guards::id_match(guards::Source::attr(src, "__kwdefaults__"), Py_None));
+    out->pending_id = std::make_shared<guards::Guard>(guards::id_match(src, v));
+    frame_objects[v] = out;
+    return out;
+  }
   if (lazy_identity(value)) {
     guards.add(guards::type_match(src, v));
     out->pending_id = std::make_shared<guards::Guard>(guards::id_match(src, v));

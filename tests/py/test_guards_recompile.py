@@ -1,6 +1,7 @@
 # test_guards_recompile.py — owns tests that guards pass when they should, fail (and recompile) when they
 # should, and that the recompile limit and reset() behave.
 import os
+import types
 import warnings
 
 import pytest
@@ -637,3 +638,56 @@ def test_module_hasattr_guard_sees_every_way_an_attribute_appears(way):
     if way in ("instance", "parameter", "buffer", "module"):
         delattr(m, "extra")
         torch.testing.assert_close(cm(x), x - 1)
+
+
+def _make_scale(k):
+    def scale(t):
+        return t * k + _OFFSET
+    return scale
+
+
+def _make_shift(k):
+    def shift(t):
+        return t - k
+    return shift
+
+
+_OFFSET = 1.0
+
+
+def _apply(x, fn):
+    return fn(x).sum()
+
+
+def test_closure_made_anew_each_call_compiles_once():
+    # A closure passed down on every call (transformers' mask functions): guarded by its code, globals and cells,
+    # not by its identity (which is new on every call and dies after it: every call compiled again).
+    opt, cnt = compiled(_apply)
+    x = torch.randn(4)
+    for _ in range(6):
+        f = _make_scale(2.0)
+        torch.testing.assert_close(opt(x, f), _apply(x, f))
+    assert cnt.frame_count == 1
+    # what the closure does still decides: another cell value, other code, other globals
+    for f in (_make_scale(3.0), _make_shift(2.0),
+              types.FunctionType(_make_scale(2.0).__code__, {"_OFFSET": 100.0}, "scale", None,
+                                 _make_scale(2.0).__closure__)):
+        torch.testing.assert_close(opt(x, f), _apply(x, f))
+    assert cnt.frame_count == 4
+    f = _make_scale(2.0)
+    f.__code__ = _make_shift(5.0).__code__  # code replaced in place: the shift entry, with this cell
+    torch.testing.assert_close(opt(x, f), _apply(x, f))
+
+
+def test_closure_identity_used_in_trace_is_pinned():
+    seen = {}
+
+    def count(x, fn):
+        seen[fn] = seen.get(fn, 0) + 1
+        return x * seen[fn]
+
+    opt, cnt = compiled(count)
+    x = torch.randn(3)
+    a, b = _make_scale(1.0), _make_scale(1.0)
+    for fn, times in ((a, 1), (a, 2), (b, 1), (a, 3), (b, 2)):
+        torch.testing.assert_close(opt(x, fn), x * times)
