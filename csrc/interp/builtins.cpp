@@ -12,8 +12,6 @@ namespace cdynamo::interp {
 
 namespace {
 
-using Kwargs = std::vector<std::pair<std::string, ValuePtr>>;
-
 ValuePtr iter_of(std::vector<ValuePtr> items) { return Value::iterator(std::move(items)); }
 
 ValuePtr kwarg(const Kwargs& kwargs, const char* name) {

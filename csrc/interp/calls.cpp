@@ -222,7 +222,6 @@ ValuePtr Tracer::signature_of(const ValuePtr& fn, const std::vector<ValuePtr>& a
 
 namespace {
 
-using Kwargs = std::vector<std::pair<std::string, ValuePtr>>;
 
 // A bound method value (VKind::Method): namedtuple._replace / _asdict, the ctx of an autograd.Function speculation,
 // os.environ, the methods of containers and records, else a tensor method.

@@ -10,7 +10,6 @@ namespace cdynamo::interp {
 namespace {
 
 using bytecode::Instruction;
-using Kwargs = std::vector<std::pair<std::string, ValuePtr>>;
 
 // 1 if `a` and `b` compare equal the way list.index / list.remove / `in` see them (identity first, then
 // ==), 0 if not; Unsupported when that needs a tensor's data or a user object's __eq__.

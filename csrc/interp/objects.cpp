@@ -16,6 +16,21 @@ const char* const kGlobalHookDicts[] = {"_global_forward_hooks", "_global_forwar
                                         "_global_backward_hooks", "_global_backward_pre_hooks",
                                         "_global_forward_hooks_with_kwargs"};
 
+}  // namespace
+
+void guard_no_global_module_hooks(Tracer& t, const std::string& what) {
+  const py::object& mm = PyRefs::get().nn_module_module;
+  PyObject* mm_globals = PyModule_GetDict(mm.ptr());  // borrowed
+  for (const char* d : kGlobalHookDicts) {
+    py::object hooks = py::getattr(mm, d, py::none());
+    if (hooks.is_none()) continue;
+    if (py::len(hooks) != 0) t.unsupported(what + " with global " + d);
+    t.guards.add(guards::length_match(guards::Source::module_global(mm_globals, d), hooks.ptr()));
+  }
+}
+
+namespace {
+
 bool is_nn_module(py::handle o) {
   PyObject* module_cls = PyRefs::get().nn_module.ptr();  // borrowed (process lifetime)
   int r = PyObject_IsInstance(o.ptr(), module_cls);
@@ -402,14 +417,7 @@ ValuePtr Tracer::call_module(const ValuePtr& mod, std::vector<ValuePtr> args,
   auto size_of = [](const py::object& hooks) { return hooks.is_none() ? size_t{0} : py::len(hooks); };
   for (const char* d : {"_backward_pre_hooks", "_backward_hooks"})
     if (size_of(hooks_of(d)) != 0) unsupported(std::string("module call with ") + d + " registered");
-  const py::object& mm = PyRefs::get().nn_module_module;
-  PyObject* mm_globals = PyModule_GetDict(mm.ptr());  // borrowed
-  for (const char* d : kGlobalHookDicts) {
-    py::object hooks = py::getattr(mm, d, py::none());
-    if (hooks.is_none()) continue;
-    if (py::len(hooks) != 0) unsupported(std::string("module call with global ") + d);
-    guards.add(guards::length_match(guards::Source::module_global(mm_globals, d), hooks.ptr()));
-  }
+  guard_no_global_module_hooks(*this, "module call");
   py::object pre = hooks_of("_forward_pre_hooks");
   py::object post = hooks_of("_forward_hooks");
   py::object pre_kw = py::none(), post_kw = py::none();

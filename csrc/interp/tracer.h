@@ -45,6 +45,8 @@ struct StopInfo {
 };
 
 class Tracer;
+// Keyword arguments of a call, in call order: (name, value).
+using Kwargs = std::vector<std::pair<std::string, ValuePtr>>;
 using Handler = void (*)(Tracer&, const bytecode::Instruction&);
 using HandlerTable = std::array<Handler, 256>;
 
@@ -115,6 +117,10 @@ std::string describe_module_made(const ValuePtr& cls);
 ValuePtr made_module_attr(Tracer& t, const ValuePtr& mod, const std::string& name);
 ValuePtr call_made_module(Tracer& t, const ValuePtr& mod, std::vector<ValuePtr> args,
                          std::vector<std::pair<std::string, ValuePtr>> kwargs);
+// A module call (of the frame's module or one made in the trace) runs its forward directly only while torch.nn's
+// global module hooks are all empty: refuses (naming `what`) when one is registered, else guards each dict empty
+// through torch.nn.modules.module's globals (objects.cpp).
+void guard_no_global_module_hooks(Tracer& t, const std::string& what);
 // iter(seq) as GET_ITER makes it (ops_iter.cpp): an Iter over the items known now (a dict's keys watched for changes);
 // an Iter is its own iterator. iterator_next: the next item of Iter `it` (advancing it), nullptr when exhausted.
 ValuePtr make_iterator(Tracer& t, const ValuePtr& seq);
