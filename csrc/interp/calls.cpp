@@ -137,6 +137,8 @@ bool foldable(const ValuePtr& v) {
     case VKind::Const: return true;
     case VKind::Set: return true;  // elements are constants; folded on a fresh set
     case VKind::Dict:
+      if (v->default_dict()) return false;  // folded as a plain dict, its type would change
+      [[fallthrough]];
     case VKind::Tuple:
     case VKind::List:
       for (const auto& i : v->items)
@@ -598,6 +600,7 @@ ValuePtr Tracer::call_tensor_method(const ValuePtr& self, const std::string& nam
       services().config.attr("capture_scalar_outputs").cast<bool>())
     return scalar_output(self);
   if (ValuePtr r = optimizer_op_decomposition(self, name, args, kwargs)) return r;  // optimizer.cpp
+  if (name == "new_tensor") return new_tensor_call(*this, self, args, kwargs);      // library_values.cpp
   if (!tensor_method_allowed(name) && !tensor_method_metadata(name) && name != "cpu")
     unsupported("Tensor." + name + "() needs real tensor data (not supported in a graph)");
   if (name == "cpu") {
@@ -667,8 +670,10 @@ ValuePtr Tracer::apply_operator(py::handle op, std::vector<ValuePtr> args) {
   bool tensors = false;
   for (const auto& a : args) tensors |= any_tensor(a);
   std::string name = py::str(op.attr("__name__")).cast<std::string>();
-  if (args.size() == 2 && (name == "eq" || name == "ne"))
+  if (args.size() == 2 && (name == "eq" || name == "ne")) {
     if (ValuePtr r = sym_tuple_compare(name, args[0], args[1])) return r;
+    if (ValuePtr r = identity_compare(*this, name, args[0], args[1])) return r;  // module == module
+  }
   if (args.size() == 2) {
     bool containers = false;
     for (const auto& a : args)

@@ -262,7 +262,10 @@ ValuePtr Tracer::container_operator(const std::string& op, const ValuePtr& a, co
     return out;
   }
   if (a->kind == VKind::Dict && b->kind == VKind::Dict && base == "or_") {
-    ValuePtr target = inplace ? a : Value::dict(a->keys, a->items);
+    // d | other keeps d's type (a defaultdict's `|` gives a defaultdict of its factory); other | d is a dict.
+    ValuePtr target = inplace                ? a
+                      : a->default_dict() ? Value::default_dict_of(a->default_dict()->factory, a->keys, a->items)
+                                           : Value::dict(a->keys, a->items);
     if (inplace) will_mutate(target);
     for (size_t i = 0; i < b->keys.size(); ++i) {
       int at = target->find_key(b->keys[i]);

@@ -169,8 +169,14 @@ ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
   py::object value = py::reinterpret_steal<py::object>(v);
   // A builtin function stored on the object (self.act = F.gelu) is a plain function; a bound method of
   // another kind (a C method of some object) is not modelled.
-  if (PyCFunction_Check(v) && PyCFunction_GET_SELF(v) && !PyModule_Check(PyCFunction_GET_SELF(v)))
+  if (PyCFunction_Check(v) && PyCFunction_GET_SELF(v) && !PyModule_Check(PyCFunction_GET_SELF(v))) {
+    // cls.__subclasses__(): its answer changes when a subclass is defined or collected; torch._dynamo guards it by
+    // calling it again, a kind of source csrc/guards does not have.
+    if (name == "__subclasses__" && PyType_Check(o.ptr()))
+      unsupported("cls.__subclasses__() of " + obj->describe() +
+                  " (its answer can change between calls and no guard re-reads it)");
     unsupported("attribute '" + name + "' of " + obj->describe() + " is a bound method of another kind");
+  }
   return wrap(value, guards::Source::attr(obj->source, name));
 }
 
@@ -296,6 +302,7 @@ bool Tracer::slice_only_iterated() {
 }
 
 ValuePtr Tracer::module_item(const ValuePtr& obj, const ValuePtr& key) {
+  if (ValuePtr p = parameter_list_item(*this, obj, key)) return p;  // library_values.cpp
   if (obj->kind != VKind::Object || !obj->source || !key->is_const()) return nullptr;
   auto& refs = PyRefs::get();
   py::handle o = obj->obj;
