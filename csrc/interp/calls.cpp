@@ -323,6 +323,11 @@ ValuePtr call_known_object(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr>&
   if (t.inline_depth() > 0 && kwargs.empty() && is_builtin_exception_class(f) && t.pc + 1 < t.bc.insts.size() &&
       t.bc.insts[t.pc + 1]->opcode == bytecode::opcode_by_name("RAISE_VARARGS") && t.bc.insts[t.pc + 1]->arg == 1)
     t.raise_builtin_exception(f, args);  // `raise IndexError("...")` in an inlined function
+  if (f.is(unbound_cell_check()) && args.size() == 2 && args[0]->kind == VKind::Cell) {
+    // A continuation's check before it reads or deletes a cell of the function it continues (codegen/graph_break.cpp).
+    if (!args[0]->cell().content) t.unsupported("a read or del of a deleted variable (UnboundLocalError)");
+    return Value::constant(py::none());
+  }
   std::string bname = builtin_name(f);
   if (bname == "dict") return t.make_dict(args, kwargs);
   if (is_namedtuple_class(f)) return t.make_namedtuple(f, args, kwargs);

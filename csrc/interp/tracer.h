@@ -74,6 +74,10 @@ bool is_builtin_exception_class(py::handle cls);
 // objects, -1 for anything else.
 constexpr int kNoopExit = 2;
 py::handle grad_exit_callable(int mode);
+// The function a continuation calls as f(cell, name) before reading or deleting a free variable that is a cell of the
+// function it continues (codegen/graph_break.cpp): raises UnboundLocalError, as that function would, when the cell is
+// empty (CPython names the free variable's error NameError). Traced as a no-op on a cell known to be full.
+py::handle unbound_cell_check();
 int grad_exit_mode(py::handle obj);
 // True if calling a pure function on `v` at trace time is sound: constants, tuples/lists of them, and
 // immutable objects (classes, functions, modules); never iterators, dicts, sets or user objects.
