@@ -138,7 +138,9 @@ ValuePtr new_tensor_call(Tracer& t, const ValuePtr& self, const std::vector<Valu
 ValuePtr identity_compare(Tracer& t, const std::string& op, const ValuePtr& a, const ValuePtr& b) {
   if (op != "eq" && op != "ne") return nullptr;
   auto by_identity = [](const ValuePtr& v) {
-    if (v->kind != VKind::Object || v->bound_self() || v->is_modelled() || v->made_in_trace()) return false;
+    // (A module made in the trace stands for the one object each run makes there: its identity is its real object's.)
+    if (v->kind != VKind::Object || v->bound_self() || v->is_modelled() || (v->made_in_trace() && !v->made_module()))
+      return false;
     if (PyType_Check(v->obj.ptr())) return false;  // classes: their metaclass compares
     return Py_TYPE(v->obj.ptr())->tp_richcompare == PyBaseObject_Type.tp_richcompare;
   };

@@ -308,6 +308,21 @@ def modules_compared(x):
     return x
 
 
+def made_modules_compared(x):
+    m = torch.nn.ReLU()
+    n = torch.nn.ReLU()
+    return x + (m == n) + (m == m) + (m != n) * 10 + (m == MOD_A)
+
+
+def test_modules_made_in_the_trace_compare_by_identity():
+    x = torch.randn(3)
+    cdynamo.reset()
+    counter = CompileCounter()
+    torch.testing.assert_close(cdynamo.optimize(counter, nopython=True)(made_modules_compared)(x),
+                               made_modules_compared(x))
+    assert counter.frame_count == 1
+
+
 def numpy_scalars(x):
     return x * np.float64(2.5) + np.int64(3)
 
