@@ -494,3 +494,23 @@ def test_tensor_dict_key_under_nopython_names_the_construct():
     with pytest.raises(cdynamo.exc.Unsupported, match=r"dict key[\s\S]*test_library_constructs.py:\d+[\s\S]*Hint"):
         cdynamo.optimize("eager", nopython=True)(f)(torch.randn(2))
     torch.testing.assert_close(cdynamo.optimize("eager")(f)(torch.ones(2)), torch.ones(2))
+
+
+def test_torch_size_of_a_symbolic_size():
+    def f(x):
+        s = torch.Size((x.shape[0], 2))
+        return x.new_zeros(s) + 1, s
+
+    def run(opt):
+        for n in (3, 4, 5):
+            x = torch.randn(n, 2)
+            out, s = opt(x)
+            assert torch.equal(out, torch.ones(n, 2)) and type(s) is torch.Size and s == (n, 2)
+
+    cdynamo.reset()
+    mine = CompileCounter()
+    run(cdynamo.optimize(mine, nopython=True)(f))
+    torch._dynamo.reset()
+    theirs = torch._dynamo.testing.CompileCounter()
+    run(torch.compile(f, backend=theirs, fullgraph=True))
+    assert mine.frame_count == theirs.frame_count == 2  # static, then dynamic for every later size
