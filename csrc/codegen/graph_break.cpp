@@ -216,6 +216,50 @@ py::object chain_code(const Origin& o, size_t cut, int& counter) {
   return r.code;
 }
 
+// A continuation holds the origin's cell variables as free variables, and CPython names a read or `del` of an empty
+// free variable NameError where the origin raises UnboundLocalError. Before each DELETE_DEREF of such a slot, and each
+// LOAD_DEREF of one the origin deletes somewhere, the body calls interp::unbound_cell_check()(cell, name), which raises
+// the origin's error. The instruction itself becomes the first of the call (jumps and the exception table refer to it).
+// Not on 3.13, where a cell is loaded with LOAD_FAST of a slot that Emitter::finish shifts.
+void check_unbound_cells(const Origin& o, bytecode::Bytecode& body, std::vector<int>& kept, Emitter& e,
+                         const std::vector<int>& origin_slot_of) {
+  if (!compat::opargs::kHasLoadClosure) return;
+  const int del_deref = bytecode::opcode_by_name("DELETE_DEREF"), load_deref = bytecode::opcode_by_name("LOAD_DEREF");
+  std::vector<char> deleted(static_cast<size_t>(compat::code_nlocalsplus(o.code)), 0);
+  for (const auto& i : o.info->bc.insts)
+    if (i->opcode == del_deref) deleted.at(static_cast<size_t>(i->arg)) = 1;
+  for (size_t k = 0; k < body.insts.size(); ++k) {
+    bytecode::Instruction* i = body.insts[k].get();
+    if (i->opcode != del_deref && i->opcode != load_deref) continue;
+    int slot = origin_slot_of.at(static_cast<size_t>(i->arg));
+    if (slot < 0 || (compat::code_localsplus_kind(o.code, slot) & compat::kFastFree) ||
+        (i->opcode == load_deref && !deleted[static_cast<size_t>(slot)]))
+      continue;
+    std::vector<std::pair<int, int>> seq;
+    if (compat::opargs::kNullBeforeCallable) seq.emplace_back(bytecode::opcode_by_name("PUSH_NULL"), 0);
+    seq.emplace_back(bytecode::opcode_by_name("LOAD_CONST"), e.const_index(interp::unbound_cell_check()));
+    if (!compat::opargs::kNullBeforeCallable) seq.emplace_back(bytecode::opcode_by_name("PUSH_NULL"), 0);
+    seq.emplace_back(bytecode::opcode_by_name("LOAD_CLOSURE"), i->arg);
+    py::object name = py::reinterpret_borrow<py::object>(compat::code_localsplus_name(o.code, slot));
+    seq.emplace_back(bytecode::opcode_by_name("LOAD_CONST"), e.const_index(name));
+    for (const auto& c : Emitter::call_sequence(2)) seq.push_back(c);
+    seq.emplace_back(bytecode::opcode_by_name("POP_TOP"), 0);
+    seq.emplace_back(i->opcode, i->arg);  // the original instruction, last
+    i->opcode = seq[0].first;
+    i->arg = seq[0].second;
+    bytecode::Instruction* last = i;
+    const int origin_index = kept[k];  // the original instruction keeps it too: a graph break may stop there
+    for (size_t s = 1; s < seq.size(); ++s) {
+      last = body.insert(k + s, seq[s].first, seq[s].second);
+      last->pos = i->pos;
+      kept.insert(kept.begin() + static_cast<long>(k + s), s + 1 == seq.size() ? origin_index : -1);
+    }
+    for (auto& entry : body.exception_table)
+      if (entry.end == i) entry.end = last;  // `end` is the last covered instruction
+    k += seq.size() - 1;
+  }
+}
+
 Resume make_resume(const Origin& o, size_t target, const std::vector<char>& null_at, const std::vector<int>& passed,
                    int& counter) {
   const bytecode::Bytecode& src = o.info->bc;
@@ -289,6 +333,11 @@ Resume make_resume(const Origin& o, size_t target, const std::vector<char>& null
       i->arg = to;
     }
   }
+  Emitter e(o.code);
+  std::vector<int> origin_slot_of(names.size() + freevars.size(), -1);
+  for (size_t s = 0; s < remap.size(); ++s)
+    if (remap[s] >= 0) origin_slot_of[static_cast<size_t>(remap[s])] = static_cast<int>(s);
+  check_unbound_cells(o, body, kept, e, origin_slot_of);
   size_t entry_at = static_cast<size_t>(std::find(kept.begin(), kept.end(), static_cast<int>(target)) - kept.begin());
   bytecode::Instruction* entry = body.insts[entry_at].get();
   size_t at = 0;
@@ -316,7 +365,6 @@ Resume make_resume(const Origin& o, size_t target, const std::vector<char>& null
     if (!(compat::code_localsplus_kind(o.code, slot) & compat::kFastFree))
       info->owned_free[static_cast<size_t>(remap[static_cast<size_t>(slot)])] = 1;
 
-  Emitter e(o.code);
   e.bc = std::move(body);
   info->tail_cut.assign(e.bc.insts.size(), -1);
   for (const Tail& tail : tails) {

@@ -30,6 +30,11 @@ bool made_partial(const ValuePtr& v) { return v->made_in_trace() && v->partial()
 
 // The values `v` holds that are rebuilt with it: items, a closure's cells, a cell's content, a partial's parts.
 std::vector<ValuePtr> held(const ValuePtr& v) {
+  if (const interp::DefaultDictOf* dd = v->default_dict()) {  // its factory, then its values
+    std::vector<ValuePtr> out{dd->factory};
+    out.insert(out.end(), v->items.begin(), v->items.end());
+    return out;
+  }
   if (has_items(v)) return v->items;
   if (made_function(v)) return v->function().closure;
   if (made_partial(v)) {
@@ -293,7 +298,9 @@ bool reads_locals(const ValuePtr& v, std::unordered_set<const interp::Value*>& s
         if (reads_locals(i, seen)) return true;
       return false;
     case VKind::List:
+      break;
     case VKind::Dict:
+      if (v->default_dict() && reads_locals(v->default_dict()->factory, seen)) return true;
       break;
     case VKind::Const:
     case VKind::Null:
@@ -616,6 +623,11 @@ void Rebuilder::push(const ValuePtr& v, int above) {
     case VKind::Dict: {
       // An object's __dict__ read in the trace is that object's live dict, not a new one.
       if (v->frozen) throw interp::Unsupported("an object's __dict__ cannot be rebuilt apart from its object");
+      if (v->default_dict()) {  // collections.defaultdict(factory, {keys: values})
+        e_.load_callable(interp::loaded_module("collections").attr("defaultdict"));
+        push(v->default_dict()->factory, above + 2);
+        above += 3;  // the callable (and its NULL) and the factory lie below the map's items
+      }
       int k = 0;
       for (size_t i = 0; i < v->items.size(); ++i) {
         e_.load_const(v->keys[i]);
@@ -623,6 +635,7 @@ void Rebuilder::push(const ValuePtr& v, int above) {
         k += 2;
       }
       e_.emit("BUILD_MAP", static_cast<int>(v->items.size()));
+      if (v->default_dict()) e_.call(2);
       return;
     }
     case VKind::Set: {

@@ -35,7 +35,7 @@ py::object real_value(Tracer& t, const ValuePtr& v, const std::string& what) {
       return py::tuple(items);
     }
     case VKind::Dict: {
-      if (v->source) break;  // a dict of the frame: its contents may change under the trace
+      if (v->source || v->default_dict()) break;  // a dict of the frame: its contents may change under the trace
       py::dict d;
       for (size_t i = 0; i < v->keys.size(); ++i) d[v->keys[i]] = real_value(t, v->items[i], what);
       return d;

@@ -12,8 +12,6 @@ namespace cdynamo::interp {
 
 namespace {
 
-using Kwargs = std::vector<std::pair<std::string, ValuePtr>>;
-
 ValuePtr iter_of(std::vector<ValuePtr> items) { return Value::iterator(std::move(items)); }
 
 ValuePtr kwarg(const Kwargs& kwargs, const char* name) {
@@ -52,7 +50,11 @@ PyObject* known_type(const ValuePtr& v) {
   switch (v->kind) {
     case VKind::Tuple: return v->obj ? v->obj.ptr() : reinterpret_cast<PyObject*>(&PyTuple_Type);
     case VKind::List: return reinterpret_cast<PyObject*>(&PyList_Type);
-    case VKind::Dict: return reinterpret_cast<PyObject*>(&PyDict_Type);
+    case VKind::Dict: {
+      if (!v->default_dict()) return reinterpret_cast<PyObject*>(&PyDict_Type);
+      static PyObject* dd = py::object(loaded_module("collections").attr("defaultdict")).release().ptr();  // process lifetime
+      return dd;
+    }
     case VKind::Set: return reinterpret_cast<PyObject*>(v->obj ? &PyFrozenSet_Type : &PySet_Type);
     case VKind::DictView:
       switch (v->view_of().part) {
@@ -302,6 +304,7 @@ template <bool kMax>
 ValuePtr builtin_min_max(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
   bool keyed = kwarg(kwargs, "key") != nullptr;
   if (args.size() == 1 && keyed && only_kwargs(kwargs, {"key"})) return ordered_by_keys(t, kMax ? "max" : "min", args, kwargs);
+  if (kwargs.empty() && !args.empty()) return min_max_of_tensors(t, kMax, args);  // library_values.cpp
   return nullptr;
 }
 
@@ -533,6 +536,9 @@ ValuePtr lib_chain(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
 }
 
 // itertools.repeat(x, n) with a constant count: an iterator yielding x n times (without a count it never ends).
+// collections.defaultdict(factory, ...) made in the trace (dicts.cpp).
+ValuePtr lib_defaultdict(Tracer& t, py::handle, Args& args, Kwargs& kwargs) { return t.make_default_dict(args, kwargs); }
+
 ValuePtr lib_repeat(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
   ValuePtr times = args.size() == 2 ? args[1] : kwarg(kwargs, "times");
   if (args.empty() || args.size() > 2 || !only_kwargs(kwargs, {"times"}) || !times) return nullptr;
@@ -552,6 +558,13 @@ const std::unordered_map<PyObject*, BuiltinRule>& library_rules() {
     add("functools", "reduce", lib_reduce);
     add("itertools", "chain", lib_chain);
     add("itertools", "repeat", lib_repeat);
+    add("collections", "defaultdict", lib_defaultdict);
+    add("torch", "Size", torch_size_call);
+    for (const char* legacy : {"FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "LongTensor", "IntTensor",
+                               "ShortTensor", "CharTensor", "ByteTensor", "BoolTensor"})
+      add("torch", legacy, legacy_tensor_call);
+    py::object dist = loaded_module("torch.distributed");
+    if (dist.attr("is_available")().cast<bool>()) add("torch.distributed", "is_initialized", dist_initialized_call);
     return m;
   }();
   return *rules;

@@ -137,6 +137,8 @@ bool foldable(const ValuePtr& v) {
     case VKind::Const: return true;
     case VKind::Set: return true;  // elements are constants; folded on a fresh set
     case VKind::Dict:
+      if (v->default_dict()) return false;  // folded as a plain dict, its type would change
+      [[fallthrough]];
     case VKind::Tuple:
     case VKind::List:
       for (const auto& i : v->items)
@@ -222,7 +224,6 @@ ValuePtr Tracer::signature_of(const ValuePtr& fn, const std::vector<ValuePtr>& a
 
 namespace {
 
-using Kwargs = std::vector<std::pair<std::string, ValuePtr>>;
 
 // A bound method value (VKind::Method): namedtuple._replace / _asdict, the ctx of an autograd.Function speculation,
 // os.environ, the methods of containers and records, else a tensor method.
@@ -322,6 +323,11 @@ ValuePtr call_known_object(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr>&
   if (t.inline_depth() > 0 && kwargs.empty() && is_builtin_exception_class(f) && t.pc + 1 < t.bc.insts.size() &&
       t.bc.insts[t.pc + 1]->opcode == bytecode::opcode_by_name("RAISE_VARARGS") && t.bc.insts[t.pc + 1]->arg == 1)
     t.raise_builtin_exception(f, args);  // `raise IndexError("...")` in an inlined function
+  if (f.is(unbound_cell_check()) && args.size() == 2 && args[0]->kind == VKind::Cell) {
+    // A continuation's check before it reads or deletes a cell of the function it continues (codegen/graph_break.cpp).
+    if (!args[0]->cell().content) t.unsupported("a read or del of a deleted variable (UnboundLocalError)");
+    return Value::constant(py::none());
+  }
   std::string bname = builtin_name(f);
   if (bname == "dict") return t.make_dict(args, kwargs);
   if (is_namedtuple_class(f)) return t.make_namedtuple(f, args, kwargs);
@@ -599,6 +605,7 @@ ValuePtr Tracer::call_tensor_method(const ValuePtr& self, const std::string& nam
       services().config.attr("capture_scalar_outputs").cast<bool>())
     return scalar_output(self);
   if (ValuePtr r = optimizer_op_decomposition(self, name, args, kwargs)) return r;  // optimizer.cpp
+  if (name == "new_tensor") return new_tensor_call(*this, self, args, kwargs);      // library_values.cpp
   if (!tensor_method_allowed(name) && !tensor_method_metadata(name) && name != "cpu")
     unsupported("Tensor." + name + "() needs real tensor data (not supported in a graph)");
   if (name == "cpu") {
@@ -668,8 +675,10 @@ ValuePtr Tracer::apply_operator(py::handle op, std::vector<ValuePtr> args) {
   bool tensors = false;
   for (const auto& a : args) tensors |= any_tensor(a);
   std::string name = py::str(op.attr("__name__")).cast<std::string>();
-  if (args.size() == 2 && (name == "eq" || name == "ne"))
+  if (args.size() == 2 && (name == "eq" || name == "ne")) {
     if (ValuePtr r = sym_tuple_compare(name, args[0], args[1])) return r;
+    if (ValuePtr r = identity_compare(*this, name, args[0], args[1])) return r;  // module == module
+  }
   if (args.size() == 2) {
     bool containers = false;
     for (const auto& a : args)

@@ -65,7 +65,7 @@ ValuePtr Tracer::deep_copy(const ValuePtr& v, CopyMemo& memo) {
       return out;
     }
     case VKind::Dict: {
-      if (v->obj && !v->source) break;  // a dict-like object of another kind
+      if ((v->obj && !v->source) || v->default_dict()) break;  // a dict-like object of another kind
       ValuePtr out = Value::dict({}, {});
       memo[v.get()] = out;
       out->keys = v->keys;  // hashable constants: copied as themselves

@@ -96,7 +96,17 @@ void map_add(Tracer& t, const Instruction& i) {
 
 bool Tracer::dict_subscr(const ValuePtr& d, const ValuePtr& key) {
   if (d->kind != VKind::Dict) return false;
-  int at = d->find_key(key_of(*this, key));
+  py::object k = key_of(*this, key);
+  int at = d->find_key(k);
+  const DefaultDictOf* dd = d->default_dict();
+  if (at < 0 && dd && !(dd->factory->is_const() && dd->factory->obj.is_none())) {
+    // defaultdict.__missing__: the factory's value is stored under the key, then returned.
+    ValuePtr made = call(dd->factory, {}, {});
+    will_mutate(d);
+    set_item(d, k, made);
+    push(made);
+    return true;
+  }
   if (at < 0) {
     // In an inlined function, a KeyError that a modelled handler (Mapping.get) may catch.
     if (inline_depth() > 0 && key->is_constant_like()) raise_builtin_exception(py::handle(PyExc_KeyError), {key});
@@ -137,7 +147,9 @@ ValuePtr Tracer::call_dict_method(ValuePtr d, const std::string& name, std::vect
   if (name == "keys" && args.empty() && kwargs.empty()) return Value::dict_view_of(d, ViewPart::Keys);
   if (name == "values" && args.empty() && kwargs.empty()) return Value::dict_view_of(d, ViewPart::Values);
   if (name == "items" && args.empty() && kwargs.empty()) return Value::dict_view_of(d, ViewPart::Items);
-  if (name == "copy" && args.empty()) return Value::dict(d->keys, d->items);
+  if (name == "copy" && args.empty() && kwargs.empty())
+    return d->default_dict() ? Value::default_dict_of(d->default_dict()->factory, d->keys, d->items)
+                             : Value::dict(d->keys, d->items);
  if (name == "clear" && args.empty() && kwargs.empty()) {
     will_mutate(d);
     d->keys.clear();
@@ -172,6 +184,18 @@ ValuePtr Tracer::call_dict_method(ValuePtr d, const std::string& name, std::vect
     return v;
   }
   unsupported("dict." + name + "() is not traced yet");
+}
+
+ValuePtr Tracer::make_default_dict(const std::vector<ValuePtr>& args, const Kwargs& kwargs) {
+  // defaultdict(factory=None, *rest, **kwargs): the factory must be callable or None (Python raises TypeError).
+  ValuePtr factory = args.empty() ? Value::constant(py::none()) : args[0];
+  bool none = factory->is_const() && factory->obj.is_none();
+  if (!none && (factory->kind != VKind::Object || (!factory->made_in_trace() && !PyCallable_Check(factory->obj.ptr()))))
+    unsupported("collections.defaultdict with a default factory that is " + factory->describe());
+  std::vector<ValuePtr> rest(args.size() > 1 ? args.begin() + 1 : args.end(), args.end());
+  ValuePtr d = make_dict(rest, kwargs);
+  d->payload = DefaultDictOf{factory};
+  return d;
 }
 
 ValuePtr Tracer::make_dict(const std::vector<ValuePtr>& args, const std::vector<std::pair<std::string, ValuePtr>>& kwargs) {

@@ -26,7 +26,6 @@ SourcePtr fn_part(const ValuePtr& fn, const char* attr, int i) {
   return guards::Source::item(guards::Source::attr(fn->source, attr), i);
 }
 
-using Kwargs = std::vector<std::pair<std::string, ValuePtr>>;
 
 // The callee's localsplus slots bound from the call's arguments as CPython binds them: positional, *args, keywords,
 // **kwargs, defaults (read through the function's __defaults__ when it has a source, so they are guarded) and

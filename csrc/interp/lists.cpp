@@ -10,7 +10,6 @@ namespace cdynamo::interp {
 namespace {
 
 using bytecode::Instruction;
-using Kwargs = std::vector<std::pair<std::string, ValuePtr>>;
 
 // 1 if `a` and `b` compare equal the way list.index / list.remove / `in` see them (identity first, then
 // ==), 0 if not; Unsupported when that needs a tensor's data or a user object's __eq__.
@@ -263,7 +262,10 @@ ValuePtr Tracer::container_operator(const std::string& op, const ValuePtr& a, co
     return out;
   }
   if (a->kind == VKind::Dict && b->kind == VKind::Dict && base == "or_") {
-    ValuePtr target = inplace ? a : Value::dict(a->keys, a->items);
+    // d | other keeps d's type (a defaultdict's `|` gives a defaultdict of its factory); other | d is a dict.
+    ValuePtr target = inplace                ? a
+                      : a->default_dict() ? Value::default_dict_of(a->default_dict()->factory, a->keys, a->items)
+                                           : Value::dict(a->keys, a->items);
     if (inplace) will_mutate(target);
     for (size_t i = 0; i < b->keys.size(); ++i) {
       int at = target->find_key(b->keys[i]);

@@ -6,12 +6,6 @@ namespace cdynamo::interp {
 
 namespace {
 
-using Kwargs = std::vector<std::pair<std::string, ValuePtr>>;
-
-const char* const kGlobalModuleHooks[] = {"_global_forward_hooks", "_global_forward_pre_hooks",
-                                          "_global_backward_hooks", "_global_backward_pre_hooks",
-                                          "_global_forward_hooks_with_kwargs"};
-
 // A class of torch.nn's own modules (torch.nn.modules.*), a subclass of nn.Module whose forward is a Python function.
 bool is_torch_nn_module_class(py::handle cls) {
   if (!PyType_Check(cls.ptr())) return false;
@@ -78,14 +72,7 @@ ValuePtr made_module_attr(Tracer& t, const ValuePtr& mod, const std::string& nam
 ValuePtr call_made_module(Tracer& t, const ValuePtr& mod, std::vector<ValuePtr> args, Kwargs kwargs) {
   // Module._call_impl of a module without hooks of its own is its forward, unless a global hook is registered: those
   // dicts are guarded empty through torch.nn.modules.module's globals (as Tracer::call_module does).
-  const py::object& mm = PyRefs::get().nn_module_module;
-  PyObject* mm_globals = PyModule_GetDict(mm.ptr());  // borrowed
-  for (const char* d : kGlobalModuleHooks) {
-    py::object hooks = py::getattr(mm, d, py::none());
-    if (hooks.is_none()) continue;
-    if (py::len(hooks) != 0) t.unsupported(std::string("call of a module made in the trace with global ") + d);
-    t.guards.add(guards::length_match(guards::Source::module_global(mm_globals, d), hooks.ptr()));
-  }
+  guard_no_global_module_hooks(t, "call of a module made in the trace");
   PyObject* forward = _PyType_Lookup(Py_TYPE(mod->obj.ptr()), py::str("forward").ptr());  // borrowed
   if (!forward || !PyFunction_Check(forward)) t.unsupported("a module made in the trace without a Python forward");
   args.insert(args.begin(), mod);

@@ -16,6 +16,21 @@ const char* const kGlobalHookDicts[] = {"_global_forward_hooks", "_global_forwar
                                         "_global_backward_hooks", "_global_backward_pre_hooks",
                                         "_global_forward_hooks_with_kwargs"};
 
+}  // namespace
+
+void guard_no_global_module_hooks(Tracer& t, const std::string& what) {
+  const py::object& mm = PyRefs::get().nn_module_module;
+  PyObject* mm_globals = PyModule_GetDict(mm.ptr());  // borrowed
+  for (const char* d : kGlobalHookDicts) {
+    py::object hooks = py::getattr(mm, d, py::none());
+    if (hooks.is_none()) continue;
+    if (py::len(hooks) != 0) t.unsupported(what + " with global " + d);
+    t.guards.add(guards::length_match(guards::Source::module_global(mm_globals, d), hooks.ptr()));
+  }
+}
+
+namespace {
+
 bool is_nn_module(py::handle o) {
   PyObject* module_cls = PyRefs::get().nn_module.ptr();  // borrowed (process lifetime)
   int r = PyObject_IsInstance(o.ptr(), module_cls);
@@ -154,8 +169,14 @@ ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
   py::object value = py::reinterpret_steal<py::object>(v);
   // A builtin function stored on the object (self.act = F.gelu) is a plain function; a bound method of
   // another kind (a C method of some object) is not modelled.
-  if (PyCFunction_Check(v) && PyCFunction_GET_SELF(v) && !PyModule_Check(PyCFunction_GET_SELF(v)))
+  if (PyCFunction_Check(v) && PyCFunction_GET_SELF(v) && !PyModule_Check(PyCFunction_GET_SELF(v))) {
+    // cls.__subclasses__(): its answer changes when a subclass is defined or collected; torch._dynamo guards it by
+    // calling it again, a kind of source csrc/guards does not have.
+    if (name == "__subclasses__" && PyType_Check(o.ptr()))
+      unsupported("cls.__subclasses__() of " + obj->describe() +
+                  " (its answer can change between calls and no guard re-reads it)");
     unsupported("attribute '" + name + "' of " + obj->describe() + " is a bound method of another kind");
+  }
   return wrap(value, guards::Source::attr(obj->source, name));
 }
 
@@ -281,6 +302,7 @@ bool Tracer::slice_only_iterated() {
 }
 
 ValuePtr Tracer::module_item(const ValuePtr& obj, const ValuePtr& key) {
+  if (ValuePtr p = parameter_list_item(*this, obj, key)) return p;  // library_values.cpp
   if (obj->kind != VKind::Object || !obj->source || !key->is_const()) return nullptr;
   auto& refs = PyRefs::get();
   py::handle o = obj->obj;
@@ -402,14 +424,7 @@ ValuePtr Tracer::call_module(const ValuePtr& mod, std::vector<ValuePtr> args,
   auto size_of = [](const py::object& hooks) { return hooks.is_none() ? size_t{0} : py::len(hooks); };
   for (const char* d : {"_backward_pre_hooks", "_backward_hooks"})
     if (size_of(hooks_of(d)) != 0) unsupported(std::string("module call with ") + d + " registered");
-  const py::object& mm = PyRefs::get().nn_module_module;
-  PyObject* mm_globals = PyModule_GetDict(mm.ptr());  // borrowed
-  for (const char* d : kGlobalHookDicts) {
-    py::object hooks = py::getattr(mm, d, py::none());
-    if (hooks.is_none()) continue;
-    if (py::len(hooks) != 0) unsupported(std::string("module call with global ") + d);
-    guards.add(guards::length_match(guards::Source::module_global(mm_globals, d), hooks.ptr()));
-  }
+  guard_no_global_module_hooks(*this, "module call");
   py::object pre = hooks_of("_forward_pre_hooks");
   py::object post = hooks_of("_forward_hooks");
   py::object pre_kw = py::none(), post_kw = py::none();

@@ -92,6 +92,22 @@ void yield_value(Tracer& t, const Instruction&) {
 
 }  // namespace
 
+py::handle unbound_cell_check() {
+  static PyObject* f = py::cpp_function(
+                           [](py::handle cell, py::handle name) {
+                             if (!PyCell_Check(cell.ptr())) throw py::type_error("unbound_cell_check: not a cell");
+                             if (PyCell_GET(cell.ptr())) return;
+                             PyErr_Format(PyExc_UnboundLocalError,
+                                          "cannot access local variable '%U' where it is not associated with a value",
+                                          name.ptr());
+                             throw py::error_already_set();
+                           },
+                           py::name("_cdynamo_unbound_cell_check"))
+                           .release()
+                           .ptr();  // process lifetime
+  return f;
+}
+
 void push_closure_cell(Tracer& t, int slot) {
   // The slot's Cell, made on first capture with the slot's current content (the same value object, so a
   // list or dict made in the trace stays one object inside and outside the function).

@@ -120,6 +120,7 @@ std::vector<ValuePtr> Tracer::unpack_iterable(const ValuePtr& v) {
         }
         return out;
       }
+      if (auto params = parameter_list_items(*this, v)) return std::move(*params);  // library_values.cpp
       break;
     default:
       break;

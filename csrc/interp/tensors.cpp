@@ -72,6 +72,7 @@ ValuePtr Tracer::module_container_len(const ValuePtr& v) {
   // (the number of children): the size of its _modules dict, guarded.
   auto& refs = PyRefs::get();
   if (v->kind != VKind::Object || !v->source) return nullptr;
+  if (ValuePtr n = parameter_list_len(*this, v)) return n;  // library_values.cpp
   py::handle o = v->obj;
   for (const py::object* c : {&refs.nn_module_list, &refs.nn_sequential, &refs.nn_module_dict}) {
     if (!py::isinstance(o, *c)) continue;

@@ -161,6 +161,23 @@ bool is_op_overload(py::handle fn) {
   return t == packet || t == overload;
 }
 
+namespace {
+
+// numpy.float64, numpy.int64, numpy.bool_, ...: subclasses of numpy.number or numpy.bool_ (numpy is imported: `fn` is
+// one of its classes).
+bool is_numpy_scalar_type(py::handle fn) {
+  if (!PyType_Check(fn.ptr())) return false;
+  py::object np = loaded_module("numpy");
+  for (const char* base : {"number", "bool_"}) {
+    int r = PyObject_IsSubclass(fn.ptr(), np.attr(base).ptr());
+    if (r < 0) throw py::error_already_set();
+    if (r == 1) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 CallKind classify_callable(py::handle fn) {
   auto* cache = g_classified;
   // allow_in_graph / disallow_in_graph registrations can change: check them before the cache.
@@ -236,6 +253,8 @@ CallKind classify_callable(py::handle fn) {
       else if (metadata_torch_names().count(name)) kind = CallKind::TorchMetadata;
       else kind = CallKind::TorchOp;
     }
+  } else if (is_class && mod == "numpy" && is_numpy_scalar_type(fn)) {
+    kind = CallKind::PureBuiltin;  // numpy.float64(2.5), numpy.int64(3): immutable scalars, folded on constants
   } else if (!is_class && (mod == "_operator" || mod == "operator")) {
     kind = CallKind::Operator;
   } else if (!is_class && mod == "math") {

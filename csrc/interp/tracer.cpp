@@ -1249,6 +1249,8 @@ ValuePtr Tracer::load_attr(const ValuePtr& obj, const std::string& name) {
       unsupported("attribute '" + name + "' of a constant");
     }
     case VKind::Dict:
+      if (obj->default_dict() && name == "default_factory") return obj->default_dict()->factory;
+      [[fallthrough]];
     case VKind::List:
     case VKind::Set:
       return Value::method(obj, name);
@@ -1268,7 +1270,12 @@ graph::Arg Tracer::to_arg(const ValuePtr& v) {
       const SliceOf& s = v->slice();
       return graph::Arg::slice(to_arg(s.start), to_arg(s.stop), to_arg(s.step));
     }
-    case VKind::Const: return graph::Arg::constant(v->obj);
+    case VKind::Const:
+      if (is_numpy_scalar(v->obj)) {  // numpy.float64(2.5) in the graph (its repr names `np`, which FX code lacks)
+        py::object cls = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(v->obj.ptr())));
+        return graph::Arg::ref(graph.call_function(cls, {graph::Arg::constant(v->obj.attr("item")())}, {}, v->obj));
+      }
+      return graph::Arg::constant(v->obj);
     case VKind::Tuple:
     case VKind::List: {
       std::vector<graph::Arg> items;

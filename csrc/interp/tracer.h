@@ -45,6 +45,8 @@ struct StopInfo {
 };
 
 class Tracer;
+// Keyword arguments of a call, in call order: (name, value).
+using Kwargs = std::vector<std::pair<std::string, ValuePtr>>;
 using Handler = void (*)(Tracer&, const bytecode::Instruction&);
 using HandlerTable = std::array<Handler, 256>;
 
@@ -72,6 +74,10 @@ bool is_builtin_exception_class(py::handle cls);
 // objects, -1 for anything else.
 constexpr int kNoopExit = 2;
 py::handle grad_exit_callable(int mode);
+// The function a continuation calls as f(cell, name) before reading or deleting a free variable that is a cell of the
+// function it continues (codegen/graph_break.cpp): raises UnboundLocalError, as that function would, when the cell is
+// empty (CPython names the free variable's error NameError). Traced as a no-op on a cell known to be full.
+py::handle unbound_cell_check();
 int grad_exit_mode(py::handle obj);
 // True if calling a pure function on `v` at trace time is sound: constants, tuples/lists of them, and
 // immutable objects (classes, functions, modules); never iterators, dicts, sets or user objects.
@@ -115,6 +121,32 @@ std::string describe_module_made(const ValuePtr& cls);
 ValuePtr made_module_attr(Tracer& t, const ValuePtr& mod, const std::string& name);
 ValuePtr call_made_module(Tracer& t, const ValuePtr& mod, std::vector<ValuePtr> args,
                          std::vector<std::pair<std::string, ValuePtr>> kwargs);
+// A module call (of the frame's module or one made in the trace) runs its forward directly only while torch.nn's
+// global module hooks are all empty: refuses (naming `what`) when one is registered, else guards each dict empty
+// through torch.nn.modules.module's globals (objects.cpp).
+void guard_no_global_module_hooks(Tracer& t, const std::string& what);
+// Library constructs traced by what they do (library_values.cpp). The *_call functions are library rules (the builtin
+// rule contract, builtins.cpp's library_rules(): nullptr for argument shapes they do not model):
+// torch.Size(iterable) (a constant, or a Tuple of class torch.Size holding symbolic sizes); the legacy CPU tensor
+// classes torch.FloatTensor(...) ... torch.BoolTensor(...) (from data: torch.tensor of that dtype; from sizes:
+// torch.empty); torch.distributed.is_initialized() (folded, the default group's presence guarded).
+ValuePtr torch_size_call(Tracer& t, py::handle f, std::vector<ValuePtr>& args, Kwargs& kwargs);
+ValuePtr legacy_tensor_call(Tracer& t, py::handle f, std::vector<ValuePtr>& args, Kwargs& kwargs);
+ValuePtr dist_initialized_call(Tracer& t, py::handle f, std::vector<ValuePtr>& args, Kwargs& kwargs);
+// max(a, b, ...) / min(...) / max(list) whose items are tensors: the item Python's comparisons pick, as
+// torch.where(item > acc, item, acc) nodes (one-element tensors of one shape and dtype); nullptr when no item is a
+// tensor.
+ValuePtr min_max_of_tensors(Tracer& t, bool is_max, const std::vector<ValuePtr>& args);
+// Tensor.new_tensor(data, dtype=, device=, requires_grad=) of constant data: torch.tensor with self's dtype and device.
+ValuePtr new_tensor_call(Tracer& t, const ValuePtr& self, const std::vector<ValuePtr>& args, const Kwargs& kwargs);
+// a == b / a != b between objects whose classes compare by identity (object's own __eq__ / __ne__: nn.Modules): the
+// identity answer, both objects pinned; nullptr for any other operands.
+ValuePtr identity_compare(Tracer& t, const std::string& op, const ValuePtr& a, const ValuePtr& b);
+// nn.ParameterList of the frame (torch.nn's own __getitem__ / __len__ / __iter__): p[i] (read as attribute str(i)),
+// len(p) and its items, its size guarded; nullptr / nullopt when `v` is not one.
+ValuePtr parameter_list_item(Tracer& t, const ValuePtr& v, const ValuePtr& key);
+ValuePtr parameter_list_len(Tracer& t, const ValuePtr& v);
+std::optional<std::vector<ValuePtr>> parameter_list_items(Tracer& t, const ValuePtr& v);
 // iter(seq) as GET_ITER makes it (ops_iter.cpp): an Iter over the items known now (a dict's keys watched for changes);
 // an Iter is its own iterator. iterator_next: the next item of Iter `it` (advancing it), nullptr when exhausted.
 ValuePtr make_iterator(Tracer& t, const ValuePtr& seq);
@@ -377,6 +409,9 @@ class Tracer : public Frame {
   ValuePtr call_dict_method(ValuePtr d, const std::string& name, std::vector<ValuePtr> args,
                             std::vector<std::pair<std::string, ValuePtr>> kwargs);
   ValuePtr make_dict(const std::vector<ValuePtr>& args, const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
+  // collections.defaultdict(factory, ...) made in the trace: a Dict value with DefaultDictOf; reads of a missing key
+  // (dict_subscr) call the factory and store its value, as defaultdict.__missing__ does.
+  ValuePtr make_default_dict(const std::vector<ValuePtr>& args, const Kwargs& kwargs);
   // Call before changing container `c` (List / Dict / Set, or the content of a Cell) in place: saves its contents so that an
   // instruction failing halfway leaves no change behind, and records a container from the frame in
   // `mutated`.

@@ -70,6 +70,12 @@ ValuePtr Value::dict(std::vector<py::object> keys, std::vector<ValuePtr> values)
   return v;
 }
 
+ValuePtr Value::default_dict_of(ValuePtr factory, std::vector<py::object> keys, std::vector<ValuePtr> values) {
+  ValuePtr v = dict(std::move(keys), std::move(values));
+  v->payload = DefaultDictOf{std::move(factory)};
+  return v;
+}
+
 ValuePtr Value::dict_view_of(ValuePtr dict, ViewPart part) {
   auto v = std::make_shared<Value>();
   v->kind = VKind::DictView;
@@ -303,6 +309,12 @@ py::object Value::as_python() const {
     case VKind::Dict: {
       py::dict d;
       for (size_t i = 0; i < keys.size(); ++i) d[keys[i]] = items[i]->as_python();
+      if (const DefaultDictOf* dd = default_dict()) {  // a plain dict would change its type
+        const ValuePtr& f = dd->factory;
+        if ((!f->is_const() && f->kind != VKind::Object) || f->made_in_trace() || f->is_modelled())
+          throw Unsupported("a defaultdict whose factory is " + f->describe() + " as a Python value");
+        return py::module_::import("collections").attr("defaultdict")(f->obj, d);
+      }
       return d;
     }
     case VKind::Set: {
@@ -396,7 +408,7 @@ std::string Value::describe() const {
       const IterOf* it = std::get_if<IterOf>(&payload);
       return "iterator over " + std::to_string(it ? it->items.size() : 0) + " values";
     }
-    case VKind::Dict: return "dict of " + std::to_string(items.size());
+    case VKind::Dict: return (default_dict() ? "defaultdict of " : "dict of ") + std::to_string(items.size());
     case VKind::Set: return "set of " + std::to_string(keys.size());
     case VKind::DictView:
       return std::string(view_of().part == ViewPart::Keys ? "dict_keys" : view_of().part == ViewPart::Values ? "dict_values"
@@ -496,7 +508,23 @@ bool is_constant_object(py::handle o) {
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o.ptr()); ++i)
       if (!PyLong_Check(PyTuple_GET_ITEM(o.ptr(), i))) return false;
   }
-  return r == 1;
+  return r == 1 || is_numpy_scalar(o);
+}
+
+bool is_numpy_scalar(py::handle o) {
+  static PyObject* kinds = nullptr;  // (numpy.number, numpy.bool_) once numpy is imported; process lifetime
+  if (!kinds) {
+    PyObject* np = PyImport_GetModule(py::str("numpy").ptr());  // new reference or NULL: numpy not imported
+    if (!np) {
+      PyErr_Clear();
+      return false;  // no numpy scalar exists before numpy is imported
+    }
+    py::object mod = py::reinterpret_steal<py::object>(np);
+    kinds = py::make_tuple(mod.attr("number"), mod.attr("bool_")).release().ptr();
+  }
+  int r = PyObject_IsInstance(o.ptr(), kinds);
+  if (r < 0) PyErr_Clear();
+  return r == 1 && !PyType_Check(o.ptr());
 }
 
 }  // namespace cdynamo::interp

@@ -200,12 +200,19 @@ struct ModuleMadeOf {
   std::vector<std::pair<std::string, ValuePtr>> kwargs;
 };
 
+// A collections.defaultdict made in the trace (a Dict value: its keys and values in `keys` / `items`): the factory
+// a read of a missing key calls (an Object or Const value; None: missing keys raise KeyError as in a dict).
+struct DefaultDictOf {
+  ValuePtr factory;
+};
+
 // The exception object a handler of an inlined function is running for (what a TracedRaise carried; made in
 // the trace, never passed back to Python).
 struct ExceptionOf {};
 
 using Payload = std::variant<std::monostate, TensorOf, IterOf, CellOf, InstanceOf, DictViewOf, BoundOf, FunctionOf,
-                             GradExitOf, PartialOf, SuperOf, SlotOf, ExceptionOf, SymOf, SliceOf, ModuleMadeOf>;
+                             GradExitOf, PartialOf, SuperOf, SlotOf, ExceptionOf, SymOf, SliceOf, ModuleMadeOf,
+                             DefaultDictOf>;
 
 struct Value {
   VKind kind = VKind::Const;
@@ -223,7 +230,7 @@ struct Value {
   // once); the first use that may depend on which object it is installs this (Tracer::realize).
   std::shared_ptr<guards::Guard> pending_id;
   // Tensor: TensorOf; SymNum: SymOf; Iter: IterOf; Cell: CellOf; Instance / Record: InstanceOf; DictView: DictViewOf;
-  // Method: BoundOf; Object: BoundOf for a bound method, FunctionOf for a function made in the trace, else (a
+  // Method: BoundOf; Dict: DefaultDictOf for a defaultdict made in the trace; Object: BoundOf for a bound method, FunctionOf for a function made in the trace, else (a
   // Const for Slot::Noop) what the trace models in place of `obj`, if anything (GradExitOf, PartialOf, SuperOf,
   // SlotOf, ExceptionOf); monostate otherwise.
   Payload payload;
@@ -263,6 +270,10 @@ struct Value {
   const ModuleMadeOf* made_module() const {
     return kind == VKind::Object ? std::get_if<ModuleMadeOf>(&payload) : nullptr;
   }
+  // A defaultdict made in the trace: its payload; nullptr for any other value (a plain dict included).
+  const DefaultDictOf* default_dict() const {
+    return kind == VKind::Dict ? std::get_if<DefaultDictOf>(&payload) : nullptr;
+  }
   bool is_traced_exception() const { return kind == VKind::Object && std::holds_alternative<ExceptionOf>(payload); }
   // A partial, super object, slot or traced exception: a value Python has no plain object for.
   bool is_modelled() const {
@@ -287,6 +298,8 @@ struct Value {
   static ValuePtr new_instance(VKind kind, ValuePtr cls);  // an Instance or Record without attributes yet
   static ValuePtr null();
   static ValuePtr dict(std::vector<py::object> keys, std::vector<ValuePtr> values);
+  // collections.defaultdict(factory) made in the trace, holding `keys` / `values`.
+  static ValuePtr default_dict_of(ValuePtr factory, std::vector<py::object> keys, std::vector<ValuePtr> values);
   static ValuePtr set(std::vector<py::object> elements);  // elements: distinct hashable constants
   // Dict / Set: index of `key` (Python equality) or -1.
   int find_key(py::handle key) const;
@@ -317,6 +330,9 @@ struct Value {
 
 // True for Python objects treated as immutable constants.
 bool is_constant_object(py::handle o);
+// A numpy scalar (np.float64(2.5), np.int64(3), np.bool_(True)): an immutable constant; a graph argument only through
+// a node that makes it (Tracer::to_arg), since FX code cannot spell it as a literal.
+bool is_numpy_scalar(py::handle o);
 // True for typing's special forms and aliases (Union, Optional[int], Literal[...], int | None): constants
 // that are guarded by identity (Union[int, str] == Union[str, int], but their get_args differ).
 bool is_typing_form(py::handle o);

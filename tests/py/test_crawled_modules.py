@@ -300,7 +300,51 @@ class DeviceAware(nn.Module):
         return x + torch.ones(x.shape, device=device)
 
 
+# ---- issue 31 item 8: ParameterList indexing, new_tensor, legacy constructors, module comparisons ----------------
+
+class ScaleBank(nn.Module):
+    """Per-branch scales in an nn.ParameterList, indexed and iterated in forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.scales = nn.ParameterList([nn.Parameter(torch.randn(4)) for _ in range(3)])
+
+    def forward(self, x):
+        out = x * self.scales[0] + self.scales[-1]
+        for s in self.scales:
+            out = out + s * len(self.scales)
+        return out
+
+
+class OffsetNewTensor(nn.Module):
+    """A constant offset made with new_tensor and a legacy FloatTensor mask."""
+
+    def forward(self, x):
+        offset = x.new_tensor([0.5, -0.5, 1.0, 2.0])
+        mask = torch.FloatTensor([1.0, 0.0, 1.0, 1.0])
+        return (x + offset) * mask
+
+
+class SharedOrNot(nn.Module):
+    """Two heads that may be one module: compared with != in forward."""
+
+    def __init__(self, tie):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = self.a if tie else nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.a(x)
+        if self.a != self.b:
+            y = y + self.b(x)
+        return y
+
+
 CASES = {
+    "parameter_list_index_iterate": (ScaleBank, lambda: (torch.randn(2, 4),)),
+    "new_tensor_and_float_tensor": (OffsetNewTensor, lambda: (torch.randn(2, 4),)),
+    "module_ne_untied": (lambda: SharedOrNot(False), lambda: (torch.randn(2, 4),)),
+    "module_ne_tied": (lambda: SharedOrNot(True), lambda: (torch.randn(2, 4),)),
     "convtranspose1d_output_padding": (UpBlock1d, lambda: (torch.randn(2, 4, 5),)),
     "convtranspose2d_output_padding": (UpBlock2d, lambda: (torch.randn(2, 4, 5, 5),)),
     "convtranspose2d_output_size": (UNetUp, lambda: (torch.randn(1, 4, 4, 4), torch.randn(1, 2, 8, 8))),

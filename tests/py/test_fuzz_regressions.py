@@ -267,9 +267,10 @@ def test_inplace_result_on_aliased_input_keeps_identity(backend):
         torch.testing.assert_close(x, (torch.randn(3, 2, generator=torch.Generator().manual_seed(1)) - 1) * 2)
 
 
-# Bug 10 (open): a cell variable (captured by a comprehension) deleted in a continuation, then deleted again:
+# Bug 10: a cell variable (captured by a comprehension) deleted in a continuation, then deleted again:
 # eager raises UnboundLocalError, the continuation NameError (its copy of the frame's cell is a free variable,
-# and CPython names the error by the slot's kind). Fuzz seeds 34058, 44046 (FINDINGS.md).
+# and CPython names the error by the slot's kind). Fuzz seeds 34058, 44046 (FINDINGS.md). Fixed: the continuation
+# checks the cell first (codegen/graph_break.cpp: check_unbound_cells), on 3.11 and 3.12.
 REPROS["deleted_cell_in_continuation_raises_name_error"] = ("""
 def f(x, lst):
     t1 = x * 2
@@ -282,10 +283,27 @@ def f(x, lst):
 """, lambda i: [torch.ones(2, 2), [1, 2]], 1, "eager")
 
 
-@pytest.mark.xfail(sys.version_info < (3, 12), strict=True,
-                   reason="bug 10: the continuation's cell is a free variable (NameError)")  # 3.12 inlines it
 def test_deleted_cell_in_continuation_raises_name_error():
     check(*REPROS["deleted_cell_in_continuation_raises_name_error"])
+
+
+# The same for a read (LOAD_DEREF) of the deleted cell variable in the continuation.
+REPROS["deleted_cell_read_in_continuation"] = ("""
+def f(x, lst):
+    t1 = x * 2
+    t2 = t1 * int(t1[0, 0] > 0)
+    t4 = t2
+    l8 = [t4 * q for q in range(1)]
+    for it in lst:
+        if it > 1:
+            print(t4)
+        del t4
+    return l8
+""", lambda i: [torch.ones(2, 2), [1, 2]], 1, "eager")
+
+
+def test_deleted_cell_read_in_continuation():
+    check(*REPROS["deleted_cell_read_in_continuation"])
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -437,6 +455,7 @@ TORCH_COMPILE_DIFFERS = {
     "graph_exception_loses_side_effects": "same bug: G and lst unchanged",
     "aot_eager_graph_exception_loses_input_mutation": "same bug with backend aot_eager",
     "deleted_cell_in_continuation_raises_name_error": "same bug: NameError (its resume function's cell is free too)",
+    "deleted_cell_read_in_continuation": "same bug: NameError (its resume function's cell is free too)",
 }
 
 
