@@ -5,6 +5,7 @@
 """Every sample is a fresh interpreter; cdynamo and torch runs alternate; the tables show medians.
 
     python benchmarks/bench_cold_start.py [--repeats N] [--model-repeats M] [--skip-models] [--skip-first] [--train]
+        [--backends eager,eager/convnet,eager/hf-gpt2,aot_eager,inductor] [--models resnet18,bert]
 
 Timings start after `import torch` (the frontend's own import is included) and end when the first compiled call
 returns. For the warm start, a first process compiles the model with inductor into an empty
@@ -49,6 +50,21 @@ class Net(torch.nn.Module):
 torch.manual_seed(0)
 fn = Net().eval()
 x = torch.randn(2, 3, 32, 32)
+"""
+
+_HF = f"""
+import warnings, logging
+warnings.simplefilter("ignore")
+sys.path.insert(0, {TESTS_PY!r})
+import vision_shim
+import transformers
+logging.getLogger("transformers").setLevel(logging.ERROR)
+from hf_zoo_models import MODELS
+torch.manual_seed(0)
+fn, make_inputs = MODELS[{{model!r}}]()
+fn.eval()
+x = make_inputs(0)
+t0 = time.perf_counter()  # transformers' own import (which imports torch._dynamo and sympy) is not timed
 """
 
 _CHILD = """
@@ -120,8 +136,7 @@ out = {{"ms": first * 1000, "counters": hits}}
 
 def _child(body, env=None):
     code = _CHILD.format(body=textwrap.indent(textwrap.dedent(body), ""))
-    e = dict(os.environ)
-    e.pop("PYTHONPATH", None)
+    e = dict(os.environ)  # PYTHONPATH is kept: a staged cdynamo (a site dir with _C) is measured as imported there
     if env:
         e.update(env)
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e, timeout=1800,
@@ -132,8 +147,17 @@ def _child(body, env=None):
     return json.loads(line[len("RESULT "):])
 
 
+_FIRST_HF = {
+    "cdynamo": "import cdynamo\nwith torch.no_grad():\n    r = cdynamo.optimize({backend!r})(fn)(**x)\n",
+    "torch": "import torch._dynamo\nwith torch.no_grad():\n    r = torch.compile(fn, backend={backend!r})(**x)\n",
+}
+
+
 def first_call(frontend, backend, cache_dir):
-    if backend.endswith("/convnet"):
+    if "/hf-" in backend:  # eager/hf-gpt2: a transformers zoo model, timed from after its construction
+        name, model = backend.split("/hf-")
+        body = _HF.format(model=model) + _FIRST_HF[frontend].format(backend=name)
+    elif backend.endswith("/convnet"):
         body = _FIRST_CONVNET[frontend].format(backend=backend.split("/")[0])
     else:
         body = _FIRST[frontend].format(backend=backend)
@@ -169,7 +193,8 @@ def _first_tables(args):
           f"import cdynamo {_median(rows[('import', 'cdynamo')]):.1f}, "
           f"import torch._dynamo {_median(rows[('import', 'torch')]):.1f}")
 
-    print(f"\nfirst compiled result after `import torch`, 3-op function (`/convnet`: a conv/bn/ln net; median of {args.repeats}, ms; {_load()})")
+    print(f"\nfirst compiled result after `import torch`, 3-op function (`/convnet`: a conv/bn/ln net; `/hf-<name>`: a "
+          f"transformers zoo model, timed after transformers' import and the model's construction; median of {args.repeats}, ms; {_load()})")
     print(f"{'backend':14s} {'cdynamo':>10s} {'torch':>10s} {'speedup':>8s}  heavy modules after (cdynamo)")
     for backend in args.backends.split(","):
         heavy = None
@@ -192,7 +217,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--model-repeats", type=int, default=1)
-    ap.add_argument("--backends", default="eager,eager/convnet,aot_eager,inductor")
+    ap.add_argument("--backends", default="eager,eager/convnet,eager/hf-gpt2,eager/hf-llama,aot_eager,inductor")
     ap.add_argument("--skip-models", action="store_true")
     ap.add_argument("--skip-first", action="store_true", help="only the models' cold/warm table")
     ap.add_argument("--train", action="store_true", help="models in training mode: time to the first gradients")

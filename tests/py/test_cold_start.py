@@ -227,6 +227,7 @@ _PY_META_FILES = ("torch/_meta_registrations.py", "torch/_refs/", "torch/_prims/
 _PY_META_ALLOWED = ("native_batch_norm_helper",)
 
 
+@pytest.mark.full_tier
 @pytest.mark.parametrize("model", ["gpt2", "bert", "llama", "t5", "distilbert", "vit"])
 def test_hf_first_eager_compile_runs_no_python_meta_kernel(model):
     # transformers' own modules import torch._dynamo and sympy (masking_utils, distributed tensor), so which modules
