@@ -5,6 +5,8 @@
 """Every sample is a fresh interpreter; cdynamo and torch runs alternate; the tables show medians.
 
     python benchmarks/bench_cold_start.py [--repeats N] [--model-repeats M] [--skip-models] [--skip-first] [--train]
+        [--backends eager,eager/convnet,eager/attn,eager/hf-gpt2,aot_eager,inductor] [--models resnet18,bert]
+        [--warm-repeats N]
 
 Timings start after `import torch` (the frontend's own import is included) and end when the first compiled call
 returns. For the warm start, a first process compiles the model with inductor into an empty
@@ -49,6 +51,48 @@ class Net(torch.nn.Module):
 torch.manual_seed(0)
 fn = Net().eval()
 x = torch.randn(2, 3, 32, 32)
+"""
+
+_HF = f"""
+import warnings, logging
+warnings.simplefilter("ignore")
+sys.path.insert(0, {TESTS_PY!r})
+import vision_shim
+import transformers
+logging.getLogger("transformers").setLevel(logging.ERROR)
+from hf_zoo_models import MODELS
+torch.manual_seed(0)
+fn, make_inputs = MODELS[{{model!r}}]()
+fn.eval()
+x = make_inputs(0)
+t0 = time.perf_counter()  # transformers' own import (which imports torch._dynamo and sympy) is not timed
+"""
+
+_ATTN = """
+import torch.nn.functional as F
+class Attn(torch.nn.Module):  # an HF-style attention block: position ids, causal and padding masks, sdpa, softmax
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 16)
+        self.pos = torch.nn.Embedding(16, 16)
+        self.qkv = torch.nn.Linear(16, 48)
+        self.ln = torch.nn.LayerNorm(16)
+        self.out = torch.nn.Linear(16, 50)
+    def forward(self, ids, mask):
+        b, n = ids.shape
+        pos = torch.arange(n, device=ids.device)
+        h = self.ln(self.emb(ids) + self.pos(pos)[None])
+        q, k, v = self.qkv(h).view(b, n, 3, 2, 8).permute(2, 0, 3, 1, 4).unbind(0)
+        causal = torch.ones(n, n, dtype=torch.bool, device=ids.device).tril()
+        keep = causal[None, None] & mask[:, None, None, :].bool()
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+        s = (q @ k.transpose(-1, -2)) * 8 ** -0.5
+        s = torch.where(keep, s, torch.full_like(s, torch.finfo(s.dtype).min))
+        a = a + torch.softmax(s, -1) @ v
+        return self.out(a.transpose(1, 2).reshape(b, n, 16))
+torch.manual_seed(0)
+fn = Attn().eval()
+x, y = torch.randint(0, 50, (2, 6)), torch.ones(2, 6, dtype=torch.long)
 """
 
 _CHILD = """
@@ -120,8 +164,7 @@ out = {{"ms": first * 1000, "counters": hits}}
 
 def _child(body, env=None):
     code = _CHILD.format(body=textwrap.indent(textwrap.dedent(body), ""))
-    e = dict(os.environ)
-    e.pop("PYTHONPATH", None)
+    e = dict(os.environ)  # PYTHONPATH is kept: a staged cdynamo (a site dir with _C) is measured as imported there
     if env:
         e.update(env)
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e, timeout=1800,
@@ -132,8 +175,19 @@ def _child(body, env=None):
     return json.loads(line[len("RESULT "):])
 
 
+_FIRST_HF = {
+    "cdynamo": "import cdynamo\nwith torch.no_grad():\n    r = cdynamo.optimize({backend!r})(fn)(**x)\n",
+    "torch": "import torch._dynamo\nwith torch.no_grad():\n    r = torch.compile(fn, backend={backend!r})(**x)\n",
+}
+
+
 def first_call(frontend, backend, cache_dir):
-    if backend.endswith("/convnet"):
+    if "/hf-" in backend:  # eager/hf-gpt2: a transformers zoo model, timed from after its construction
+        name, model = backend.split("/hf-")
+        body = _HF.format(model=model) + _FIRST_HF[frontend].format(backend=name)
+    elif backend.endswith("/attn"):
+        body = _FIRST[frontend].replace(_FN, _ATTN).format(backend=backend.split("/")[0])
+    elif backend.endswith("/convnet"):
         body = _FIRST_CONVNET[frontend].format(backend=backend.split("/")[0])
     else:
         body = _FIRST[frontend].format(backend=backend)
@@ -169,7 +223,8 @@ def _first_tables(args):
           f"import cdynamo {_median(rows[('import', 'cdynamo')]):.1f}, "
           f"import torch._dynamo {_median(rows[('import', 'torch')]):.1f}")
 
-    print(f"\nfirst compiled result after `import torch`, 3-op function (`/convnet`: a conv/bn/ln net; median of {args.repeats}, ms; {_load()})")
+    print(f"\nfirst compiled result after `import torch`, 3-op function (`/convnet`: a conv/bn/ln net; `/attn`: an attention block; `/hf-<name>`: a "
+          f"transformers zoo model, timed after transformers' import and the model's construction; median of {args.repeats}, ms; {_load()})")
     print(f"{'backend':14s} {'cdynamo':>10s} {'torch':>10s} {'speedup':>8s}  heavy modules after (cdynamo)")
     for backend in args.backends.split(","):
         heavy = None
@@ -188,15 +243,45 @@ def _first_tables(args):
         print(f"{backend:14s} {c:10.1f} {t:10.1f} {t / c:7.1f}x  {heavy}", flush=True)
 
 
+def _warm_repeats(args):
+    """One cold compile per frontend and model, then --warm-repeats warm processes per variant, alternating:
+    cdynamo, cdynamo without its kept inductor ISA answer (the file removed before each such process), torch.compile."""
+    print(f"\ninductor warm first call, {args.warm_repeats} alternating warm processes per variant on one cache "
+          f"directory per frontend (ms; {_load()})")
+    print(f"{'model':9s} {'variant':22s} {'median':>8s}  samples")
+    for model in args.models.split(","):
+        dirs = {fe: tempfile.mkdtemp(prefix="cd-warm-") for fe in ("cdynamo", "torch")}
+        try:
+            for fe in ("cdynamo", "torch"):
+                model_first(fe, model, dirs[fe], args.train)
+            kept = os.path.join(dirs["cdynamo"], "cdynamo", "vec_isa.json")
+            res = {}
+            for _ in range(args.warm_repeats):
+                for variant in ("cdynamo", "cdynamo, ISA probes", "torch.compile"):
+                    fe = "torch" if variant == "torch.compile" else "cdynamo"
+                    if variant == "cdynamo, ISA probes" and os.path.exists(kept):
+                        os.remove(kept)
+                    res.setdefault(variant, []).append(model_first(fe, model, dirs[fe], args.train)["ms"])
+            for variant, xs in res.items():
+                print(f"{model:9s} {variant:22s} {_median(xs):8.0f}  {[round(x) for x in xs]}", flush=True)
+            print(f"{model:9s} warm first call: torch.compile / cdynamo = "
+                  f"{_median(res['torch.compile']) / _median(res['cdynamo']):.2f}x", flush=True)
+        finally:
+            for d in dirs.values():
+                shutil.rmtree(d, ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--model-repeats", type=int, default=1)
-    ap.add_argument("--backends", default="eager,eager/convnet,aot_eager,inductor")
+    ap.add_argument("--backends", default="eager,eager/convnet,eager/attn,eager/hf-gpt2,eager/hf-llama,aot_eager,inductor")
     ap.add_argument("--skip-models", action="store_true")
     ap.add_argument("--skip-first", action="store_true", help="only the models' cold/warm table")
     ap.add_argument("--train", action="store_true", help="models in training mode: time to the first gradients")
     ap.add_argument("--models", default="resnet18,bert")
+    ap.add_argument("--warm-repeats", type=int, default=0,
+                    help="instead of the cold/warm table: one cold compile, then N warm processes per variant")
     args = ap.parse_args()
     print(f"# bench_cold_start ({_load()}, python {sys.version.split()[0]})")
 
@@ -204,6 +289,9 @@ def main():
         _first_tables(args)
 
     if args.skip_models:
+        return
+    if args.warm_repeats:
+        _warm_repeats(args)
         return
     print(f"\ninductor, a model's first {'gradients' if args.train else 'call'} in a fresh process: cold (empty cache dir) and warm (second process, "
           f"same cache dir); median of {args.model_repeats}, ms; {_load()}")

@@ -1,4 +1,4 @@
-# _aten_shapes.py — owns the output metadata of aten ops with no C++ Meta kernel whose Python one imports sympy.
+# _aten_shapes.py — owns the output metadata of aten ops with no C++ Meta kernel whose Python one imports sympy or torch._dynamo.
 """Why: torch's Python meta kernels for these ops call ``torch._check`` (which imports
 ``torch.fx.experimental.symbolic_shapes`` and sympy) or run through ``out_wrapper`` / ``_disable_dynamo``
 wrappers (which import torch._dynamo and torch._inductor), and ATen has no C++ Meta kernel for them to run
@@ -13,6 +13,13 @@ as before and torch's kernel computes the result or raises its own error.
   without the wrappers around it; its aten calls come back to cdynamo's mode.
 - var_mean.correction: the reduced shape, contiguous; var real, mean of the input's dtype.
 - _adaptive_avg_pool2d: the output size in place of the last two, in the input's suggested memory format.
+- index_select: the input's sizes with index.numel() at dim, contiguous (embedding's lookup).
+- where.self_out (scaled_dot_product_attention's _safe_softmax writes its result back with it): `out` itself,
+  when it already has the broadcast shape and the promoted dtype (torch's out_wrapper then neither resizes it nor
+  refuses its dtype).
+
+Outputs are made with torch.empty(..., device="meta") (ATen's C++ Meta kernel), not Tensor.new_empty, whose
+meta kernel is a Python reference.
 """
 import torch
 
@@ -29,6 +36,11 @@ def _plain_meta(*tensors):
         if not all(type(s) is int for s in t.shape) or not all(type(s) is int for s in t.stride()):
             return False
     return True
+
+
+def _empty(shape, dtype):
+    """A contiguous meta tensor: what Tensor.new_empty of a meta tensor gives."""
+    return torch.empty(shape, dtype=dtype, device="meta")
 
 
 def _expand(v, n):
@@ -75,7 +87,7 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed, outp
         return NotImplemented
     if input.shape[1] == 0:
         shape[1] = 0
-    return input.new_empty(shape)
+    return _empty(shape, input.dtype)
 
 
 def native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
@@ -108,7 +120,7 @@ def var_mean(input, dim=None, *, correction=None, keepdim=False):
         shape = [1 if i in dims else s for i, s in enumerate(input.shape)]
     else:
         shape = [s for i, s in enumerate(input.shape) if i not in dims]
-    return input.new_empty(shape), input.new_empty(shape)
+    return _empty(shape, input.dtype), _empty(shape, input.dtype)
 
 
 def _strides_like_channels_last(shape, strides):
@@ -135,10 +147,43 @@ def adaptive_avg_pool2d(input, output_size):
                        memory_format=fmt)
 
 
+def index_select(input, dim, index):
+    if not _plain_meta(input, index) or type(dim) is not int or input.dim() == 0 or index.dim() > 1:
+        return NotImplemented
+    if index.dtype not in (torch.int64, torch.int32) or not -input.dim() <= dim < input.dim():
+        return NotImplemented
+    shape = list(input.shape)
+    shape[dim] = index.numel()
+    return _empty(shape, input.dtype)
+
+
+def _broadcast(*shapes):
+    """The broadcast of int shapes, or None where they do not broadcast."""
+    n = max(len(s) for s in shapes)
+    out = []
+    for i in range(n):
+        sizes = {s[len(s) - n + i] for s in shapes if len(s) - n + i >= 0} - {1}
+        if len(sizes) > 1:
+            return None
+        out.append(sizes.pop() if sizes else 1)
+    return out
+
+
+def where_out(condition, input, other, *, out):
+    if not _plain_meta(condition, input, other, out) or condition.dtype != torch.bool:
+        return NotImplemented
+    shape = _broadcast(tuple(condition.shape), tuple(input.shape), tuple(other.shape))
+    if shape is None or shape != list(out.shape) or torch.result_type(input, other) != out.dtype:
+        return NotImplemented  # torch's kernel resizes `out` (with a warning) or raises: as before
+    return out
+
+
 # OpOverload -> (function, whether its own aten calls must come back to the mode)
 SHAPES = {
     aten.convolution.default: (convolution, False),
     aten.native_batch_norm.default: (native_batch_norm, True),
     aten.var_mean.correction: (var_mean, False),
     aten._adaptive_avg_pool2d.default: (adaptive_avg_pool2d, False),
+    aten.index_select.default: (index_select, False),
+    aten.where.self_out: (where_out, False),
 }

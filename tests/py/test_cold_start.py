@@ -167,6 +167,114 @@ def test_first_conv_norm_compile_imports_no_heavy_module():
         assert out[mode + "_equal"] and out[mode + "_grads"] and out[mode + "_stats"], (mode, out)
 
 
+_ATTENTION = """
+    import torch.nn.functional as F
+    torch.manual_seed(0)
+    class Attn(torch.nn.Module):  # the ops of an HF attention block: position ids, causal and padding masks, sdpa
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(50, 16)
+            self.pos = torch.nn.Embedding(16, 16)
+            self.qkv = torch.nn.Linear(16, 48)
+            self.ln = torch.nn.LayerNorm(16)
+            self.out = torch.nn.Linear(16, 50)
+        def forward(self, ids, mask):
+            b, n = ids.shape
+            pos = torch.arange(n, device=ids.device)
+            h = self.ln(self.emb(ids) + self.pos(pos)[None])
+            q, k, v = self.qkv(h).view(b, n, 3, 2, 8).permute(2, 0, 3, 1, 4).unbind(0)
+            causal = torch.ones(n, n, dtype=torch.bool, device=ids.device).tril()
+            keep = causal[None, None] & mask[:, None, None, :].bool()
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+            s = (q @ k.transpose(-1, -2)) * 8 ** -0.5
+            s = torch.where(keep, s, torch.full_like(s, torch.finfo(s.dtype).min))
+            a = a + torch.softmax(s, -1) @ v
+            return self.out(a.transpose(1, 2).reshape(b, n, 16))
+    ids = torch.randint(0, 50, (2, 6))
+    mask = torch.ones(2, 6, dtype=torch.long)
+    mask[1, 4:] = 0
+"""
+
+
+def test_first_attention_compile_imports_no_heavy_module():
+    # arange, ones, full_like, embedding's index_select, sdpa with a boolean mask (_safe_softmax: scalar_tensor,
+    # where.self_out) and softmax.int: before, these reached torch's Python meta kernels, which import sympy,
+    # torch._dynamo and torch._inductor. Results equal eager's and torch._dynamo's (imported after the check).
+    out = _run(_ATTENTION, """
+        result = {}
+        for mode in ("eval", "train"):
+            m = Attn().train(mode == "train")
+            with torch.no_grad():
+                got = cdynamo.optimize("eager")(m)(ids, mask)
+                result[mode + "_heavy"] = heavy()
+                result[mode + "_equal"] = bool(torch.equal(got, m(ids, mask)))
+        import torch._dynamo
+        with torch.no_grad():
+            m = Attn().eval()
+            result["dynamo_equal"] = bool(torch.equal(cdynamo.optimize("eager")(m)(ids, mask),
+                                                      torch.compile(m, backend="eager")(ids, mask)))
+        print(json.dumps(result))
+    """)
+    assert out["eval_heavy"] == [] and out["train_heavy"] == [], out
+    assert out["eval_equal"] and out["train_equal"] and out["dynamo_equal"], out
+
+
+# torch's Python meta machinery (its meta kernels, references, prims and the wrappers that import torch._dynamo):
+# none of it may run while cdynamo traces. native_batch_norm_helper is cdynamo._aten_shapes' own choice (layer
+# norm's composite kernel calls native_batch_norm; the helper's aten calls come back to cdynamo's mode).
+_PY_META_FILES = ("torch/_meta_registrations.py", "torch/_refs/", "torch/_prims/", "torch/_prims_common/wrappers.py",
+                  "torch/_decomp/", "torch/_compile.py", "torch/fx/experimental/symbolic_shapes.py")
+_PY_META_ALLOWED = ("native_batch_norm_helper",)
+
+
+@pytest.mark.full_tier
+@pytest.mark.parametrize("model", ["gpt2", "bert", "llama", "t5", "distilbert", "vit"])
+def test_hf_first_eager_compile_runs_no_python_meta_kernel(model):
+    # transformers' own modules import torch._dynamo and sympy (masking_utils, distributed tensor), so which modules
+    # are loaded says nothing here; instead the child records every Python function of torch's meta machinery that
+    # runs during cdynamo's first compile: none may (each would import those modules in a process without them).
+    # Results equal eager's and torch._dynamo's.
+    pytest.importorskip("transformers")
+    out = _run(f"""
+        import os, warnings, logging
+        warnings.simplefilter("ignore")
+        import vision_shim
+        import transformers
+        logging.getLogger("transformers").setLevel(logging.ERROR)
+        from hf_zoo_models import MODELS
+        torch.manual_seed(0)
+        model, make_inputs = MODELS[{model!r}]()
+        model.eval()
+        kw = make_inputs(0)
+        FILES, ALLOWED = {_PY_META_FILES!r}, {_PY_META_ALLOWED!r}
+        ran = set()
+        def profile(frame, event, arg):
+            if event == "call":
+                f = frame.f_code.co_filename.replace(os.sep, "/")
+                if any(p in f for p in FILES) and frame.f_code.co_name not in ALLOWED:
+                    b = frame.f_back
+                    if not (b and any(p in b.f_code.co_filename.replace(os.sep, "/") for p in FILES)):
+                        ran.add(f.split("torch/")[-1] + ":" + frame.f_code.co_name)
+        opt = cdynamo.optimize("eager")(model)
+        with torch.no_grad():
+            sys.setprofile(profile)
+            try:
+                got = opt(**kw)
+            finally:
+                sys.setprofile(None)
+            want = model(**kw)
+            import torch._dynamo
+            theirs = torch.compile(model, backend="eager")(**kw)
+        first = lambda o: o[0] if isinstance(o, (tuple, list)) else next(iter(o.values()))
+        print(json.dumps({{"ran": sorted(ran), "graphs": cdynamo.utils.counters["stats"]["unique_graphs"],
+                          "equal": bool(torch.equal(first(got), first(want))),
+                          "dynamo_equal": bool(torch.equal(first(got), first(theirs)))}}))
+    """)
+    assert out["ran"] == [], out
+    assert out["graphs"] >= 1
+    assert out["equal"] and out["dynamo_equal"], out
+
+
 def test_user_imports_are_the_users():
     # A user who imported torch._dynamo keeps it; the compile still gives eager's result.
     out = _run(_THREE_OPS, """
@@ -262,6 +370,44 @@ def _cases():
         "adaptive_avg_pool2d_overlapping_order": (F.adaptive_avg_pool2d, (M(120).as_strided((2, 3, 4, 5), (60, 1, 10, 2)),
                                                                           2), {}),
         "adaptive_avg_pool2d_ones": (F.adaptive_avg_pool2d, (M(2, 1, 1, 1), 2), {}),
+        "index_select_negative_dim": (torch.index_select, (M(5, 4, 3), -2, _meta(6, dtype=torch.int64)), {}),
+        "index_select_int32_scalar_index": (torch.index_select, (M(5, 4), 1, _meta((), dtype=torch.int32)), {}),
+        "index_select_transposed": (torch.index_select, (M(4, 5).t(), 0, _meta(2, dtype=torch.int64)), {}),
+        "embedding_2d_ids": (F.embedding, (_meta(2, 8, dtype=torch.int64), M(10, 4)), {}),
+        "embedding_expanded_ids": (F.embedding, (_meta(1, 8, dtype=torch.int64).expand(3, 8), M(10, 4)), {}),
+        "where_out": (torch.where, (_meta(2, 1, 4, 1, dtype=torch.bool), M(()), M(2, 3, 4, 5)),
+                      {"out": M(2, 3, 4, 5)}),
+        "where_out_transposed": (torch.where, (_meta(5, 4, dtype=torch.bool), M(4, 5).t(), M(())),
+                                 {"out": M(4, 5).t()}),
+        # ATen composite kernels the dispatcher picks for Meta (no Meta registration): their aten calls come back
+        "full_like": (torch.full_like, (M(3, 4).t(), 2.5), {}),
+        "full_like_int": (torch.full_like, (M(3, 4), 7), {"dtype": torch.int64}),
+        "softmax_dtype": (torch.softmax, (M(3, 4, dtype=torch.float16), 0), {"dtype": torch.float32}),
+        "to_dtype": (lambda t: t.to(torch.float32), (_meta(2, 3, dtype=torch.int64).t(),), {}),
+        "reshape_copy": (torch.reshape, (M(4, 1).expand(4, 6), (-1,)), {}),
+        "reshape_view": (torch.reshape, (M(4, 6), (2, -1)), {}),
+        "sdpa_bool_mask": (F.scaled_dot_product_attention, (M(2, 2, 5, 8), M(2, 2, 5, 8), M(2, 2, 5, 8)),
+                           {"attn_mask": _meta(2, 1, 5, 5, dtype=torch.bool)}),
+        "sdpa_float_mask": (F.scaled_dot_product_attention, (M(1, 2, 5, 8), M(1, 2, 6, 8), M(1, 2, 6, 4)),
+                            {"attn_mask": M(1, 1, 5, 6)}),
+        "sdpa_causal": (F.scaled_dot_product_attention, (M(1, 2, 5, 8), M(1, 2, 5, 8), M(1, 2, 5, 8)),
+                        {"is_causal": True}),
+        "safe_softmax": (torch.ops.aten._safe_softmax.default, (M(2, 3, 4), -1), {}),
+        # factory ops with no tensor argument, device="meta"
+        "arange": (torch.arange, (8,), {"device": "meta"}),
+        "arange_start_step": (torch.arange, (2, 11, 3), {"device": "meta"}),
+        "arange_float": (torch.arange, (0.5, 3.25, 0.25), {"device": "meta"}),
+        "arange_dtype": (torch.arange, (5,), {"dtype": torch.float16, "device": "meta"}),
+        "ones_bool": (torch.ones, (3, 4), {"dtype": torch.bool, "device": "meta"}),
+        "zeros": (torch.zeros, ((2, 3, 4),), {"device": "meta"}),
+        "full_int": (torch.full, ((2, 3), 4), {"device": "meta"}),
+        "full_float": (torch.full, ((2, 3), -float("inf")), {"device": "meta"}),
+        "full_bool": (torch.full, ((2,), True), {"device": "meta"}),
+        "scalar_tensor": (torch.scalar_tensor, (0.0,), {"dtype": torch.float16, "device": "meta"}),
+        # the out= form of a pointwise op with CPU kernels only (abs of an int tensor is a composite over abs.out)
+        "abs_int": (torch.abs, (_meta(3, 4, dtype=torch.int64),), {}),
+        "abs_out_empty": (torch.abs, (M(3, 4).t(),), {"out": M(0)}),
+        "abs_out_strided": (torch.abs, (M(3, 4),), {"out": M(4, 3).t()}),
     }
 
 
@@ -292,8 +438,44 @@ def test_aten_meta_mode_errors_as_before():
     assert str(ours.value) == str(theirs.value)
 
 
+@pytest.mark.parametrize("name", ["where_out", "where_out_transposed", "abs_out_empty", "abs_out_strided"])
+def test_out_forms_return_out(name):
+    # An out= call gives back the `out` tensor itself, as torch's meta kernel does.
+    from cdynamo import _aten_meta
+    fn, args, kwargs = _cases()[name]
+    ours, theirs = dict(kwargs), dict(kwargs)
+    ours["out"], theirs["out"] = _clone_meta(kwargs["out"]), _clone_meta(kwargs["out"])
+    assert _aten_meta.run(fn, args, ours) is ours["out"]
+    assert fn(*args, **theirs) is theirs["out"]
+    assert _metadata(ours["out"]) == _metadata(theirs["out"])
+
+
+def _clone_meta(t):
+    import torch
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+
+
+def test_new_routes_take_their_ops():
+    # The ops of the new routes are dispatched to them: composite kernels (kind 5), out= forms of pointwise ops
+    # (kind 6), factories through the composite kernel torch's Python meta registration shadows.
+    import torch
+    from cdynamo import _aten_meta
+    aten = torch.ops.aten
+    for op in (aten.full_like.default, aten.softmax.int, aten._to_copy.default, aten.reshape.default):
+        assert _aten_meta._kind_of(op) == 5, op
+    assert _aten_meta._kind_of(aten.abs.out) == 6
+    assert _aten_meta._functional_of(aten.abs.out) is aten.abs.default
+    for op in (aten.arange.default, aten.ones.default, aten.scalar_tensor.default, aten.full.default):
+        assert _aten_meta._kind_of(op) == 2 and _aten_meta._composite_kernel(op, torch._C.DispatchKey.CPU), op
+    # never a Python kernel, a mutable op, or a CompositeExplicitAutograd view
+    assert _aten_meta._composite_kernel(aten.where.self_out, torch._C.DispatchKey.Meta) is None
+    assert _aten_meta._composite_kernel(aten.copy_.default, torch._C.DispatchKey.Meta) is None
+    assert _aten_meta._composite_kernel(aten.detach.default, torch._C.DispatchKey.Meta) is None
+
+
 @pytest.mark.parametrize("case", ["channels", "kernel", "output_too_small", "batch_norm_eval_no_stats",
-                                  "var_mean_dim"])
+                                  "var_mean_dim", "index_select_dim", "where_out_dtype", "where_not_bool",
+                                  "arange_zero_step", "full_like_bad_dtype", "abs_out_dtype"])
 def test_aten_shapes_errors_as_before(case):
     # An argument torch's own meta kernel rejects: cdynamo._aten_shapes gives way, torch's kernel raises its error.
     import torch
@@ -308,6 +490,12 @@ def test_aten_shapes_errors_as_before(case):
         "batch_norm_eval_no_stats": (torch.ops.aten.native_batch_norm.default,
                                      (M(2, 3, 4), None, None, None, None, False, 0.1, 1e-5), {}),
         "var_mean_dim": (torch.var_mean, (M(3, 4), 2), {}),
+        "index_select_dim": (torch.index_select, (M(3, 4), 2, _meta(2, dtype=torch.int64)), {}),
+        "where_out_dtype": (torch.where, (_meta(3, dtype=torch.bool), M(3), M(3)), {"out": M(3, dtype=torch.float64)}),
+        "where_not_bool": (torch.where, (M(3), M(3), M(3)), {"out": M(3)}),
+        "arange_zero_step": (torch.arange, (0, 5, 0), {"device": "meta"}),
+        "full_like_bad_dtype": (torch.full_like, (M(3), 1.5), {"dtype": torch.bool, "layout": torch.sparse_coo}),
+        "abs_out_dtype": (torch.abs, (M(3),), {"out": _meta(3, dtype=torch.int64)}),
     }[case]
     with pytest.raises(Exception) as theirs:
         fn(*args, **kwargs)
