@@ -195,18 +195,41 @@ void Tracer::will_mutate(const ValuePtr& c) {
   if (c->source && c->obj && std::find(mutated.begin(), mutated.end(), c) == mutated.end()) mutated.push_back(c);
 }
 
-void Tracer::realize(const ValuePtr& v) {
-  if (!v) return;
+namespace {
+// dict methods whose result depends on the keys only (and hands values out unpinned).
+bool key_lookup_method(const std::string& name) {
+  return name == "get" || name == "__getitem__" || name == "__contains__" || name == "keys" || name == "pop" ||
+         name == "setdefault" || name == "__len__";
+}
+
+// The value's own identity guard, if still pending (not its items').
+void realize_own(guards::GuardSet& guards, const ValuePtr& v) {
   if (v->pending_id) {
     std::shared_ptr<guards::Guard> g = std::move(v->pending_id);
     guards.add(std::move(*g));
   }
+}
+}  // namespace
+
+void Tracer::realize(const ValuePtr& v) {
+  if (!v) return;
+  realize_own(guards, v);
   for (const auto& item : v->items) realize(item);  // containers built in the trace hold no cycles
   if (v->kind == VKind::Iter)
     for (const auto& item : v->iter().items) realize(item);
   if (v->kind == VKind::Cell && v->cell().content && v->cell().content != v) realize(v->cell().content);
   if ((v->kind == VKind::Instance || v->kind == VKind::Record) && v->instance().cls) realize(v->instance().cls);
-  if (v->bound_self() && v->bound_self() != v) realize(v->bound_self());
+  if (v->bound_self() && v->bound_self() != v) {
+    // A dict the trace models, read by a method that only looks its keys up (kwargs.get('dtype')): the values'
+    // identities decide nothing (each is pinned where the trace uses it); any other method pins them all.
+    const ValuePtr& self = v->bound_self();
+    if (self->kind == VKind::Dict && (!self->obj || PyDict_CheckExact(self->obj.ptr())) &&
+        key_lookup_method(v->bound_name())) {
+      realize_own(guards, self);
+    } else {
+      realize(self);
+    }
+  }
   if (const PartialOf* p = v->partial()) {  // its function and positional arguments (not its keyword values)
     for (const auto& a : p->args) realize(a);
     realize(p->fn);

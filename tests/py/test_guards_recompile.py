@@ -691,3 +691,30 @@ def test_closure_identity_used_in_trace_is_pinned():
     a, b = _make_scale(1.0), _make_scale(1.0)
     for fn, times in ((a, 1), (a, 2), (b, 1), (a, 3), (b, 2)):
         torch.testing.assert_close(opt(x, fn), x * times)
+
+
+def test_kwargs_value_read_by_key_is_not_pinned():
+    # kwargs.get('dtype') looks a key up: the other values' identities decide nothing, so an object made anew per call
+    # among them (transformers passes `config` and a fresh object through **kwargs) must not recompile every call.
+    def f(x, **kwargs):
+        return x + (1 if kwargs.get("dtype") is torch.float32 else 0)
+
+    opt, cnt = compiled(f)
+    x = torch.randn(4)
+    for _ in range(4):
+        torch.testing.assert_close(opt(x, dtype=torch.float32, extra=object()), f(x, dtype=torch.float32))
+    assert cnt.frame_count == 1
+    torch.testing.assert_close(opt(x, dtype=torch.float64, extra=object()), f(x, dtype=torch.float64))
+    assert cnt.frame_count == 2
+
+
+def test_kwargs_values_compared_stay_pinned():
+    marker = object()
+
+    def f(x, **kwargs):
+        return x + sum(1 for v in kwargs.values() if v is marker)
+
+    opt, cnt = compiled(f)
+    x = torch.randn(4)
+    for extra in (marker, object(), marker):
+        torch.testing.assert_close(opt(x, a=extra), f(x, a=extra))
