@@ -280,12 +280,13 @@ const ValuePtr* call_callee(const Tracer& t, int nargs) {
 // Builtins whose call looks at an object's type (guarded at wrap), or its attributes (guarded through
 // their sources), not at which object it is. Borrowed from builtins (process lifetime).
 struct TypeOnlyBuiltins {
-  PyObject *isinstance, *issubclass, *len;
+  PyObject *isinstance, *issubclass, *len, *hasattr;
   TypeOnlyBuiltins() {
     py::object b = PyRefs::get().builtins;
     isinstance = b.attr("isinstance").ptr();
     issubclass = b.attr("issubclass").ptr();
     len = b.attr("len").ptr();
+    hasattr = b.attr("hasattr").ptr();
   }
 };
 
@@ -398,6 +399,8 @@ int identity_uses(Tracer& t, const bytecode::Instruction& inst) {
         // getattr(obj, name[, default]) is an attribute read (see Use::AttrRead).
         if (!kw && (inst.arg == 2 || inst.arg == 3) && f == PyRefs::get().getattr_fn.ptr() && !t.items_written)
           return 0;
+        // hasattr(obj, name): the same read, its answer guarded by HASATTR / NO_HASATTR on the object's source.
+        if (!kw && inst.arg == 2 && f == builtins.hasattr && !t.items_written) return 0;
         // len() of a modelled tuple / list / dict counts its items without looking at them; len() of a user
         // object whose class defines __len__ in Python inlines it (what that reads is guarded there).
         if (!kw && inst.arg == 1 && f == builtins.len &&

@@ -78,6 +78,7 @@ _ZEROS_LIMIT = 1 << 20  # elements of meta operands a pointwise op may run on as
 _kinds = {}  # OpOverload -> aten_meta_kind (ops live as long as the process)
 _kernels = {}  # OpOverload -> (dispatch key, ATen composite kernel or None), for kinds 2 (factories) and 5
 _functional = {}  # out= OpOverload -> its functional OpOverload or None, for kind 6
+_in_out = set()  # out= OpOverloads whose functional form is being run (compiles hold a lock: one thread)
 _call = C().call_aten_meta
 _kind = C().aten_meta_kind
 _stack_len = torch._C._len_torch_dispatch_stack
@@ -129,8 +130,14 @@ def _pointwise_out(func, args, kwargs):
         return NotImplemented
     if not _all_meta(_tree_flatten((args, kwargs))[0]):
         return NotImplemented
+    if func in _in_out:  # the functional op's composite calls this out= form again (abs -> abs.out -> abs)
+        return NotImplemented
     rest = {k: v for k, v in kwargs.items() if k != "out"}
-    r = _functional_of(func)(*args, **rest)
+    _in_out.add(func)
+    try:
+        r = _functional_of(func)(*args, **rest)
+    finally:
+        _in_out.discard(func)
     if type(r) is not torch.Tensor or r.dtype != out.dtype:
         return NotImplemented
     if tuple(r.shape) != tuple(out.shape):

@@ -142,7 +142,7 @@ TEST(Continuations, BarBreaksOnTheBranchWithTwoContinuations) {
   FakeFrame frame(co, g, {a, b});
   interp::Tracer t(co, frame.fv);
   ASSERT_EQ(t.run(), interp::Tracer::Status::Break) << t.stop_info().reason;
-  EXPECT_TRUE(t.conditional_break);
+  EXPECT_TRUE(t.conditional_break) << t.stop_info().reason;
   EXPECT_NE(t.stop_info().reason.find("tensor"), std::string::npos);
   EXPECT_EQ(t.graph.op_count(), 5);  // abs, add, truediv, sum, lt
 

@@ -565,3 +565,30 @@ def test_inductor_training_graph_uses_inductors_caches(cdynamo_reset, tmp_path, 
     assert aot["autograd_cache_bypass"] == 0 and fx["fxgraph_cache_bypass"] == 0
     assert aot["autograd_cache_miss"] + aot["autograd_cache_hit"] == 1
     assert fx["fxgraph_cache_miss"] + fx["fxgraph_cache_hit"] == 2  # the forward and the backward graph
+
+
+def test_first_compile_of_unary_pointwise_ops_is_one_graph():
+    # In a fresh process (torch's Python meta kernels not loaded): abs's composite kernel calls abs.out, whose rule ran
+    # abs again, endlessly; the RecursionError was a failed shape propagation, a graph break at every torch.abs.
+    out = _run("""
+        failed = []
+        for name in ("abs", "neg", "sign", "sgn", "floor", "ceil", "round", "trunc", "frac", "exp", "log1p", "sqrt",
+                     "sigmoid", "tanh", "sin", "reciprocal", "square", "logical_not", "bitwise_not"):
+            fn = getattr(torch, name)
+            for dtype in (torch.float32, torch.int64, torch.bool):
+                x = (torch.arange(6) - 3).to(dtype)
+                try:
+                    want = fn(x)
+                except RuntimeError:
+                    continue  # the op does not take that dtype
+                cdynamo.reset()  # one code object for every op: each compiles afresh
+                try:
+                    got = cdynamo.optimize("eager", nopython=True)(lambda a: fn(a) * 1)(x)
+                    ok = torch.allclose(got.double(), (want * 1).double(), equal_nan=True)
+                except Exception as e:  # noqa: BLE001 - reported
+                    ok = False
+                if not ok:
+                    failed.append(f"{name} {dtype}")
+        print(json.dumps({"failed": failed}))
+    """)
+    assert out["failed"] == []

@@ -718,3 +718,26 @@ def test_kwargs_values_compared_stay_pinned():
     x = torch.randn(4)
     for extra in (marker, object(), marker):
         torch.testing.assert_close(opt(x, a=extra), f(x, a=extra))
+
+
+class _Holder:
+    def __init__(self, sliding):
+        if sliding:
+            self.is_sliding = True
+
+
+def test_hasattr_does_not_pin_an_object_made_anew_each_call():
+    # transformers' create_causal_mask asks hasattr(past_key_values, 'is_sliding') of the cache object made for each
+    # forward: the answer is guarded (HASATTR / NO_HASATTR), the object's identity is not used.
+    def f(x, cache):
+        return x + 1 if hasattr(cache, "is_sliding") else x - 1
+
+    opt, cnt = compiled(f)
+    x = torch.randn(3)
+    for _ in range(4):
+        h = _Holder(True)
+        torch.testing.assert_close(opt(x, h), f(x, h))
+    assert cnt.frame_count == 1
+    h = _Holder(False)
+    torch.testing.assert_close(opt(x, h), f(x, h))
+    assert cnt.frame_count == 2
