@@ -130,14 +130,19 @@ def _pointwise_out(func, args, kwargs):
         return NotImplemented
     if not _all_meta(_tree_flatten((args, kwargs))[0]):
         return NotImplemented
-    if func in _in_out:  # the functional op's composite calls this out= form again (abs -> abs.out -> abs)
-        return NotImplemented
     rest = {k: v for k, v in kwargs.items() if k != "out"}
-    _in_out.add(func)
-    try:
-        r = _functional_of(func)(*args, **rest)
-    finally:
-        _in_out.discard(func)
+    if func in _in_out:
+        # The functional op's composite kernel calls this out= form again (abs -> abs.out -> abs -> ...): the
+        # functional op's CPU kernel on zeros gives the result's metadata instead.
+        r = _pointwise_on_zeros(_functional_of(func), args, rest)
+        if r is NotImplemented:
+            return NotImplemented
+    else:
+        _in_out.add(func)
+        try:
+            r = _functional_of(func)(*args, **rest)
+        finally:
+            _in_out.discard(func)
     if type(r) is not torch.Tensor or r.dtype != out.dtype:
         return NotImplemented
     if tuple(r.shape) != tuple(out.shape):
