@@ -928,6 +928,24 @@ bool fresh_closure_of(py::handle value, const guards::Source& src) {
   using K = guards::Source::Kind;
   return src.kind == K::Local || src.kind == K::Item || src.kind == K::DictItem;
 }
+
+// A closure made anew on every call (transformers' mask functions passed down each forward): its code and globals
+// now (what its calls and reads run), its identity on first use. Its closure cells, defaults and attributes are
+// guarded where the trace reads them, as for a pinned function. `out`: the Object value made for it.
+ValuePtr wrap_fresh_closure(Tracer& t, PyObject* v, const SourcePtr& src, ValuePtr out) {
+  auto seen = t.frame_objects.find(v);
+  if (seen != t.frame_objects.end()) {
+    t.guards.add(guards::same_object(seen->second->source, src));
+    return seen->second;
+  }
+  t.guards.add(guards::type_match(src, v));
+  t.guards.add(guards::id_match(guards::Source::attr(src, "__code__"), PyFunction_GET_CODE(v)));
+  t.guards.add(guards::id_match(guards::Source::attr(src, "__globals__"), PyFunction_GET_GLOBALS(v)));
+  t.guards.add(guards::id_match(guards::Source::attr(src, "__kwdefaults__"), Py_None));
+  out->pending_id = std::make_shared<guards::Guard>(guards::id_match(src, v));
+  t.frame_objects[v] = out;
+  return out;
+}
 }  // namespace
 
 ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
@@ -1057,23 +1075,7 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
     }
   }
   ValuePtr out = Value::object(py::reinterpret_borrow<py::object>(value), src);
-  if (fresh_closure_of(value, *src)) {
-    // A closure made anew on every call (transformers' mask functions passed down each forward): its code and
-    // globals now (what its calls and reads run), its identity on first use. Its closure cells, defaults and
-    // attributes are guarded where the trace reads them, as for a pinned function.
-    auto seen = frame_objects.find(v);
-    if (seen != frame_objects.end()) {
-      guards.add(guards::same_object(seen->second->source, src));
-      return seen->second;
-    }
-    guards.add(guards::type_match(src, v));
-    guards.add(guards::id_match(guards::Source::attr(src, "__code__"), PyFunction_GET_CODE(v)));
-    guards.add(guards::id_match(guards::Source::attr(src, "__globals__"), PyFunction_GET_GLOBALS(v)));
-    guards.add(guards::id_match(guards::Source::attr(src, "__kwdefaults__"), Py_None));
-    out->pending_id = std::make_shared<guards::Guard>(guards::id_match(src, v));
-    frame_objects[v] = out;
-    return out;
-  }
+  if (fresh_closure_of(value, *src)) return wrap_fresh_closure(*this, v, src, std::move(out));
   if (lazy_identity(value)) {
     guards.add(guards::type_match(src, v));
     out->pending_id = std::make_shared<guards::Guard>(guards::id_match(src, v));
