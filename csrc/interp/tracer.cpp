@@ -929,22 +929,14 @@ bool fresh_closure_of(py::handle value, const guards::Source& src) {
   return src.kind == K::Local || src.kind == K::Item || src.kind == K::DictItem;
 }
 
-// A closure made anew on every call (transformers' mask functions passed down each forward): its code and globals
-// now (what its calls and reads run), its identity on first use. Its closure cells, defaults and attributes are
-// guarded where the trace reads them, as for a pinned function. `out`: the Object value made for it.
-ValuePtr wrap_fresh_closure(Tracer& t, PyObject* v, const SourcePtr& src, ValuePtr out) {
-  auto seen = t.frame_objects.find(v);
-  if (seen != t.frame_objects.end()) {
-    t.guards.add(guards::same_object(seen->second->source, src));
-    return seen->second;
-  }
-  t.guards.add(guards::type_match(src, v));
-  t.guards.add(guards::id_match(guards::Source::attr(src, "__code__"), PyFunction_GET_CODE(v)));
-  t.guards.add(guards::id_match(guards::Source::attr(src, "__globals__"), PyFunction_GET_GLOBALS(v)));
-  t.guards.add(guards::id_match(guards::Source::attr(src, "__kwdefaults__"), Py_None));
-  out->pending_id = std::make_shared<guards::Guard>(guards::id_match(src, v));
-  t.frame_objects[v] = out;
-  return out;
+// What a closure made anew on every call (transformers' mask functions passed down each forward) is guarded by
+// besides its type, while its identity waits for first use: its code and globals (what its calls and reads run) and
+// no keyword-only defaults. Its closure cells, defaults and attributes are guarded where the trace reads them, as
+// for a pinned function.
+void add_closure_guards(guards::GuardSet& guards, const SourcePtr& src, PyObject* v) {
+  guards.add(guards::id_match(guards::Source::attr(src, "__code__"), PyFunction_GET_CODE(v)));
+  guards.add(guards::id_match(guards::Source::attr(src, "__globals__"), PyFunction_GET_GLOBALS(v)));
+  guards.add(guards::id_match(guards::Source::attr(src, "__kwdefaults__"), Py_None));
 }
 }  // namespace
 
@@ -1064,8 +1056,11 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
   }
   // A plain instance of a Python class: its type now, its identity on first use (Tracer::realize), so an
   // object made anew on each call that the trace only moves (a result passed on to a continuation, a value
-  // returned) does not recompile. Anything else: pinned by identity (attribute reads add their own guards).
-  if (lazy_identity(value)) {
+  // returned) does not recompile; so is a closure reached from the frame (fresh_closure_of), also guarded by its
+  // code and globals. Anything else: pinned by identity (attribute reads add their own guards).
+  const bool fresh_closure = fresh_closure_of(value, *src);
+  const bool lazy = fresh_closure || lazy_identity(value);
+  if (lazy) {
     // One instance seen through two sources (a config every layer holds) is one value: the second source is
     // guarded to hold the same object, and everything the trace reads from it is guarded once, through the first.
     auto seen = frame_objects.find(v);
@@ -1075,9 +1070,9 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
     }
   }
   ValuePtr out = Value::object(py::reinterpret_borrow<py::object>(value), src);
-  if (fresh_closure_of(value, *src)) return wrap_fresh_closure(*this, v, src, std::move(out));
-  if (lazy_identity(value)) {
+  if (lazy) {
     guards.add(guards::type_match(src, v));
+    if (fresh_closure) add_closure_guards(guards, src, v);
     out->pending_id = std::make_shared<guards::Guard>(guards::id_match(src, v));
     frame_objects[v] = out;
   } else {
