@@ -33,7 +33,8 @@ def reset_compile_times():
 def compile_times(repr="str", aggregate=False):  # noqa: A002 - torch._dynamo.utils.compile_times' signature
     """Compile times per phase, as torch._dynamo.utils.compile_times.
 
-    ``repr="str"``: a printable table (``Function, Runtimes (s)`` then one row per phase); ``repr="csv"``:
+    ``repr="str"``: a printable table (``Function, Runtimes (s)`` then one row per phase, laid out by the
+    ``tabulate`` package where it is installed, as torch._dynamo's is); ``repr="csv"``:
     ``(headers, values)``; any other ``repr``: None. ``aggregate=True`` sums the compiles of a phase into one
     value, else every compile's time is listed.
     """
@@ -44,9 +45,15 @@ def compile_times(repr="str", aggregate=False):  # noqa: A002 - torch._dynamo.ut
         return ", ".join(map(item, values))
 
     if repr == "str":
-        lines = ["cdynamo compilation metrics:", "Function, Runtimes (s)"]
-        lines += [f"{k}, {fmt(v, lambda x: f'{x:.4f}')}" for k, v in compilation_time_metrics.items()]
-        return "\n".join(lines)
+        rows = [(k, fmt(v, lambda x: f"{x:.4f}")) for k, v in compilation_time_metrics.items()]
+        headers = ("Function", "Runtimes (s)")
+        try:
+            import tabulate
+        except ImportError:
+            table = "\n".join(", ".join(map(str, row)) for row in [headers, *rows])
+        else:
+            table = tabulate.tabulate(rows, headers=headers)
+        return "cdynamo compilation metrics:\n" + table
     if repr == "csv":
         return list(compilation_time_metrics), [fmt(v, lambda x: f"{x:.6f}")
                                                  for v in compilation_time_metrics.values()]

@@ -194,16 +194,19 @@ def _ddp_steps(rank, mode, *, unused=False, frozen=False, accumulate=False, stat
 def fsdp_run(rank, mode, *, per_block=False):
     """STEPS AdamW steps of fully_shard(Stack) (each block, then the root), compiled whole or per block after
     sharding (``per_block=True``) or per block before (``"first"``, torchtitan's order: compile, then shard)."""
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     _reset(mode)
     torch.manual_seed(0)
     model = Stack()
     counter = Counter(mode)
+    # On CPU with gloo, also on a machine with GPUs (fully_shard's default mesh is on the default accelerator).
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     for i, layer in enumerate(model.layers):
         if per_block == "first" and mode != "eager":
             model.layers[i] = _compile(layer, mode, counter)
-        fully_shard(model.layers[i])
-    fully_shard(model)
+        fully_shard(model.layers[i], mesh=mesh)
+    fully_shard(model, mesh=mesh)
     if per_block == "first":
         run = model
     elif per_block and mode != "eager":

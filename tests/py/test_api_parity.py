@@ -138,9 +138,25 @@ def test_reset_keeps_counters_and_clears_compile_times_like_dynamo():
     cdynamo.reset()
     torch._dynamo.reset()
     assert (_snapshot(cdynamo.utils.counters), _snapshot(torch._dynamo.utils.counters)) == before
+    ours, theirs = (mod.compile_times().splitlines()[1:] for mod in (cdynamo.utils, torch._dynamo.utils))
+    assert ours == theirs  # the header alone ("Function, Runtimes (s)", or laid out by `tabulate` where installed)
+    assert ours[0].replace(",", " ").split() == ["Function", "Runtimes", "(s)"]
     for mod in (cdynamo.utils, torch._dynamo.utils):
-        assert mod.compile_times().splitlines()[1:] == ["Function, Runtimes (s)"]
         assert mod.compile_times(repr="csv") == ([], [])
+
+
+def test_compile_times_laid_out_by_tabulate_where_installed(monkeypatch):
+    """As torch._dynamo's: the rows go through `tabulate.tabulate(rows, headers=...)` when the package imports."""
+    import sys
+    import types
+
+    seen = []
+    fake = types.ModuleType("tabulate")
+    fake.tabulate = lambda rows, headers: seen.append((list(rows), headers)) or "TABLE"
+    monkeypatch.setitem(sys.modules, "tabulate", fake)
+    monkeypatch.setitem(cdynamo.utils.compilation_time_metrics, "phase", [0.5, 0.25])
+    assert cdynamo.utils.compile_times() == "cdynamo compilation metrics:\nTABLE"
+    assert seen[-1] == ([("phase", "0.5000, 0.2500")], ("Function", "Runtimes (s)"))
 
 
 def test_compile_times_forms_like_dynamo():

@@ -9,6 +9,7 @@ import torch._dynamo.testing
 
 import cdynamo
 from cdynamo.testing import CompileCounter
+from versions import REFERENCE_PINNED
 
 pytestmark = pytest.mark.usefixtures("cdynamo_and_dynamo_reset")
 
@@ -51,8 +52,9 @@ def test_views_are_live_typed_and_set_like_in_one_graph():
     (ref, _, _), (got, _, cnt), (dyn, _, dcnt) = _run(f, torch.ones(2))
     _same(got, ref)
     assert ref[1] == ["a", "b", "c"] and ref[2] == 3 and ref[3] is True
-    assert cnt.frame_count == 1 == dcnt.frame_count
-    assert cnt.op_count == dcnt.op_count == 1
+    assert cnt.frame_count == 1 and cnt.op_count == 1
+    if REFERENCE_PINNED:  # torch 2.11's torch._dynamo captures no graph here (set operations on views)
+        assert dcnt.frame_count == 1 and dcnt.op_count == 1
 
 
 def test_values_views_compare_by_identity():

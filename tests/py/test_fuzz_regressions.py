@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 import textwrap
+import types
 
 import pytest
 import torch
@@ -27,7 +28,10 @@ pytestmark = pytest.mark.usefixtures("cdynamo_reset")
 
 
 def _run(src, make_args, ncalls, wrap):
-    ns = {"__name__": "fuzz_regression"}
+    # A module of its own, importable by name (torch 2.11's torch._dynamo imports a traced function's module).
+    mod = types.ModuleType("fuzz_regression")
+    sys.modules["fuzz_regression"] = mod
+    ns = mod.__dict__
     exec(compile(textwrap.dedent(src), "<fuzz-regression>", "exec"), ns)
     fn = wrap(ns["f"])
     recs = []

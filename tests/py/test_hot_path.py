@@ -10,6 +10,7 @@ from torch._dynamo.testing import CompileCounter as DynamoCounter
 import cdynamo
 from cdynamo import _C, _graph_call
 from cdynamo.testing import CompileCounter
+from versions import REFERENCE_PINNED
 
 import pytest
 
@@ -468,6 +469,9 @@ def test_shared_forward_changes_recompile():
     cnt = CompileCounter()
     for got, ref in run(lambda m: cdynamo.optimize(cnt)(m)):
         same(got, ref)
+    assert cnt.frame_count == 3
+    if not REFERENCE_PINNED:
+        return  # torch 2.11's torch._dynamo misses the changed closure cell: its second result is not eager's
     dc = DynamoCounter()
     torch._dynamo.reset()
     try:
@@ -475,7 +479,7 @@ def test_shared_forward_changes_recompile():
             same(got, ref)
     finally:
         torch._dynamo.reset()
-    assert cnt.frame_count == dc.frame_count == 3
+    assert dc.frame_count == 3
 
 
 class _CachedLogger:

@@ -8,6 +8,7 @@ from torch.nn.utils import parametrize
 
 import cdynamo
 from cdynamo.testing import CompileCounter
+from versions import REFERENCE_PINNED
 
 pytestmark = pytest.mark.usefixtures("cdynamo_and_dynamo_reset")
 
@@ -300,7 +301,8 @@ def test_comprehension_frame_over_dict_keyiterator_like_eager():
     x = torch.randn(3)
     cnt = CompileCounter()
     torch.testing.assert_close(cdynamo.optimize(cnt)(fn)(x), fn(x))
-    assert cnt.frame_count == _dynamo_frames(fn, x)[0]
+    if REFERENCE_PINNED:  # torch 2.11's torch._dynamo compiles 2 frames on 3.12 where 2.13's and cdynamo compile none
+        assert cnt.frame_count == _dynamo_frames(fn, x)[0]
 
 
 def test_dict_changed_during_iteration_raises_like_eager():

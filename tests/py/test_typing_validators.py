@@ -10,6 +10,7 @@ import torch
 
 import cdynamo
 from cdynamo.testing import CompileCounter
+from versions import REFERENCE_PINNED
 from graph_counts import eager_cdynamo_dynamo
 
 pytestmark = pytest.mark.usefixtures("cdynamo_and_dynamo_reset")
@@ -19,8 +20,9 @@ def _one_graph_like_dynamo(fn, *args):
     """fn(*args) under cdynamo equals eager, in one graph with torch._dynamo's op count."""
     ref, got, cnt, dcnt = eager_cdynamo_dynamo(fn, *args)
     torch.testing.assert_close(got, ref)
-    assert cnt.frame_count == dcnt.frame_count == 1
-    assert cnt.op_count == dcnt.op_count
+    assert cnt.frame_count == 1
+    if REFERENCE_PINNED:  # torch 2.11's torch._dynamo splits the strict dataclass's validated __setattr__ in 2
+        assert dcnt.frame_count == 1 and cnt.op_count == dcnt.op_count
 
 
 # --- typing.get_origin / get_args, typing forms as constants --------------------------------------------------

@@ -21,6 +21,7 @@ import torch
 import torch.library
 
 SHIMMED = False  # True when the schemas below were defined (torchvision's _C did not load)
+LOAD_ERROR = None  # why loading torchvision's _C failed here (repr), for the report
 _lib = None  # the Library that owns the schemas; it must stay alive for them to stay registered
 
 
@@ -42,7 +43,7 @@ def _has_op(name):
 
 
 def _install():
-    global SHIMMED, _lib
+    global SHIMMED, _lib, LOAD_ERROR
     if "torchvision" in sys.modules:
         return
     try:
@@ -55,8 +56,8 @@ def _install():
     if path is not None:
         try:
             torch.ops.load_library(path)
-        except (ImportError, OSError):
-            pass
+        except Exception as e:  # noqa: BLE001 - any failure: torchvision's own import swallows it too
+            LOAD_ERROR = repr(e)
     missing = [n for n in ("nms", "qnms") if not _has_op(n)]
     if not missing:
         return
