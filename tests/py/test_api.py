@@ -14,6 +14,7 @@ from cdynamo import _core, _logging, config
 from cdynamo.backends import registry
 from cdynamo.exc import BackendCompilerFailed, CdynamoError, CdynamoWarning, InvalidBackend, Unsupported
 from cdynamo.testing import CompileCounter, CompileCounterWithBackend, EagerAndRecordGraphs, same
+from versions import REFERENCE_PINNED
 
 
 def _reset():
@@ -512,7 +513,10 @@ def test_compile_signature_mirrors_torch_compile():
             assert p.default == "inductor" and q.default in ("inductor", None)
         else:
             assert p.default == q.default, name
-    assert set(theirs) - set(ours) == TORCH_COMPILE_ONLY
+    if REFERENCE_PINNED:
+        assert set(theirs) - set(ours) == TORCH_COMPILE_ONLY
+    else:  # an older torch.compile lacks some of those
+        assert set(theirs) - set(ours) <= TORCH_COMPILE_ONLY
     assert cdynamo.compile(add_one, backend=None).__wrapped__ is add_one
 
 

@@ -23,6 +23,7 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 from tests.fuzz.run import compare, compare_text, module_state, snap  # noqa: E402
+from versions import REFERENCE_PINNED  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("cdynamo_reset")
 
@@ -465,10 +466,24 @@ if sys.version_info < (3, 12):  # 3.12+ inline comprehensions (PEP 709): t4 is n
         "same bug: NameError (its resume function's cell is free too)")
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="torch.compile: " + TORCH_COMPILE_DIFFERS[n]))
-    if n in TORCH_COMPILE_DIFFERS else n
-    for n in sorted(REPROS)])
+# torch._dynamo before the pinned torch (the GPU machine's 2.11) gets these wrong too.
+OLDER_TORCH_COMPILE_DIFFERS = {} if REFERENCE_PINNED else {
+    "hasattr_after_setattr_in_trace": "torch < 2.13: InternalTorchDynamoError (AttributeError: module "
+                                      "'fuzz_regression' has no attribute 'M')",
+    "method_class_attr_write_loses_self_write": "torch < 2.13: the write through self is lost (call 1 returns 2, "
+                                                "eager 1)",
+}
+
+
+def _reference_marks(n):
+    if n in TORCH_COMPILE_DIFFERS:
+        return [pytest.mark.xfail(strict=True, reason="torch.compile: " + TORCH_COMPILE_DIFFERS[n])]
+    if n in OLDER_TORCH_COMPILE_DIFFERS:
+        return [pytest.mark.xfail(strict=False, reason="torch.compile: " + OLDER_TORCH_COMPILE_DIFFERS[n])]
+    return []
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=_reference_marks(n)) for n in sorted(REPROS)])
 def test_torch_compile_agrees(name):
     """torch._dynamo (torch.compile with the repro's backend) on the same repro, for reference."""
     d = check_torch_compile(*REPROS[name])

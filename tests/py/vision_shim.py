@@ -58,6 +58,8 @@ def _install():
             torch.ops.load_library(path)
         except Exception as e:  # noqa: BLE001 - any failure: torchvision's own import swallows it too
             LOAD_ERROR = repr(e)
+        else:
+            return  # it loaded: torchvision's own ops (its import registers nms's fake kernel itself)
     missing = [n for n in ("nms", "qnms") if not _has_op(n)]
     if not missing:
         return
