@@ -169,7 +169,8 @@ def test_node_meta_as_dynamo(name):
     such as Llama's _log_api_usage_once). stack_trace is compared on the pinned torch and transformers only: torch
     2.11's torch._dynamo prints no caret lines and keeps some wrapper frames (GradientCheckpointingLayer.__call__,
     torch.no_grad's decorate_context) that 2.13's drops, and transformers 5.17's models put a few ops on other
-    lines (sdpa_mask's aranges), so ops align one line apart."""
+    lines (sdpa_mask's aranges), so ops align one line apart; and module paths where torch 2.11 splits a model
+    (T5 before its decoder) are relative to another frame: there the innermost module's class is compared."""
     import difflib
 
     pinned = REFERENCE_PINNED and transformers_version() >= PINNED_TRANSFORMERS
@@ -193,8 +194,13 @@ def test_node_meta_as_dynamo(name):
              for p in zip(ours[i1:i2], theirs[j1:j2])]
     assert len(pairs) >= len(ours) - 1 and len(pairs) > 40
     for n, d in pairs:
-        if pinned:  # other versions attribute some nodes to other lines or wrapper frames (see below)
+        if pinned:  # other versions attribute some nodes to other lines or wrapper frames (see above)
             assert n.meta["stack_trace"] == d.meta["stack_trace"], n.name
-        assert n.meta.get("nn_module_stack") == d.meta.get("nn_module_stack"), n.name
+            assert n.meta.get("nn_module_stack") == d.meta.get("nn_module_stack"), n.name
+        else:  # torch 2.11 breaks T5 before its decoder: paths start at another frame's self (whose own ops have no
+            # stack there); where both name a module, it is the same class
+            ours_m, theirs_m = (list(x.meta.get("nn_module_stack", {}).values())[-1:] for x in (n, d))
+            if ours_m and theirs_m:
+                assert ours_m[0][1] is theirs_m[0][1], n.name
         assert [_target_name(t) for _, t in n.meta["source_fn_stack"]] == \
             [_target_name(t) for _, t in d.meta["source_fn_stack"]], n.name
