@@ -916,7 +916,7 @@ bool lazy_identity(py::handle value) {
       type == &PyClassMethodDescr_Type || type == &PyGetSetDescr_Type || type == &PyMemberDescr_Type ||
       type == &PyProperty_Type || type == &PyClassMethod_Type || type == &PyStaticMethod_Type)
     return false;
-  return !module_instance(v);
+  return true;
 }
 
 // A plain Python function with closure cells and no keyword-only defaults, reached from the frame (not a global or

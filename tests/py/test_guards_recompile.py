@@ -143,10 +143,18 @@ class _Block(torch.nn.Module):
         return torch.relu(self.lin(x)) + 1
 
 
-def _per_block_forward(cnt, nblocks, **patch):
+_SCALES = {}
+
+
+class _PinnedBlock(_Block):
+    def forward(self, x):  # id(self) is an identity use: each instance's entry pins its own `self`
+        return super().forward(x) * _SCALES.get(id(self), 1.0)
+
+
+def _per_block_forward(cnt, nblocks, cls=_Block, **patch):
     """Each block's forward compiled as a frame of its own (as FSDP2's hooks make it): (frames, outputs ok)."""
-    blocks = [_Block() for _ in range(nblocks)]
-    fwd = cdynamo.optimize(cnt)(_Block.forward)
+    blocks = [cls() for _ in range(nblocks)]
+    fwd = cdynamo.optimize(cnt)(cls.forward)
     x = torch.randn(2, 4)
     with cdynamo.config.patch(**patch), warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -156,12 +164,31 @@ def _per_block_forward(cnt, nblocks, **patch):
     return cnt.frame_count
 
 
+def test_instances_of_one_module_class_share_one_entry():
+    # A frame's `self` module is guarded by its type and what the trace reads from it (its parameters are graph
+    # inputs), not by identity, as torch._dynamo's unspecialized modules: 12 blocks, one graph.
+    assert _per_block_forward(CompileCounter(), 12) == 1
+    blocks = [_Block() for _ in range(3)]
+    fwd, cnt = compiled(_Block.forward)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        blocks[1].lin.weight.mul_(2)  # each block's own parameters reach the shared graph
+        blocks[2].lin = torch.nn.Linear(4, 4, bias=False)  # another structure: a recompile
+        for b in blocks:
+            torch.testing.assert_close(fwd(b, x), b(x))
+    assert cnt.frame_count == 2
+
+
 def test_recompile_limit_counts_entries_per_pinned_self():
     # torch._dynamo's rule: the limit counts the entries compiled for the objects the frame's locals pin by identity
-    # (here `self`), so 12 instances of one class each run compiled; their 12 entries stay under the total limit.
-    assert _per_block_forward(CompileCounter(), 12, recompile_limit=8) == 12
-    # accumulated_recompile_limit bounds all entries of the code (the rest run as Python, with equal results)
-    assert _per_block_forward(CompileCounter(), 12, recompile_limit=8, accumulated_recompile_limit=5) == 5
+    # (here `self`, pinned by id(self)), so 12 instances of one class each run compiled; their 12 entries stay under
+    # the total limit.
+    assert _per_block_forward(CompileCounter(), 12, _PinnedBlock, recompile_limit=8) == 12
+    # accumulated_recompile_limit bounds all entries of the code (the rest run as Python, with equal results; the
+    # frames they call are still compiled: one more graph, _Block.forward called through super(), shared by all)
+    assert _per_block_forward(CompileCounter(), 12, _PinnedBlock, recompile_limit=8,
+                              accumulated_recompile_limit=5) == 6
+    assert len(_C._testing.cache_entries(_PinnedBlock.forward.__code__)) == 5
 
 
 def test_recompile_limit_still_bounds_one_instance():
@@ -214,9 +241,10 @@ def test_frame_run_as_python_keeps_no_guard_of_a_failed_inline():
     cdynamo.utils.counters.clear()
     for _ in range(6):
         torch.testing.assert_close(opt(x), run(x))
-    # one entry per layer (its self pinned) for __call__ and for forward: 2 recompiles each, none per call
-    assert sum(cdynamo.utils.counters["recompiles"].values()) == 4
-    assert len(_C._testing.cache_entries(_CallLayer.__call__.__code__)) == 3
+    # the layers share their entries (one recompile each for __call__ and forward: the first layer's input needs no
+    # grad, the others' do), none per call
+    assert sum(cdynamo.utils.counters["recompiles"].values()) == 2
+    assert len(_C._testing.cache_entries(_CallLayer.__call__.__code__)) == 2
 
 
 def test_cache_size_limit_alias():
