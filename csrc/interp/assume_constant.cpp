@@ -11,9 +11,19 @@ namespace cdynamo::interp {
 
 namespace {
 
+std::string attr_base(py::handle f) {
+  std::string name = py::str(py::getattr(f, "__name__", py::str("fn"))).cast<std::string>();
+  std::string out = "_const_";
+  for (char c : name) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '_') ? c : '_';
+  return out;
+}
+
+}  // namespace
+
+struct Tracer::ConstantResults {
 // The real Python value of an argument known while tracing: constants, objects of the frame, graph inputs
 // (their tensors as the frame holds them), tuples/lists/dicts of those. Throws Unsupported otherwise.
-py::object real_value(Tracer& t, const ValuePtr& v, const std::string& what) {
+static py::object real_value(Tracer& t, const ValuePtr& v, const std::string& what) {
   switch (v->kind) {
     case VKind::Const: return v->obj;
     case VKind::Object:
@@ -44,15 +54,7 @@ py::object real_value(Tracer& t, const ValuePtr& v, const std::string& what) {
   }
   t.unsupported(what + " with " + v->describe() + " (not known while tracing)");
 }
-
-std::string attr_base(py::handle f) {
-  std::string name = py::str(py::getattr(f, "__name__", py::str("fn"))).cast<std::string>();
-  std::string out = "_const_";
-  for (char c : name) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '_') ? c : '_';
-  return out;
-}
-
-}  // namespace
+};
 
 bool marked_constant_result(py::handle f) {
   if (function_marked(f.ptr(), "_dynamo_marked_constant")) return true;
@@ -91,9 +93,10 @@ ValuePtr Tracer::call_constant_result(const ValuePtr& fn, const std::vector<Valu
   py::handle f = fn->obj;
   std::string what = "assume_constant_result function " + callable_name(f);
   py::tuple pargs(args.size());
-  for (size_t i = 0; i < args.size(); ++i) pargs[i] = real_value(*this, args[i], "call to " + what);
+  for (size_t i = 0; i < args.size(); ++i) pargs[i] = ConstantResults::real_value(*this, args[i], "call to " + what);
   py::dict pkw;
-  for (const auto& kv : kwargs) pkw[py::str(kv.first)] = real_value(*this, kv.second, "call to " + what);
+  for (const auto& kv : kwargs)
+    pkw[py::str(kv.first)] = ConstantResults::real_value(*this, kv.second, "call to " + what);
   py::object r;
   try {
     r = f(*pargs, **pkw);  // at trace time, capture off: its frames run as Python

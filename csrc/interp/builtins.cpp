@@ -141,8 +141,25 @@ namespace {
 using Args = std::vector<ValuePtr>;
 using BuiltinRule = ValuePtr (*)(Tracer&, py::handle, Args&, Kwargs&);
 
+// functools.partial(fn, *args, **kwargs) made in the trace: rebuilt at a graph break by calling functools.partial
+// again (codegen/rebuild.cpp).
+ValuePtr make_partial(py::handle f, Args& args, Kwargs& kwargs) {
+  PartialOf parts;
+  parts.fn = args[0];
+  parts.args.assign(args.begin() + 1, args.end());
+  for (auto& kv : kwargs) {
+    parts.kw_names.push_back(py::str(kv.first));
+    parts.kw_values.push_back(kv.second);
+  }
+  parts.made_in_trace = true;
+  return Value::partial_of(py::reinterpret_borrow<py::object>(f), std::move(parts));
+}
+
+}  // namespace
+
+struct Tracer::BuiltinRules {
 // len(): every value kind whose length the trace knows, in one place.
-ValuePtr builtin_len(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+static ValuePtr builtin_len(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
   if (args.size() != 1 || !kwargs.empty()) return nullptr;
   const ValuePtr& v = args[0];
   if (v->kind == VKind::Object && v->source &&
@@ -180,7 +197,7 @@ ValuePtr builtin_len(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
 // zip(..., strict=True) over lists/tuples of known length (torch.optim's loops): lengths that differ make Python
 // raise, so that runs as Python. (zip / enumerate / reversed / list / tuple without keywords: Tracer::call's
 // call_iter_builtin, after these rules.)
-ValuePtr builtin_zip(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+static ValuePtr builtin_zip(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
   if (args.empty() || kwargs.size() != 1 || kwargs[0].first != "strict" || !kwargs[0].second->is_const() ||
       !PyBool_Check(kwargs[0].second->obj.ptr()))
     return nullptr;
@@ -192,7 +209,7 @@ ValuePtr builtin_zip(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
   return t.call_iter_builtin("zip", args);
 }
 
-ValuePtr builtin_enumerate(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+static ValuePtr builtin_enumerate(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
   if (args.size() == 1 && kwargs.size() == 1 && kwargs[0].first == "start")
     return t.call_iter_builtin("enumerate", {args[0], kwargs[0].second});
   return nullptr;
@@ -200,7 +217,7 @@ ValuePtr builtin_enumerate(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
 
 // list() / tuple() of a set, a dict or a dict view (in their iteration order).
 template <bool kList>
-ValuePtr builtin_sequence(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+static ValuePtr builtin_sequence(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
   if (args.size() != 1 || !kwargs.empty() ||
       (args[0]->kind != VKind::Set && args[0]->kind != VKind::Dict && args[0]->kind != VKind::DictView))
     return nullptr;
@@ -209,7 +226,7 @@ ValuePtr builtin_sequence(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
 }
 
 // sum(items[, start]): result = start; result = result + item, as Python's sum does (0 + tensor is a real add).
-ValuePtr builtin_sum(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+static ValuePtr builtin_sum(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
   if ((args.size() != 1 && args.size() != 2) || !only_kwargs(kwargs, {"start"}) || foldable(args[0])) return nullptr;
   ValuePtr acc = args.size() == 2 ? args[1] : kwarg(kwargs, "start");
   if (!acc) acc = Value::constant(py::int_(0));
@@ -222,7 +239,7 @@ ValuePtr builtin_sum(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
 // any() / all() over values known now: each item's truth value must be a constant (Python stops at the first
 // deciding item; the items were all computed already, by the trace, in order).
 template <bool kAny>
-ValuePtr builtin_any_all(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+static ValuePtr builtin_any_all(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
   if (args.size() != 1 || !kwargs.empty() || foldable(args[0])) return nullptr;
   std::vector<ValuePtr> items = t.unpack_iterable(args[0]);
   if (args[0]->kind == VKind::Iter) args[0]->iter().pos = args[0]->iter().items.size();
@@ -235,7 +252,7 @@ ValuePtr builtin_any_all(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
   return Value::constant(py::bool_(!kAny));
 }
 
-ValuePtr builtin_map(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+static ValuePtr builtin_map(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
   if (args.size() < 2 || !kwargs.empty()) return nullptr;
   std::vector<std::vector<ValuePtr>> cols;
   size_t n = SIZE_MAX;
@@ -252,7 +269,7 @@ ValuePtr builtin_map(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
   return iter_of(std::move(out));
 }
 
-ValuePtr builtin_filter(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+static ValuePtr builtin_filter(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
   if (args.size() != 2 || !kwargs.empty()) return nullptr;
   std::vector<ValuePtr> out;
   for (const auto& item : t.unpack_iterable(args[1])) {
@@ -267,7 +284,7 @@ ValuePtr builtin_filter(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
 
 // sorted(items, key=, reverse=) and min / max(items, key=): the order is decided by Python on the keys
 // (constants); the items themselves may be anything.
-ValuePtr ordered_by_keys(Tracer& t, const std::string& name, Args& args, Kwargs& kwargs) {
+static ValuePtr ordered_by_keys(Tracer& t, const std::string& name, Args& args, Kwargs& kwargs) {
   auto& refs = PyRefs::get();
   std::vector<ValuePtr> items = t.unpack_iterable(args[0]);
   if (args[0]->kind == VKind::Iter) args[0]->iter().pos = args[0]->iter().items.size();
@@ -293,7 +310,7 @@ ValuePtr ordered_by_keys(Tracer& t, const std::string& name, Args& args, Kwargs&
   return Value::list(std::move(out));
 }
 
-ValuePtr builtin_sorted(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+static ValuePtr builtin_sorted(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
   bool keyed = kwarg(kwargs, "key") != nullptr;
   if (args.size() == 1 && only_kwargs(kwargs, {"key", "reverse"}) && (keyed || !foldable(args[0])))
     return ordered_by_keys(t, "sorted", args, kwargs);
@@ -301,7 +318,7 @@ ValuePtr builtin_sorted(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
 }
 
 template <bool kMax>
-ValuePtr builtin_min_max(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+static ValuePtr builtin_min_max(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
   bool keyed = kwarg(kwargs, "key") != nullptr;
   if (args.size() == 1 && keyed && only_kwargs(kwargs, {"key"})) return ordered_by_keys(t, kMax ? "max" : "min", args, kwargs);
   if (kwargs.empty() && !args.empty()) return min_max_of_tensors(t, kMax, args);  // library_values.cpp
@@ -309,7 +326,7 @@ ValuePtr builtin_min_max(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
 }
 
 // getattr / hasattr of a constant name on a constant (its builtin type's attributes).
-ValuePtr attr_of_constant(Tracer& t, bool has_only, const ValuePtr& obj, const std::string& attr, Args& args) {
+static ValuePtr attr_of_constant(Tracer& t, bool has_only, const ValuePtr& obj, const std::string& attr, Args& args) {
   int has = PyObject_HasAttrString(obj->obj.ptr(), attr.c_str());
   if (has_only) return Value::constant(py::bool_(has == 1));
   if (has == 1) return t.load_attr(obj, attr);
@@ -320,7 +337,7 @@ ValuePtr attr_of_constant(Tracer& t, bool has_only, const ValuePtr& obj, const s
 // ... on an object of the frame: an attribute this trace assigned (not replayed on the object yet) is there, with the
 // assigned value; otherwise whether it exists is guarded, its value read (and guarded) only when it does (the guard on
 // the value read through obj.attr also fails when the attribute goes away, so presence then needs no guard).
-ValuePtr attr_of_frame_object(Tracer& t, bool has_only, const ValuePtr& obj, const std::string& attr, Args& args) {
+static ValuePtr attr_of_frame_object(Tracer& t, bool has_only, const ValuePtr& obj, const std::string& attr, Args& args) {
   if (ValuePtr v = t.pending_attr(obj, attr)) return has_only ? Value::constant(py::bool_(true)) : v;
   int has = PyObject_HasAttrString(obj->obj.ptr(), attr.c_str());
   if (!has_only && has == 1) return t.load_attr(obj, attr);
@@ -332,7 +349,7 @@ ValuePtr attr_of_frame_object(Tracer& t, bool has_only, const ValuePtr& obj, con
 
 // hasattr on a tensor: torch.Tensor's own attributes are on every tensor; anything else only on a tensor of the
 // frame that was given one (presence guarded); a tensor the graph makes has no other attribute.
-ValuePtr hasattr_of_tensor(Tracer& t, const ValuePtr& obj, const std::string& attr) {
+static ValuePtr hasattr_of_tensor(Tracer& t, const ValuePtr& obj, const std::string& attr) {
   if (PyObject_HasAttrString(PyRefs::get().tensor_type.ptr(), attr.c_str()) == 1) return Value::constant(py::bool_(true));
   if (!obj->source) return Value::constant(py::bool_(false));
   py::object real = py::reinterpret_steal<py::object>(obj->source->fetch(t.fv));  // new reference
@@ -344,7 +361,7 @@ ValuePtr hasattr_of_tensor(Tracer& t, const ValuePtr& obj, const std::string& at
 
 // ... on an object made in the trace whose class has a Python __getattribute__: the AttributeError it raises is
 // hasattr's / getattr's case, when raising it changed nothing.
-ValuePtr attr_through_getattribute(Tracer& t, bool has_only, const ValuePtr& obj, const std::string& attr,
+static ValuePtr attr_through_getattribute(Tracer& t, bool has_only, const ValuePtr& obj, const std::string& attr,
                                    Args& args) {
   size_t nodes = t.graph.mark(), stores = t.attr_stores.size(), muts = t.mutation_count_;
   try {
@@ -362,7 +379,7 @@ ValuePtr attr_through_getattribute(Tracer& t, bool has_only, const ValuePtr& obj
 
 // ... on an object made in the trace: its own attributes are known; a class attribute's presence is guarded on the
 // class.
-ValuePtr attr_of_instance(Tracer& t, bool has_only, const ValuePtr& obj, const std::string& attr, Args& args) {
+static ValuePtr attr_of_instance(Tracer& t, bool has_only, const ValuePtr& obj, const std::string& attr, Args& args) {
   bool has = obj->find_key(py::str(attr)) >= 0;
   if (!has) {
     has = PyObject_HasAttrString(obj->instance().cls->obj.ptr(), attr.c_str()) == 1;
@@ -375,7 +392,7 @@ ValuePtr attr_of_instance(Tracer& t, bool has_only, const ValuePtr& obj, const s
 }
 
 template <bool kHas>
-ValuePtr builtin_getattr(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+static ValuePtr builtin_getattr(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
   if (!(args.size() == 2 || (!kHas && args.size() == 3)) || !kwargs.empty() || !args[1]->is_const() ||
       !PyUnicode_Check(args[1]->obj.ptr()))
     return nullptr;
@@ -391,7 +408,7 @@ ValuePtr builtin_getattr(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
   return nullptr;
 }
 
-ValuePtr builtin_delattr(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+static ValuePtr builtin_delattr(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
   if (args.size() != 2 || !kwargs.empty() || args[0]->kind != VKind::Instance || !args[1]->is_const() ||
       !PyUnicode_Check(args[1]->obj.ptr()))
     return nullptr;
@@ -399,7 +416,7 @@ ValuePtr builtin_delattr(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
   return Value::constant(py::none());
 }
 
-ValuePtr builtin_setattr(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+static ValuePtr builtin_setattr(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
   if (args.size() != 3 || !kwargs.empty() || !args[1]->is_const() || !PyUnicode_Check(args[1]->obj.ptr())) return nullptr;
   t.store_attr(args[0], args[1]->obj.cast<std::string>(), args[2]);
   return Value::constant(py::none());
@@ -408,7 +425,7 @@ ValuePtr builtin_setattr(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
 // isinstance(v, classes) when v's type is known: containers and constants; an object from the frame (its type
 // guarded: TYPE_MATCH, or ID_MATCH) when isinstance depends on its type alone: the default __class__, and classes
 // whose metaclass is type or ABCMeta (no Protocol checks reading attributes).
-ValuePtr builtin_isinstance(Tracer&, py::handle, Args& args, Kwargs& kwargs) {
+static ValuePtr builtin_isinstance(Tracer&, py::handle, Args& args, Kwargs& kwargs) {
   if (args.size() != 2 || !kwargs.empty()) return nullptr;
   PyObject* type = known_type(args[0]);
   if (!type && args[0]->kind == VKind::Object && args[0]->source && !args[0]->bound_self() && foldable(args[1]) &&
@@ -420,7 +437,7 @@ ValuePtr builtin_isinstance(Tracer&, py::handle, Args& args, Kwargs& kwargs) {
   return Value::constant(py::bool_(r == 1));
 }
 
-ValuePtr builtin_type(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+static ValuePtr builtin_type(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
   if (args.size() != 1 || !kwargs.empty()) return nullptr;
   const ValuePtr& v = args[0];
   if (PyObject* type = known_type(v)) return Value::object(py::reinterpret_borrow<py::object>(type));
@@ -437,7 +454,7 @@ ValuePtr builtin_type(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
 }
 
 // super(cls, self) and zero-argument super(): the `__class__` cell and the first argument of the running function.
-ValuePtr builtin_super(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+static ValuePtr builtin_super(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
   if (!kwargs.empty() || args.size() > 2) return nullptr;
   ValuePtr cls, self;
   if (args.size() == 2) {
@@ -464,19 +481,60 @@ ValuePtr builtin_super(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
 
 // iter(seq): the iterator GET_ITER makes. next(it[, default]) on an iterator made in the trace; past its end the
 // default, or StopIteration, which runs as Python.
-ValuePtr builtin_iter(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+static ValuePtr builtin_iter(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
   if (args.size() != 1 || !kwargs.empty()) return nullptr;
   return make_iterator(t, args[0]);
 }
 
-ValuePtr builtin_next(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+static ValuePtr builtin_next(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
   if (args.empty() || args.size() > 2 || !kwargs.empty() || args[0]->kind != VKind::Iter) return nullptr;
   if (ValuePtr item = iterator_next(t, args[0])) return item;
   if (args.size() == 2) return args[1];
   t.unsupported("next() of an exhausted iterator (StopIteration is raised by Python)");
 }
 
-const std::unordered_map<std::string, BuiltinRule>& builtin_rules() {
+// functools.reduce(f, iterable[, initial]): f called on the accumulator and each item, in order.
+static ValuePtr lib_reduce(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+  if (args.size() < 2 || args.size() > 3 || !kwargs.empty()) return nullptr;
+  std::vector<ValuePtr> items = t.unpack_iterable(args[1]);
+  if (args[1]->kind == VKind::Iter) args[1]->iter().pos = args[1]->iter().items.size();
+  size_t first = 0;
+  ValuePtr acc = args.size() == 3 ? args[2] : nullptr;
+  if (!acc) {
+    if (items.empty()) t.unsupported("functools.reduce() of an empty iterable with no initial value (TypeError)");
+    acc = items[0];
+    first = 1;
+  }
+  for (size_t i = first; i < items.size(); ++i) acc = t.call(args[0], {acc, items[i]}, {});
+  return acc;
+}
+
+// itertools.chain(*iterables): an iterator over their items, in order (each iterable read now, as chain reads them
+// lazily: the trace's iterables are known values).
+static ValuePtr lib_chain(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+  if (!kwargs.empty()) return nullptr;
+  std::vector<ValuePtr> out;
+  for (const auto& a : args) {
+    for (auto& item : t.unpack_iterable(a)) out.push_back(std::move(item));
+    if (a->kind == VKind::Iter) a->iter().pos = a->iter().items.size();
+  }
+  return iter_of(std::move(out));
+}
+
+// itertools.repeat(x, n) with a constant count: an iterator yielding x n times (without a count it never ends).
+// collections.defaultdict(factory, ...) made in the trace (dicts.cpp).
+static ValuePtr lib_defaultdict(Tracer& t, py::handle, Args& args, Kwargs& kwargs) { return t.make_default_dict(args, kwargs); }
+
+static ValuePtr lib_repeat(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
+  ValuePtr times = args.size() == 2 ? args[1] : kwarg(kwargs, "times");
+  if (args.empty() || args.size() > 2 || !only_kwargs(kwargs, {"times"}) || !times) return nullptr;
+  if (!times->is_const() || !PyLong_CheckExact(times->obj.ptr())) t.unsupported("itertools.repeat with a count that is not a constant int");
+  long n = std::max(0L, times->obj.cast<long>());
+  if (n > 100000) t.unsupported("itertools.repeat of " + std::to_string(n) + " items (too long to unroll)");
+  return iter_of(std::vector<ValuePtr>(static_cast<size_t>(n), args[0]));
+}
+
+static const std::unordered_map<std::string, BuiltinRule>& builtin_rules() {
   static const std::unordered_map<std::string, BuiltinRule> rules = {
       {"len", builtin_len},
       {"zip", builtin_zip},
@@ -507,48 +565,7 @@ const std::unordered_map<std::string, BuiltinRule>& builtin_rules() {
 // --- library rules: functions of the standard library traced by what they do, looked up by the function object's
 // identity (resolved once from their modules). Same contract as the builtin rules. ---
 
-// functools.reduce(f, iterable[, initial]): f called on the accumulator and each item, in order.
-ValuePtr lib_reduce(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
-  if (args.size() < 2 || args.size() > 3 || !kwargs.empty()) return nullptr;
-  std::vector<ValuePtr> items = t.unpack_iterable(args[1]);
-  if (args[1]->kind == VKind::Iter) args[1]->iter().pos = args[1]->iter().items.size();
-  size_t first = 0;
-  ValuePtr acc = args.size() == 3 ? args[2] : nullptr;
-  if (!acc) {
-    if (items.empty()) t.unsupported("functools.reduce() of an empty iterable with no initial value (TypeError)");
-    acc = items[0];
-    first = 1;
-  }
-  for (size_t i = first; i < items.size(); ++i) acc = t.call(args[0], {acc, items[i]}, {});
-  return acc;
-}
-
-// itertools.chain(*iterables): an iterator over their items, in order (each iterable read now, as chain reads them
-// lazily: the trace's iterables are known values).
-ValuePtr lib_chain(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
-  if (!kwargs.empty()) return nullptr;
-  std::vector<ValuePtr> out;
-  for (const auto& a : args) {
-    for (auto& item : t.unpack_iterable(a)) out.push_back(std::move(item));
-    if (a->kind == VKind::Iter) a->iter().pos = a->iter().items.size();
-  }
-  return iter_of(std::move(out));
-}
-
-// itertools.repeat(x, n) with a constant count: an iterator yielding x n times (without a count it never ends).
-// collections.defaultdict(factory, ...) made in the trace (dicts.cpp).
-ValuePtr lib_defaultdict(Tracer& t, py::handle, Args& args, Kwargs& kwargs) { return t.make_default_dict(args, kwargs); }
-
-ValuePtr lib_repeat(Tracer& t, py::handle, Args& args, Kwargs& kwargs) {
-  ValuePtr times = args.size() == 2 ? args[1] : kwarg(kwargs, "times");
-  if (args.empty() || args.size() > 2 || !only_kwargs(kwargs, {"times"}) || !times) return nullptr;
-  if (!times->is_const() || !PyLong_CheckExact(times->obj.ptr())) t.unsupported("itertools.repeat with a count that is not a constant int");
-  long n = std::max(0L, times->obj.cast<long>());
-  if (n > 100000) t.unsupported("itertools.repeat of " + std::to_string(n) + " items (too long to unroll)");
-  return iter_of(std::vector<ValuePtr>(static_cast<size_t>(n), args[0]));
-}
-
-const std::unordered_map<PyObject*, BuiltinRule>& library_rules() {
+static const std::unordered_map<PyObject*, BuiltinRule>& library_rules() {
   static const std::unordered_map<PyObject*, BuiltinRule>* rules = [] {
     auto* m = new std::unordered_map<PyObject*, BuiltinRule>();  // process lifetime; keys owned below
     auto add = [&](const char* module, const char* name, BuiltinRule r) {
@@ -569,31 +586,16 @@ const std::unordered_map<PyObject*, BuiltinRule>& library_rules() {
   }();
   return *rules;
 }
-
-// functools.partial(fn, *args, **kwargs) made in the trace: rebuilt at a graph break by calling functools.partial
-// again (codegen/rebuild.cpp).
-ValuePtr make_partial(py::handle f, Args& args, Kwargs& kwargs) {
-  PartialOf parts;
-  parts.fn = args[0];
-  parts.args.assign(args.begin() + 1, args.end());
-  for (auto& kv : kwargs) {
-    parts.kw_names.push_back(py::str(kv.first));
-    parts.kw_values.push_back(kv.second);
-  }
-  parts.made_in_trace = true;
-  return Value::partial_of(py::reinterpret_borrow<py::object>(f), std::move(parts));
-}
-
-}  // namespace
+};
 
 ValuePtr Tracer::call_builtin(const std::string& name, py::handle f, std::vector<ValuePtr>& args, Kwargs& kwargs) {
   if (f.is(PyRefs::get().functools_partial) && !args.empty()) return make_partial(f, args, kwargs);
   if (name.empty()) {
-    const auto& lib = library_rules();
+    const auto& lib = BuiltinRules::library_rules();
     auto it = lib.find(f.ptr());
     return it == lib.end() ? nullptr : it->second(*this, f, args, kwargs);
   }
-  const auto& rules = builtin_rules();
+  const auto& rules = BuiltinRules::builtin_rules();
   auto it = rules.find(name);
   return it == rules.end() ? nullptr : it->second(*this, f, args, kwargs);
 }

@@ -55,11 +55,14 @@ bool is_device_like(py::handle o) {
   return PyUnicode_Check(o.ptr()) || py::isinstance(o, PyRefs::get().torch_device);
 }
 
+}  // namespace
+
+struct Tracer::CallSupport {
 // Calls `fn(*args, **kwargs)` on meta example values; a Python error becomes Unsupported. An op with no meta
 // kernel (NotImplementedError naming Meta) is run once more on zero-filled real tensors of the same metadata on
 // `device` (cdynamo._meta_fallback, as fake tensors fall back), when a device is given; that refuses ops whose
 // output shape depends on data, mutating ops and outputs that alias inputs.
-py::object run_meta(Tracer& t, const std::string& what, py::handle fn, py::tuple args, py::dict kwargs,
+static py::object run_meta(Tracer& t, const std::string& what, py::handle fn, py::tuple args, py::dict kwargs,
                     py::handle device = py::handle()) {
   try {
     if (t.dynamic()) {
@@ -107,7 +110,7 @@ py::object run_meta(Tracer& t, const std::string& what, py::handle fn, py::tuple
 // torch._C._has_torch_function*(args): false when no argument can carry __torch_function__ (tensors
 // whose exact type, guarded by TENSOR_MATCH, is torch.Tensor or nn.Parameter, tensors made by the graph,
 // constants); Unsupported otherwise.
-bool has_torch_function(Tracer& t, const std::string& what, const std::vector<ValuePtr>& args) {
+static bool has_torch_function(Tracer& t, const std::string& what, const std::vector<ValuePtr>& args) {
   auto& refs = PyRefs::get();
   std::vector<ValuePtr> work(args.begin(), args.end());
   while (!work.empty()) {
@@ -129,8 +132,7 @@ bool has_torch_function(Tracer& t, const std::string& what, const std::vector<Va
   }
   return false;
 }
-
-}  // namespace
+};
 
 bool foldable(const ValuePtr& v) {
   switch (v->kind) {
@@ -222,12 +224,10 @@ ValuePtr Tracer::signature_of(const ValuePtr& fn, const std::vector<ValuePtr>& a
   return Value::constant(py::handle(signature)(target));
 }
 
-namespace {
-
-
+struct Tracer::CallSteps {
 // A bound method value (VKind::Method): namedtuple._replace / _asdict, the ctx of an autograd.Function speculation,
 // os.environ, the methods of containers and records, else a tensor method.
-ValuePtr call_method_value(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr> args, Kwargs kwargs) {
+static ValuePtr call_method_value(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr> args, Kwargs kwargs) {
   const ValuePtr& self = fn->bound_self();
   const std::string& name = fn->bound_name();
   if (self->kind == VKind::Tuple && self->obj && (name == "_replace" || name == "_asdict")) {
@@ -260,7 +260,7 @@ ValuePtr call_method_value(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr> 
 
 // Values the trace models itself: functools.partial, inspect.signature, the slots found through super(), the
 // __exit__ of a traced `with` block. nullptr for any other value.
-ValuePtr call_modelled(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr>& args, Kwargs& kwargs) {
+static ValuePtr call_modelled(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr>& args, Kwargs& kwargs) {
   if (fn->partial()) return t.call_partial(fn, std::move(args), std::move(kwargs));
   if (ValuePtr sig = t.signature_of(fn, args, kwargs)) return sig;
   if (const SlotOf* slot = fn->slot()) {
@@ -292,7 +292,7 @@ ValuePtr call_modelled(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr>& arg
 }
 
 // record_function(name, args=None) / nullcontext(enter_result=None) made now from constant arguments.
-ValuePtr make_noop_context(Tracer& t, py::handle f, const std::vector<ValuePtr>& args, const Kwargs& kwargs) {
+static ValuePtr make_noop_context(Tracer& t, py::handle f, const std::vector<ValuePtr>& args, const Kwargs& kwargs) {
   py::tuple real(args.size());
   py::dict kw;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -310,7 +310,7 @@ ValuePtr make_noop_context(Tracer& t, py::handle f, const std::vector<ValuePtr>&
 // autograd.Function.apply, context classes, builtin exceptions before `raise`, dict / namedtuple / user classes /
 // records, the builtin rules (builtins.cpp), id(), set(), the iteration builtins and constant folding of a
 // constant's methods. nullptr when none applies.
-ValuePtr call_known_object(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr>& args, Kwargs& kwargs) {
+static ValuePtr call_known_object(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr>& args, Kwargs& kwargs) {
   py::handle f = fn->obj;
   if (fn->made_module()) return call_made_module(t, fn, std::move(args), std::move(kwargs));
   if (ValuePtr m = make_nn_module(t, fn, args, kwargs)) return m;  // nn.Softmax(dim=-1) inside a forward
@@ -360,7 +360,7 @@ ValuePtr call_known_object(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr>&
 // isinstance(tensor, classes): the class argument a class or a tuple of classes (nested tuples flattened, as
 // isinstance does); answered from the tensor's guarded exact type (its TENSOR_MATCH), torch.Tensor for a tensor the
 // graph made. The legacy types (torch.FloatTensor, ...) check dtype, device type and layout. nullptr when unknown.
-ValuePtr tensor_isinstance(Tracer& t, const ValuePtr& v, const ValuePtr& clsinfo) {
+static ValuePtr tensor_isinstance(Tracer& t, const ValuePtr& v, const ValuePtr& clsinfo) {
   std::vector<py::object> classes;
   bool known = true;
   std::function<void(const ValuePtr&)> collect = [&](const ValuePtr& c) {
@@ -398,7 +398,7 @@ ValuePtr tensor_isinstance(Tracer& t, const ValuePtr& v, const ValuePtr& clsinfo
 
 // A pure builtin, an operator or a torch metadata function: on tensors an operator node, a metadata answer from the
 // meta examples, abs / pow as the tensor's operators, isinstance of a tensor; on constants folded now.
-ValuePtr call_pure(Tracer& t, CallKind kind, py::handle f, std::vector<ValuePtr>& args, Kwargs& kwargs) {
+static ValuePtr call_pure(Tracer& t, CallKind kind, py::handle f, std::vector<ValuePtr>& args, Kwargs& kwargs) {
   bool tensors = false;
   for (const auto& a : args) tensors |= any_tensor(a);
   for (const auto& kv : kwargs) tensors |= any_tensor(kv.second);
@@ -409,7 +409,7 @@ ValuePtr call_pure(Tracer& t, CallKind kind, py::handle f, std::vector<ValuePtr>
     for (size_t i = 0; i < args.size(); ++i) margs[i] = t.to_example(args[i]);
     py::dict mkw;
     for (auto& kv : kwargs) mkw[py::str(kv.first)] = t.to_example(kv.second);
-    py::object r = run_meta(t, callable_name(f), f, margs, mkw);
+    py::object r = CallSupport::run_meta(t, callable_name(f), f, margs, mkw);
     if (!is_constant_object(r)) t.unsupported(callable_name(f) + " returned a non-constant");
     return Value::constant(r);
   }
@@ -424,7 +424,7 @@ ValuePtr call_pure(Tracer& t, CallKind kind, py::handle f, std::vector<ValuePtr>
 // A torch function: one graph op; a Python function of torch (torch.nn.functional's) is one op when it runs on meta
 // tensors and returns tensors, otherwise (None in its result, a Python-level check) its body is inlined, the nodes
 // of the failed attempt rolled back so that the retry starts from the same state.
-ValuePtr call_torch_op(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr>& args, Kwargs& kwargs) {
+static ValuePtr call_torch_op(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr>& args, Kwargs& kwargs) {
   py::handle f = fn->obj;
   if (!PyFunction_Check(f.ptr())) return t.call_torch(f, std::move(args), std::move(kwargs), false);
   size_t mark = t.graph.mark();
@@ -438,7 +438,7 @@ ValuePtr call_torch_op(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr>& arg
 
 // torch.compiler.is_compiling() and its aliases: True in every traced part. Only torch's own code (torch.optim:
 // _get_value, _stack_if_compiling, the capturable checks) is held to Tracer::compiling_folds.
-ValuePtr compiling_query(Tracer& t, py::handle f, const std::vector<ValuePtr>& args, const Kwargs& kwargs) {
+static ValuePtr compiling_query(Tracer& t, py::handle f, const std::vector<ValuePtr>& args, const Kwargs& kwargs) {
   if (!args.empty() || !kwargs.empty()) t.unsupported(callable_name(f) + " with arguments");
   if (PyUnicode_Check(t.code->co_filename)) {
     const char* file = PyUnicode_AsUTF8(t.code->co_filename);  // borrowed buffer
@@ -450,7 +450,7 @@ ValuePtr compiling_query(Tracer& t, py::handle f, const std::vector<ValuePtr>& a
 
 // torch._assert(cond, msg): a condition known while tracing (a guarded size compared with a constant) that holds has
 // no effect; a false or run-time (tensor) condition runs as Python, which raises or checks it.
-ValuePtr torch_assert(Tracer& t, const std::vector<ValuePtr>& args, const Kwargs& kwargs) {
+static ValuePtr torch_assert(Tracer& t, const std::vector<ValuePtr>& args, const Kwargs& kwargs) {
   ValuePtr cond = !args.empty() ? args[0] : nullptr;
   for (const auto& kv : kwargs)
     if (kv.first == "condition") cond = kv.second;
@@ -466,7 +466,7 @@ ValuePtr torch_assert(Tracer& t, const std::vector<ValuePtr>& args, const Kwargs
 // assume_constant_result (transformers' install probes such as is_torch_distributed_available) is called while
 // tracing through the cache, as eager calls it, its result a constant (torch._dynamo reads the mark past the cache
 // wrapper); other objects are called through their class (call_object). nullptr: unsupported.
-ValuePtr call_unknown(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr>& args, Kwargs& kwargs) {
+static ValuePtr call_unknown(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr>& args, Kwargs& kwargs) {
   py::handle f = fn->obj;
   if (PyFunction_Check(f.ptr())) return t.inline_call(fn, std::move(args), std::move(kwargs));
   if (is_lru_cache_wrapper(f)) {
@@ -479,7 +479,7 @@ ValuePtr call_unknown(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr>& args
 
 // The callable as torch_rules classifies it (classify_callable): torch ops, queries answered while tracing, jit
 // helpers, pure builtins and operators, and the rest.
-ValuePtr call_by_rule(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr>& args, Kwargs& kwargs) {
+static ValuePtr call_by_rule(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr>& args, Kwargs& kwargs) {
   py::handle f = fn->obj;
   CallKind kind = classify_callable(f);
   switch (kind) {
@@ -492,7 +492,8 @@ ValuePtr call_by_rule(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr>& args
       // The autocast switches are guarded; the answer for this trace is the one Python gives now.
       t.guards.add(guards::autocast_guard());
       return t.fold_call(f, callable_name(f), args, kwargs);
-    case CallKind::TorchFunctionQuery: return Value::constant(py::bool_(has_torch_function(t, callable_name(f), args)));
+    case CallKind::TorchFunctionQuery:
+      return Value::constant(py::bool_(CallSupport::has_torch_function(t, callable_name(f), args)));
     case CallKind::DispatchModeStackQuery:
       // The stack's depth is part of GLOBAL_STATE (every entry guards it): empty now means empty when the graph
       // runs. A non-empty stack holds mode objects the trace does not model.
@@ -526,18 +527,17 @@ ValuePtr call_by_rule(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr>& args
   }
   t.unsupported("call to " + callable_name(f) + " is not supported (not a torch operation)");
 }
-
-}  // namespace
+};
 
 // A call, dispatched in this order: bound-method values, values the trace models, objects it knows, then torch's
 // trace rules (see the helpers above; docs/architecture.md "How to add a builtin / a library rule").
 ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
                       std::vector<std::pair<std::string, ValuePtr>> kwargs) {
-  if (fn->kind == VKind::Method) return call_method_value(*this, fn, std::move(args), std::move(kwargs));
-  if (ValuePtr r = call_modelled(*this, fn, args, kwargs)) return r;
+  if (fn->kind == VKind::Method) return CallSteps::call_method_value(*this, fn, std::move(args), std::move(kwargs));
+  if (ValuePtr r = CallSteps::call_modelled(*this, fn, args, kwargs)) return r;
   if (fn->kind != VKind::Object && fn->kind != VKind::Const) unsupported("call to " + fn->describe());
-  if (ValuePtr r = call_known_object(*this, fn, args, kwargs)) return r;
-  return call_by_rule(*this, fn, args, kwargs);
+  if (ValuePtr r = CallSteps::call_known_object(*this, fn, args, kwargs)) return r;
+  return CallSteps::call_by_rule(*this, fn, args, kwargs);
 }
 
 ValuePtr Tracer::call_torch(py::handle fn, std::vector<ValuePtr> args,
@@ -586,7 +586,7 @@ ValuePtr Tracer::call_torch(py::handle fn, std::vector<ValuePtr> args,
   }
   py::object result = key ? meta_cache_lookup(*key) : py::object();
   if (!result) {
-    result = run_meta(*this, name, fn, margs, mkw, device);
+    result = CallSupport::run_meta(*this, name, fn, margs, mkw, device);
     if (key) meta_cache_store(*key, result);
   }
   if (!guards::is_tensor(result.ptr()) && !PyTuple_Check(result.ptr()) && !PyList_Check(result.ptr()))
@@ -654,7 +654,7 @@ ValuePtr Tracer::call_tensor_method(const ValuePtr& self, const std::string& nam
     } catch (py::error_already_set& e) {
       unsupported("Tensor." + name + ": " + std::string(e.what()));
     }
-    result = run_meta(*this, "Tensor." + name, bound, py::tuple(margs), mkw, device);
+    result = CallSupport::run_meta(*this, "Tensor." + name, bound, py::tuple(margs), mkw, device);
     if (key) meta_cache_store(*key, result);
   }
   if (tensor_method_metadata(name)) return metadata_value(self, name, args, result);
@@ -726,7 +726,7 @@ ValuePtr Tracer::apply_operator(py::handle op, std::vector<ValuePtr> args) {
   }
   py::object result = key ? meta_cache_lookup(*key) : py::object();
   if (!result) {
-    result = run_meta(*this, "operator." + name, op, margs, py::dict(), device);
+    result = CallSupport::run_meta(*this, "operator." + name, op, margs, py::dict(), device);
     if (key) meta_cache_store(*key, result);
   }
   if (!guards::is_tensor(result.ptr()))
@@ -746,8 +746,8 @@ void Tracer::setitem(const ValuePtr& container, const ValuePtr& key, const Value
   if (!value->is_tensor() && !value->is_constant_like()) unsupported("item assignment of " + value->describe());
   if (!key->is_tensor() && !key->is_constant_like()) unsupported("item assignment with key " + key->describe());
   py::object op = PyRefs::get().operator_mod.attr("setitem");
-  run_meta(*this, "tensor item assignment", op, py::make_tuple(to_example(container), to_example(key), to_example(value)),
-           py::dict());
+  CallSupport::run_meta(*this, "tensor item assignment", op,
+                        py::make_tuple(to_example(container), to_example(key), to_example(value)), py::dict());
   graph.call_function(op, {to_arg(container), to_arg(key), to_arg(value)}, {}, py::none());
 }
 

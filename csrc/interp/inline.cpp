@@ -26,11 +26,13 @@ SourcePtr fn_part(const ValuePtr& fn, const char* attr, int i) {
   return guards::Source::item(guards::Source::attr(fn->source, attr), i);
 }
 
+}  // namespace
 
+struct Tracer::InlineSteps {
 // The callee's localsplus slots bound from the call's arguments as CPython binds them: positional, *args, keywords,
 // **kwargs, defaults (read through the function's __defaults__ when it has a source, so they are guarded) and
 // keyword-only defaults (constants). Throws Unsupported where Python would raise.
-std::vector<ValuePtr> bind_arguments(Tracer& t, const ValuePtr& fn, PyCodeObject* callee, const std::string& name,
+static std::vector<ValuePtr> bind_arguments(Tracer& t, const ValuePtr& fn, PyCodeObject* callee, const std::string& name,
                                      std::vector<ValuePtr>& args, Kwargs& kwargs) {
   py::handle f = fn->obj;
   const int flags = callee->co_flags;
@@ -93,7 +95,7 @@ std::vector<ValuePtr> bind_arguments(Tracer& t, const ValuePtr& fn, PyCodeObject
 // The callee's cell slots for its free variables: a function made in this trace shares the cells it captured; any
 // other's cell contents are read through its __closure__ (guarded), or, in torch.nn's factory-made helpers, are
 // constants. Contents are put in `slots`; the returned boxes are the shared cells.
-std::vector<ValuePtr> bind_closure(Tracer& t, const ValuePtr& fn, PyCodeObject* callee, const std::string& name,
+static std::vector<ValuePtr> bind_closure(Tracer& t, const ValuePtr& fn, PyCodeObject* callee, const std::string& name,
                                    bool nn_library, std::vector<ValuePtr>& slots) {
   py::handle f = fn->obj;
   const int nslots = compat::code_nlocalsplus(callee);
@@ -122,8 +124,7 @@ std::vector<ValuePtr> bind_closure(Tracer& t, const ValuePtr& fn, PyCodeObject* 
 
   return boxes;
 }
-
-}  // namespace
+};
 
 ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
                              std::vector<std::pair<std::string, ValuePtr>> kwargs) {
@@ -170,8 +171,8 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
 
   // --- bind arguments to the callee's localsplus slots ---
   const int nslots = compat::code_nlocalsplus(callee);
-  std::vector<ValuePtr> slots = bind_arguments(*this, fn, callee, name, args, kwargs);
-  std::vector<ValuePtr> boxes = bind_closure(*this, fn, callee, name, nn_library, slots);
+  std::vector<ValuePtr> slots = InlineSteps::bind_arguments(*this, fn, callee, name, args, kwargs);
+  std::vector<ValuePtr> boxes = InlineSteps::bind_closure(*this, fn, callee, name, nn_library, slots);
 
   // --- the callee's Frame swapped in whole, run, and the caller's swapped back ---
   Frame callee_frame;
@@ -191,11 +192,11 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
   callee_frame.local_loaded.assign(static_cast<size_t>(nslots), 1);  // an inlined frame never reads a real frame
   callee_frame.cell_boxes = std::move(boxes);
   callee_frame.yields = genexpr ? &yielded : nullptr;
-  Frame caller = std::exchange(frame(), std::move(callee_frame));
+  Frame caller = std::exchange(running_frame(), std::move(callee_frame));
   graph::Graph::CallSave outer_call{};  // the caller's place in the inline stack (node meta), set below
   auto restore = [&] {
     graph.leave_call(std::move(outer_call));
-    frame() = std::move(caller);
+    running_frame() = std::move(caller);
     --inline_depth_;
   };
   ++inline_depth_;
@@ -222,7 +223,7 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
     restore();
     std::string reason = "call to " + name + " could not be inlined: " + e.what() + " (at " + file + ":" +
                          std::to_string(line) + ")";
-    stop_.reason = reason;
+    stop.reason = reason;
     throw Unsupported(reason);
   } catch (...) {
     restore();

@@ -19,11 +19,32 @@ bool user_operand(const ValuePtr& v, const std::string& dunder) {
 
 bool not_implemented(const ValuePtr& r) { return r && r->is_const() && r->obj.ptr() == Py_NotImplemented; }
 
+bool same_identity(const ValuePtr& a, const ValuePtr& b, bool* known) {
+  *known = true;
+  if (a == b) return true;
+  bool a_obj = a->kind == VKind::Const || a->kind == VKind::Object;
+  bool b_obj = b->kind == VKind::Const || b->kind == VKind::Object;
+  if (a_obj && b_obj) return a->obj.ptr() == b->obj.ptr();
+  // A tensor (or container built in the trace) is never None / a constant.
+  if ((a->is_tensor() && b_obj) || (b->is_tensor() && a_obj)) return false;
+  // An object made in the trace is none that existed before it, and no other value of the trace.
+  auto fresh = [](const ValuePtr& v) { return v->kind == VKind::Instance || v->kind == VKind::Record; };
+  if ((fresh(a) && (b_obj || fresh(b) || b->is_tensor())) || (fresh(b) && (a_obj || a->is_tensor()))) return false;
+  if (a->is_tensor() && b->is_tensor()) {
+    if (a->tensor().node == b->tensor().node) return true;
+  }
+  *known = false;
+  return false;
+}
+
+}  // namespace
+
+struct Tracer::ArithOps {
 // `a <op> b` where an operand is a user object whose class defines the operator in Python (a Variable of a
 // tape-based autograd): the dunder inlined, as Python dispatches it (in-place form first, then the plain one;
 // the reflected form of the right operand when the left has none or answers NotImplemented). nullptr when no
 // operand is such an object.
-ValuePtr user_binary(Tracer& t, const std::string& name, const ValuePtr& a, const ValuePtr& b) {
+static ValuePtr user_binary(Tracer& t, const std::string& name, const ValuePtr& a, const ValuePtr& b) {
   bool inplace = name.size() > 1 && name[0] == 'i' && name != "is_";
   std::string base = inplace ? name.substr(1) : name;
   if (!base.empty() && base.back() == '_') base.pop_back();  // and_, or_
@@ -55,7 +76,7 @@ ValuePtr user_binary(Tracer& t, const std::string& name, const ValuePtr& a, cons
   t.unsupported("operator " + base + " between " + a->describe() + " and " + b->describe() + " returned NotImplemented");
 }
 
-void binary_op(Tracer& t, const Instruction& i) {
+static void binary_op(Tracer& t, const Instruction& i) {
   // BINARY_OP's argument order is the NB_* order of 3.11 (opcode._nb_ops).
   static const char* names[] = {"add",      "and_",     "floordiv", "lshift",  "matmul",  "mul",      "mod",
                                 "or_",      "pow",      "rshift",   "sub",     "truediv", "xor",      "iadd",
@@ -76,7 +97,7 @@ void binary_op(Tracer& t, const Instruction& i) {
   t.push(t.apply_operator(op_fn(names[op]), {a, b}));
 }
 
-void compare_op(Tracer& t, const Instruction& i) {
+static void compare_op(Tracer& t, const Instruction& i) {
   static const char* names[] = {"lt", "le", "eq", "ne", "gt", "ge"};
   const int op = compat::opargs::compare_op(i.arg);
   if (op < 0 || op > 5) t.unsupported("COMPARE_OP " + std::to_string(i.arg));
@@ -100,20 +121,24 @@ void compare_op(Tracer& t, const Instruction& i) {
   t.push(r);
 }
 
-void unary(Tracer& t, const char* name) {
+static void unary(Tracer& t, const char* name) {
   ValuePtr a = t.pop();
   t.push(t.apply_operator(op_fn(name), {a}));
 }
-void unary_negative(Tracer& t, const Instruction&) { unary(t, "neg"); }
-void unary_positive(Tracer& t, const Instruction&) { unary(t, "pos"); }
-void unary_invert(Tracer& t, const Instruction&) { unary(t, "invert"); }
-void unary_not(Tracer& t, const Instruction&) {
+
+static void unary_negative(Tracer& t, const Instruction&) { unary(t, "neg"); }
+
+static void unary_positive(Tracer& t, const Instruction&) { unary(t, "pos"); }
+
+static void unary_invert(Tracer& t, const Instruction&) { unary(t, "invert"); }
+
+static void unary_not(Tracer& t, const Instruction&) {
   ValuePtr a = t.pop();
   if (!a->is_constant_like()) t.unsupported("`not` on " + a->describe() + " (needs its truth value)");
   t.push(t.apply_operator(op_fn("not_"), {a}));
 }
 
-void binary_subscr(Tracer& t, const Instruction&) {
+static void binary_subscr(Tracer& t, const Instruction&) {
   ValuePtr key = t.pop();
   ValuePtr container = t.pop();
   if (container->kind == VKind::Record) {
@@ -157,26 +182,8 @@ void binary_subscr(Tracer& t, const Instruction&) {
   t.push(t.apply_operator(op_fn("getitem"), {container, key}));
 }
 
-bool same_identity(const ValuePtr& a, const ValuePtr& b, bool* known) {
-  *known = true;
-  if (a == b) return true;
-  bool a_obj = a->kind == VKind::Const || a->kind == VKind::Object;
-  bool b_obj = b->kind == VKind::Const || b->kind == VKind::Object;
-  if (a_obj && b_obj) return a->obj.ptr() == b->obj.ptr();
-  // A tensor (or container built in the trace) is never None / a constant.
-  if ((a->is_tensor() && b_obj) || (b->is_tensor() && a_obj)) return false;
-  // An object made in the trace is none that existed before it, and no other value of the trace.
-  auto fresh = [](const ValuePtr& v) { return v->kind == VKind::Instance || v->kind == VKind::Record; };
-  if ((fresh(a) && (b_obj || fresh(b) || b->is_tensor())) || (fresh(b) && (a_obj || a->is_tensor()))) return false;
-  if (a->is_tensor() && b->is_tensor()) {
-    if (a->tensor().node == b->tensor().node) return true;
-  }
-  *known = false;
-  return false;
-}
-
 // BINARY_SLICE (3.12): container[start:stop] with constant bounds, as BUILD_SLICE 2; BINARY_SUBSCR.
-void binary_slice(Tracer& t, const Instruction& i) {
+static void binary_slice(Tracer& t, const Instruction& i) {
   ValuePtr stop = t.pop();
   ValuePtr start = t.pop();
   t.push(slice_of(t, start, stop));
@@ -184,7 +191,7 @@ void binary_slice(Tracer& t, const Instruction& i) {
 }
 
 // CALL_INTRINSIC_1 (3.12): the intrinsics ordinary code uses in expressions.
-void call_intrinsic_1(Tracer& t, const Instruction& i) {
+static void call_intrinsic_1(Tracer& t, const Instruction& i) {
   if (i.arg == compat::opargs::kIntrinsicUnaryPositive) {
     unary(t, "pos");
     return;
@@ -198,7 +205,7 @@ void call_intrinsic_1(Tracer& t, const Instruction& i) {
   t.unsupported("CALL_INTRINSIC_1 " + std::to_string(i.arg));
 }
 
-void is_op(Tracer& t, const Instruction& i) {
+static void is_op(Tracer& t, const Instruction& i) {
   ValuePtr b = t.pop();
   ValuePtr a = t.pop();
   bool known = false;
@@ -207,7 +214,7 @@ void is_op(Tracer& t, const Instruction& i) {
   t.push(Value::constant(py::bool_(i.arg ? !same : same)));
 }
 
-void contains_op(Tracer& t, const Instruction& i) {
+static void contains_op(Tracer& t, const Instruction& i) {
   ValuePtr container = t.pop();
   ValuePtr item = t.pop();
   if (container->kind == VKind::Dict) {
@@ -304,22 +311,21 @@ void contains_op(Tracer& t, const Instruction& i) {
   if (r < 0) throw py::error_already_set();
   t.push(Value::constant(py::bool_(i.arg ? r == 0 : r == 1)));
 }
+};
 
-}  // namespace
-
-void register_arith(HandlerTable& t) {
+void Tracer::register_arith(HandlerTable& t) {
   auto on = [&](const char* name, Handler h) { on_opcode(t, name, h); };
-  on("BINARY_OP", binary_op);
-  on("COMPARE_OP", compare_op);
-  on("BINARY_SLICE", binary_slice);
-  on("CALL_INTRINSIC_1", call_intrinsic_1);
-  on("UNARY_NEGATIVE", unary_negative);
-  on("UNARY_POSITIVE", unary_positive);
-  on("UNARY_INVERT", unary_invert);
-  on("UNARY_NOT", unary_not);
-  on("BINARY_SUBSCR", binary_subscr);
-  on("IS_OP", is_op);
-  on("CONTAINS_OP", contains_op);
+  on("BINARY_OP", ArithOps::binary_op);
+  on("COMPARE_OP", ArithOps::compare_op);
+  on("BINARY_SLICE", ArithOps::binary_slice);
+  on("CALL_INTRINSIC_1", ArithOps::call_intrinsic_1);
+  on("UNARY_NEGATIVE", ArithOps::unary_negative);
+  on("UNARY_POSITIVE", ArithOps::unary_positive);
+  on("UNARY_INVERT", ArithOps::unary_invert);
+  on("UNARY_NOT", ArithOps::unary_not);
+  on("BINARY_SUBSCR", ArithOps::binary_subscr);
+  on("IS_OP", ArithOps::is_op);
+  on("CONTAINS_OP", ArithOps::contains_op);
 }
 
 }  // namespace cdynamo::interp

@@ -10,15 +10,27 @@ namespace {
 
 using bytecode::Instruction;
 
-void build_tuple(Tracer& t, const Instruction& i) { t.push(Value::tuple(t.popn(i.arg))); }
-void build_list(Tracer& t, const Instruction& i) { t.push(Value::list(t.popn(i.arg))); }
+// str / repr / ascii of obj by a conversion code (compat/opargs.h; 0: none).
+py::object convert(py::object obj, int conv) {
+  if (conv == compat::opargs::kConvertStr) return py::str(obj);
+  if (conv == compat::opargs::kConvertRepr) return py::repr(obj);
+  if (conv == compat::opargs::kConvertAscii) return loaded_module("builtins").attr("ascii")(obj);
+  return obj;
+}
 
-void build_slice(Tracer& t, const Instruction& i) {
+}  // namespace
+
+struct Tracer::BuildOps {
+static void build_tuple(Tracer& t, const Instruction& i) { t.push(Value::tuple(t.popn(i.arg))); }
+
+static void build_list(Tracer& t, const Instruction& i) { t.push(Value::list(t.popn(i.arg))); }
+
+static void build_slice(Tracer& t, const Instruction& i) {
   std::vector<ValuePtr> parts = t.popn(i.arg);
   t.push(slice_of(t, parts[0], parts[1], i.arg == 3 ? parts[2] : nullptr));
 }
 
-void unpack_sequence(Tracer& t, const Instruction& i) {
+static void unpack_sequence(Tracer& t, const Instruction& i) {
   ValuePtr seq = t.pop();
   std::vector<ValuePtr> items;
   if (seq->kind == VKind::Tuple || seq->kind == VKind::List) {
@@ -42,7 +54,7 @@ void unpack_sequence(Tracer& t, const Instruction& i) {
 }
 
 // UNPACK_EX: `a, *rest, b = seq` (arg = before | after << 8); pushes b, rest (a list), a.
-void unpack_ex(Tracer& t, const Instruction& i) {
+static void unpack_ex(Tracer& t, const Instruction& i) {
   std::vector<ValuePtr> items = t.unpack_iterable(t.peek(1));
   size_t before = static_cast<size_t>(i.arg & 0xff), after = static_cast<size_t>(i.arg >> 8);
   if (items.size() < before + after) t.unsupported("not enough values to unpack");
@@ -53,7 +65,7 @@ void unpack_ex(Tracer& t, const Instruction& i) {
   for (size_t k = before; k-- > 0;) t.push(items[k]);
 }
 
-void list_extend(Tracer& t, const Instruction& i) {
+static void list_extend(Tracer& t, const Instruction& i) {
   ValuePtr src = t.pop();
   ValuePtr& list = t.peek(i.arg);
   if (list->kind != VKind::List) t.unsupported("LIST_EXTEND on " + list->describe());
@@ -70,29 +82,21 @@ void list_extend(Tracer& t, const Instruction& i) {
 }
 
 // LIST_APPEND(i): list literal / comprehension building; the list is below `i - 1` other items.
-void list_append(Tracer& t, const Instruction& i) {
+static void list_append(Tracer& t, const Instruction& i) {
   ValuePtr v = t.pop();
   ValuePtr& list = t.peek(i.arg);
   if (list->kind != VKind::List || list->source) t.unsupported("LIST_APPEND on " + list->describe());
   list->items.push_back(std::move(v));  // in place: a list made in the trace is one object wherever it is
 }
 
-void list_to_tuple(Tracer& t, const Instruction&) {
+static void list_to_tuple(Tracer& t, const Instruction&) {
   ValuePtr l = t.pop();
   if (l->kind != VKind::List) t.unsupported("LIST_TO_TUPLE on " + l->describe());
   t.push(Value::tuple(l->items));
 }
 
-// str / repr / ascii of obj by a conversion code (compat/opargs.h; 0: none).
-py::object convert(py::object obj, int conv) {
-  if (conv == compat::opargs::kConvertStr) return py::str(obj);
-  if (conv == compat::opargs::kConvertRepr) return py::repr(obj);
-  if (conv == compat::opargs::kConvertAscii) return loaded_module("builtins").attr("ascii")(obj);
-  return obj;
-}
-
 // FORMAT_VALUE (3.11, 3.12): conversion in the low two bits, a format spec on the stack with bit 2.
-void format_value(Tracer& t, const Instruction& i) {
+static void format_value(Tracer& t, const Instruction& i) {
   ValuePtr spec = (i.arg & 0x04) ? t.pop() : nullptr;
   ValuePtr v = t.pop();
   if (!v->is_constant_like() || (spec && !spec->is_const())) t.unsupported("f-string of " + v->describe());
@@ -102,7 +106,7 @@ void format_value(Tracer& t, const Instruction& i) {
 }
 
 // 3.13 splits FORMAT_VALUE: CONVERT_VALUE (the conversion), FORMAT_SIMPLE and FORMAT_WITH_SPEC.
-void convert_value(Tracer& t, const Instruction& i) {
+static void convert_value(Tracer& t, const Instruction& i) {
   ValuePtr v = t.peek(1);
   if (!v->is_constant_like()) t.unsupported("f-string conversion of " + v->describe());
   py::object out = convert(v->as_python(), i.arg);
@@ -110,7 +114,7 @@ void convert_value(Tracer& t, const Instruction& i) {
   t.push(Value::constant(out));
 }
 
-void format_with(Tracer& t, const ValuePtr& spec) {
+static void format_with(Tracer& t, const ValuePtr& spec) {
   ValuePtr v = t.peek(1);
   if (!v->is_constant_like() || (spec && !spec->is_const())) t.unsupported("f-string of " + v->describe());
   py::object out = loaded_module("builtins").attr("format")(v->as_python(), spec ? spec->obj : py::str(""));
@@ -118,14 +122,14 @@ void format_with(Tracer& t, const ValuePtr& spec) {
   t.push(Value::constant(out));
 }
 
-void format_simple(Tracer& t, const Instruction&) { format_with(t, nullptr); }
+static void format_simple(Tracer& t, const Instruction&) { format_with(t, nullptr); }
 
-void format_with_spec(Tracer& t, const Instruction&) {
+static void format_with_spec(Tracer& t, const Instruction&) {
   ValuePtr spec = t.pop();
   format_with(t, spec);
 }
 
-void build_string(Tracer& t, const Instruction& i) {
+static void build_string(Tracer& t, const Instruction& i) {
   std::vector<ValuePtr> parts = t.popn(i.arg);
   std::string s;
   for (const auto& p : parts) {
@@ -134,10 +138,9 @@ void build_string(Tracer& t, const Instruction& i) {
   }
   t.push(Value::constant(py::str(s)));
 }
+};
 
-}  // namespace
-
-ValuePtr slice_of(Tracer& t, const ValuePtr& start, const ValuePtr& stop, const ValuePtr& step) {
+ValuePtr Tracer::slice_of(Tracer& t, const ValuePtr& start, const ValuePtr& stop, const ValuePtr& step) {
   if (start->is_sym() || stop->is_sym() || (step && step->is_sym())) {
     for (const ValuePtr* p : {&start, &stop, &step})
       if (*p && !(*p)->is_const() && !(*p)->is_sym()) t.unsupported("slice bound " + (*p)->describe() + " is not a number");
@@ -150,21 +153,21 @@ ValuePtr slice_of(Tracer& t, const ValuePtr& start, const ValuePtr& stop, const 
   return Value::constant(py::reinterpret_steal<py::object>(s));  // s stolen
 }
 
-void register_build(HandlerTable& t) {
+void Tracer::register_build(HandlerTable& t) {
   auto on = [&](const char* name, Handler h) { on_opcode(t, name, h); };
-  on("BUILD_TUPLE", build_tuple);
-  on("BUILD_LIST", build_list);
-  on("BUILD_SLICE", build_slice);
-  on("UNPACK_SEQUENCE", unpack_sequence);
-  on("LIST_EXTEND", list_extend);
-  on("UNPACK_EX", unpack_ex);
-  on("LIST_APPEND", list_append);
-  on("LIST_TO_TUPLE", list_to_tuple);
-  on("FORMAT_VALUE", format_value);
-  on("CONVERT_VALUE", convert_value);
-  on("FORMAT_SIMPLE", format_simple);
-  on("FORMAT_WITH_SPEC", format_with_spec);
-  on("BUILD_STRING", build_string);
+  on("BUILD_TUPLE", BuildOps::build_tuple);
+  on("BUILD_LIST", BuildOps::build_list);
+  on("BUILD_SLICE", BuildOps::build_slice);
+  on("UNPACK_SEQUENCE", BuildOps::unpack_sequence);
+  on("LIST_EXTEND", BuildOps::list_extend);
+  on("UNPACK_EX", BuildOps::unpack_ex);
+  on("LIST_APPEND", BuildOps::list_append);
+  on("LIST_TO_TUPLE", BuildOps::list_to_tuple);
+  on("FORMAT_VALUE", BuildOps::format_value);
+  on("CONVERT_VALUE", BuildOps::convert_value);
+  on("FORMAT_SIMPLE", BuildOps::format_simple);
+  on("FORMAT_WITH_SPEC", BuildOps::format_with_spec);
+  on("BUILD_STRING", BuildOps::build_string);
 }
 
 }  // namespace cdynamo::interp

@@ -9,10 +9,6 @@ namespace {
 
 using bytecode::Instruction;
 
-void precall(Tracer&, const Instruction&) {}
-
-void kw_names(Tracer& t, const Instruction& i) { t.kw_names = py::reinterpret_borrow<py::object>(t.const_at(i.arg)); }
-
 // The callable below a call's arguments, from the two stack items there: 3.11/3.12 [NULL|callable,
 // callable|self], 3.13 [callable, self|NULL]. A NULL on either side marks a plain callable (a callable is
 // never NULL), so one rule reads both layouts; otherwise the first is the function and the second its self.
@@ -23,7 +19,14 @@ ValuePtr callee_of(const ValuePtr& first, const ValuePtr& second, std::vector<Va
   return first;
 }
 
-void call(Tracer& t, const Instruction& i) {
+}  // namespace
+
+struct Tracer::CallOps {
+static void precall(Tracer&, const Instruction&) {}
+
+static void kw_names(Tracer& t, const Instruction& i) { t.kw_names = py::reinterpret_borrow<py::object>(t.const_at(i.arg)); }
+
+static void call(Tracer& t, const Instruction& i) {
   size_t n = static_cast<size_t>(i.arg);
   std::vector<ValuePtr> args = t.popn(n);
   ValuePtr second = t.pop();
@@ -43,7 +46,7 @@ void call(Tracer& t, const Instruction& i) {
 }
 
 // CALL_KW n (3.13): [callable, self|NULL, args..., names]: the names tuple (a constant) is pushed last.
-void call_kw(Tracer& t, const Instruction& i) {
+static void call_kw(Tracer& t, const Instruction& i) {
   ValuePtr names = t.pop();
   if (!names->is_const() || !PyTuple_CheckExact(names->obj.ptr())) {
     // LOAD_CONST made a Tuple of constants; rebuild the names tuple from it.
@@ -60,7 +63,7 @@ void call_kw(Tracer& t, const Instruction& i) {
   call(t, i);
 }
 
-void call_function_ex(Tracer& t, const Instruction& i) {
+static void call_function_ex(Tracer& t, const Instruction& i) {
   ValuePtr kw = (i.arg & 1) ? t.pop() : nullptr;
   ValuePtr args = t.pop();
   // [NULL, callable] through 3.12, [callable, NULL] on 3.13.
@@ -103,16 +106,15 @@ void call_function_ex(Tracer& t, const Instruction& i) {
   if (args->kind != VKind::Tuple && args->kind != VKind::List) t.unsupported("call with *args of " + args->describe());
   t.push(t.call(fn, args->items, std::move(kwargs)));
 }
+};
 
-}  // namespace
-
-void register_call(HandlerTable& t) {
+void Tracer::register_call(HandlerTable& t) {
   auto on = [&](const char* name, Handler h) { on_opcode(t, name, h); };
-  on("PRECALL", precall);
-  on("KW_NAMES", kw_names);
-  on("CALL", call);
-  on("CALL_KW", call_kw);
-  on("CALL_FUNCTION_EX", call_function_ex);
+  on("PRECALL", CallOps::precall);
+  on("KW_NAMES", CallOps::kw_names);
+  on("CALL", CallOps::call);
+  on("CALL_KW", CallOps::call_kw);
+  on("CALL_FUNCTION_EX", CallOps::call_function_ex);
 }
 
 }  // namespace cdynamo::interp

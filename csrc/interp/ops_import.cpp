@@ -9,8 +9,11 @@ namespace {
 
 using bytecode::Instruction;
 
+}  // namespace
+
+struct Tracer::ImportOps {
 // The absolute module name of `import <dots><name>` in a module whose globals are `globals` (borrowed).
-std::string absolute_name(Tracer& t, const std::string& name, long level, PyObject* globals) {
+static std::string absolute_name(Tracer& t, const std::string& name, long level, PyObject* globals) {
   if (level == 0) return name;
   // Relative import: the package is __package__, else __name__ (a package if it has __path__, else its parent).
   PyObject* pkg = PyDict_GetItemString(globals, "__package__");  // borrowed
@@ -36,7 +39,7 @@ std::string absolute_name(Tracer& t, const std::string& name, long level, PyObje
 }
 
 // sys.modules[name] as a value guarded by identity through sys.modules, or a graph break when it is missing.
-ValuePtr imported_module(Tracer& t, const std::string& name) {
+static ValuePtr imported_module(Tracer& t, const std::string& name) {
   PyObject* modules = PyImport_GetModuleDict();  // borrowed
   PyObject* m = PyDict_GetItemString(modules, name.c_str());  // borrowed
   if (!m || !PyModule_Check(m)) t.unsupported("import of module '" + name + "' that is not imported yet");
@@ -44,7 +47,7 @@ ValuePtr imported_module(Tracer& t, const std::string& name) {
 }
 
 // IMPORT_NAME(namei): level and fromlist on the stack, the module (or top-level package) pushed.
-void import_name(Tracer& t, const Instruction& i) {
+static void import_name(Tracer& t, const Instruction& i) {
   ValuePtr fromlist = t.peek(1), level = t.peek(2);
   if (level->kind != VKind::Const || !PyLong_Check(level->obj.ptr()))
     t.unsupported("import with a non-constant level");
@@ -71,7 +74,7 @@ void import_name(Tracer& t, const Instruction& i) {
 }
 
 // IMPORT_FROM(namei): the module stays on the stack; its attribute (or already-imported submodule) is pushed.
-void import_from(Tracer& t, const Instruction& i) {
+static void import_from(Tracer& t, const Instruction& i) {
   ValuePtr mod = t.peek(1);
   std::string name = py::str(t.name_at(i.arg)).cast<std::string>();
   if (mod->kind != VKind::Object || !PyModule_Check(mod->obj.ptr())) t.unsupported("from-import of a non-module");
@@ -81,12 +84,11 @@ void import_from(Tracer& t, const Instruction& i) {
   }
   t.push(t.load_attr(mod, name));
 }
+};
 
-}  // namespace
-
-void register_import(HandlerTable& t) {
-  on_opcode(t, "IMPORT_NAME", import_name);
-  on_opcode(t, "IMPORT_FROM", import_from);
+void Tracer::register_import(HandlerTable& t) {
+  on_opcode(t, "IMPORT_NAME", ImportOps::import_name);
+  on_opcode(t, "IMPORT_FROM", ImportOps::import_from);
 }
 
 }  // namespace cdynamo::interp

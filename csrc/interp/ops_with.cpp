@@ -31,7 +31,25 @@ ValuePtr noop_context_enter(const ValuePtr& ctx) {
   return ctx;
 }
 
-void before_with(Tracer& t, const Instruction&) {
+// __exit__ of a `with torch.no_grad()/enable_grad()` block continued after a graph break: sets grad mode to
+// its `self` (Py_True / Py_False; Py_None: a record_function block, nothing) and returns None, so an exception
+// propagates. Borrowed arguments.
+PyObject* grad_exit(PyObject* self, PyObject* const*, Py_ssize_t nargs) {
+  if (nargs != 3) {
+    PyErr_SetString(PyExc_TypeError, "__exit__ takes 3 arguments");
+    return nullptr;
+  }
+  if (self != Py_None) guards::set_grad_mode_enabled(self == Py_True);
+  Py_RETURN_NONE;
+}
+
+PyMethodDef grad_exit_def = {"_cdynamo_grad_exit", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(grad_exit)),
+                             METH_FASTCALL, "Restores grad mode on leaving a with block continued after a graph break."};
+
+}  // namespace
+
+struct Tracer::WithOps {
+static void before_with(Tracer& t, const Instruction&) {
   ValuePtr ctx = t.peek(1);
   if (ValuePtr entered = noop_context_enter(ctx)) {
     // Made in the trace: nothing outside saw it. A profiler range is not recorded (as torch._dynamo).
@@ -50,23 +68,7 @@ void before_with(Tracer& t, const Instruction&) {
   t.push(exit);
   t.push(Value::constant(py::none()));  // what __enter__ returns
 }
-
-// __exit__ of a `with torch.no_grad()/enable_grad()` block continued after a graph break: sets grad mode to
-// its `self` (Py_True / Py_False; Py_None: a record_function block, nothing) and returns None, so an exception
-// propagates. Borrowed arguments.
-PyObject* grad_exit(PyObject* self, PyObject* const*, Py_ssize_t nargs) {
-  if (nargs != 3) {
-    PyErr_SetString(PyExc_TypeError, "__exit__ takes 3 arguments");
-    return nullptr;
-  }
-  if (self != Py_None) guards::set_grad_mode_enabled(self == Py_True);
-  Py_RETURN_NONE;
-}
-
-PyMethodDef grad_exit_def = {"_cdynamo_grad_exit", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(grad_exit)),
-                             METH_FASTCALL, "Restores grad mode on leaving a with block continued after a graph break."};
-
-}  // namespace
+};
 
 py::handle grad_exit_callable(int mode) {
   static PyObject* fns[3] = {nullptr, nullptr, nullptr};  // new references kept for the process lifetime
@@ -180,8 +182,8 @@ ValuePtr Tracer::grad_decorated_call(const ValuePtr& fn, std::vector<ValuePtr>& 
   return r;
 }
 
-void register_with(HandlerTable& t) {
-  on_opcode(t, "BEFORE_WITH", before_with);
+void Tracer::register_with(HandlerTable& t) {
+  on_opcode(t, "BEFORE_WITH", WithOps::before_with);
 }
 
 }  // namespace cdynamo::interp
