@@ -21,39 +21,39 @@ std::string attr_base(py::handle f) {
 }  // namespace
 
 struct Tracer::ConstantResults {
-// The real Python value of an argument known while tracing: constants, objects of the frame, graph inputs
-// (their tensors as the frame holds them), tuples/lists/dicts of those. Throws Unsupported otherwise.
-static py::object real_value(Tracer& t, const ValuePtr& v, const std::string& what) {
-  switch (v->kind) {
-    case VKind::Const: return v->obj;
-    case VKind::Object:
-      if (v->made_in_trace() || !v->obj) break;
-      t.realize(v);  // which object it is matters to the call: pinned by identity
-      return v->obj;
-    case VKind::Tensor:
-      if (graph::Node* n = v->tensor().node; n && n->op == graph::OpKind::Placeholder)
-        for (const auto& in : t.inputs)
-          if (in.node == n) return in.value;
-      t.unsupported(what + " with a tensor computed by the graph (only tensors the frame holds are known while "
-                    "tracing)");
-    case VKind::Tuple:
-    case VKind::List: {
-      py::list items;
-      for (const auto& i : v->items) items.append(real_value(t, i, what));
-      if (v->kind == VKind::List) return items;
-      if (v->obj && !is_structseq_class(v->obj)) return tuple_maker(v->obj)(py::tuple(items));  // a namedtuple
-      return py::tuple(items);
+  // The real Python value of an argument known while tracing: constants, objects of the frame, graph inputs
+  // (their tensors as the frame holds them), tuples/lists/dicts of those. Throws Unsupported otherwise.
+  static py::object real_value(Tracer& t, const ValuePtr& v, const std::string& what) {
+    switch (v->kind) {
+      case VKind::Const: return v->obj;
+      case VKind::Object:
+        if (v->made_in_trace() || !v->obj) break;
+        t.realize(v);  // which object it is matters to the call: pinned by identity
+        return v->obj;
+      case VKind::Tensor:
+        if (graph::Node* n = v->tensor().node; n && n->op == graph::OpKind::Placeholder)
+          for (const auto& in : t.inputs)
+            if (in.node == n) return in.value;
+        t.unsupported(what + " with a tensor computed by the graph (only tensors the frame holds are known while "
+                      "tracing)");
+      case VKind::Tuple:
+      case VKind::List: {
+        py::list items;
+        for (const auto& i : v->items) items.append(real_value(t, i, what));
+        if (v->kind == VKind::List) return items;
+        if (v->obj && !is_structseq_class(v->obj)) return tuple_maker(v->obj)(py::tuple(items));  // a namedtuple
+        return py::tuple(items);
+      }
+      case VKind::Dict: {
+        if (v->source || v->default_dict()) break;  // a dict of the frame: its contents may change under the trace
+        py::dict d;
+        for (size_t i = 0; i < v->keys.size(); ++i) d[v->keys[i]] = real_value(t, v->items[i], what);
+        return d;
+      }
+      default: break;
     }
-    case VKind::Dict: {
-      if (v->source || v->default_dict()) break;  // a dict of the frame: its contents may change under the trace
-      py::dict d;
-      for (size_t i = 0; i < v->keys.size(); ++i) d[v->keys[i]] = real_value(t, v->items[i], what);
-      return d;
-    }
-    default: break;
+    t.unsupported(what + " with " + v->describe() + " (not known while tracing)");
   }
-  t.unsupported(what + " with " + v->describe() + " (not known while tracing)");
-}
 };
 
 bool marked_constant_result(py::handle f) {

@@ -30,70 +30,70 @@ void set_item(const ValuePtr& d, py::object key, ValuePtr v) {
 }  // namespace
 
 struct Tracer::DictOps {
-static py::object key_of(Tracer& t, const ValuePtr& k) {
-  if (constant_tuple(k)) {
-    py::object key = k->as_python();
-    if (PyObject_Hash(key.ptr()) == -1) throw py::error_already_set();
-    return key;
-  }
-  // A class hashed by identity (its metaclass keeps type's hash: type, ABCMeta) is a key too ({list: f}); the
-  // instruction that looks it up pins its identity.
-  if (k->kind == VKind::Object && PyType_Check(k->obj.ptr()) && Py_TYPE(k->obj.ptr())->tp_hash == PyType_Type.tp_hash)
+  static py::object key_of(Tracer& t, const ValuePtr& k) {
+    if (constant_tuple(k)) {
+      py::object key = k->as_python();
+      if (PyObject_Hash(key.ptr()) == -1) throw py::error_already_set();
+      return key;
+    }
+    // A class hashed by identity (its metaclass keeps type's hash: type, ABCMeta) is a key too ({list: f}); the
+    // instruction that looks it up pins its identity.
+    if (k->kind == VKind::Object && PyType_Check(k->obj.ptr()) && Py_TYPE(k->obj.ptr())->tp_hash == PyType_Type.tp_hash)
+      return k->obj;
+    if (!k->is_const()) t.unsupported("dict key " + k->describe() + " (only constant keys are traced)");
+    if (PyObject_Hash(k->obj.ptr()) == -1) throw py::error_already_set();
     return k->obj;
-  if (!k->is_const()) t.unsupported("dict key " + k->describe() + " (only constant keys are traced)");
-  if (PyObject_Hash(k->obj.ptr()) == -1) throw py::error_already_set();
-  return k->obj;
-}
-
-// A dict value about to be changed in place (a dict from the frame is written back after the graph).
-static ValuePtr& own_dict(Tracer& t, ValuePtr& d, const char* what) {
-  if (d->kind != VKind::Dict) t.unsupported(std::string(what) + " on " + d->describe());
-  t.will_mutate(d);
-  return d;
-}
-
-static void update_from(Tracer& t, const ValuePtr& d, const ValuePtr& src, bool merge) {
-  if (src->kind != VKind::Dict) t.unsupported("dict update from " + src->describe());
-  t.will_mutate(d);
-  for (size_t i = 0; i < src->keys.size(); ++i) {
-    if (merge && d->find_key(src->keys[i]) >= 0) t.unsupported("duplicate keyword argument in ** unpacking");
-    set_item(d, src->keys[i], src->items[i]);
   }
-}
 
-static void build_map(Tracer& t, const Instruction& i) {
-  std::vector<ValuePtr> kv = t.popn(static_cast<size_t>(2 * i.arg));
-  ValuePtr d = Value::dict({}, {});
-  for (size_t k = 0; k < kv.size(); k += 2) set_item(d, key_of(t, kv[k]), kv[k + 1]);
-  t.push(d);
-}
+  // A dict value about to be changed in place (a dict from the frame is written back after the graph).
+  static ValuePtr& own_dict(Tracer& t, ValuePtr& d, const char* what) {
+    if (d->kind != VKind::Dict) t.unsupported(std::string(what) + " on " + d->describe());
+    t.will_mutate(d);
+    return d;
+  }
 
-static void build_const_key_map(Tracer& t, const Instruction& i) {
-  ValuePtr keys = t.pop();
-  std::vector<ValuePtr> values = t.popn(static_cast<size_t>(i.arg));
-  std::vector<ValuePtr> key_values = t.unpack_iterable(keys);
-  if (key_values.size() != values.size()) t.unsupported("BUILD_CONST_KEY_MAP with mismatched keys");
-  ValuePtr d = Value::dict({}, {});
-  for (size_t k = 0; k < values.size(); ++k) set_item(d, key_of(t, key_values[k]), values[k]);
-  t.push(d);
-}
+  static void update_from(Tracer& t, const ValuePtr& d, const ValuePtr& src, bool merge) {
+    if (src->kind != VKind::Dict) t.unsupported("dict update from " + src->describe());
+    t.will_mutate(d);
+    for (size_t i = 0; i < src->keys.size(); ++i) {
+      if (merge && d->find_key(src->keys[i]) >= 0) t.unsupported("duplicate keyword argument in ** unpacking");
+      set_item(d, src->keys[i], src->items[i]);
+    }
+  }
 
-static void dict_update(Tracer& t, const Instruction& i) {
-  ValuePtr src = t.pop();
-  update_from(t, own_dict(t, t.peek(static_cast<size_t>(i.arg)), "DICT_UPDATE"), src, false);
-}
+  static void build_map(Tracer& t, const Instruction& i) {
+    std::vector<ValuePtr> kv = t.popn(static_cast<size_t>(2 * i.arg));
+    ValuePtr d = Value::dict({}, {});
+    for (size_t k = 0; k < kv.size(); k += 2) set_item(d, key_of(t, kv[k]), kv[k + 1]);
+    t.push(d);
+  }
 
-static void dict_merge(Tracer& t, const Instruction& i) {
-  ValuePtr src = t.pop();
-  update_from(t, own_dict(t, t.peek(static_cast<size_t>(i.arg)), "DICT_MERGE"), src, true);
-}
+  static void build_const_key_map(Tracer& t, const Instruction& i) {
+    ValuePtr keys = t.pop();
+    std::vector<ValuePtr> values = t.popn(static_cast<size_t>(i.arg));
+    std::vector<ValuePtr> key_values = t.unpack_iterable(keys);
+    if (key_values.size() != values.size()) t.unsupported("BUILD_CONST_KEY_MAP with mismatched keys");
+    ValuePtr d = Value::dict({}, {});
+    for (size_t k = 0; k < values.size(); ++k) set_item(d, key_of(t, key_values[k]), values[k]);
+    t.push(d);
+  }
 
-// MAP_ADD(i): dict comprehension step; value on top, key below it, the dict `i` below those.
-static void map_add(Tracer& t, const Instruction& i) {
-  ValuePtr value = t.pop();
-  ValuePtr key = t.pop();
-  set_item(own_dict(t, t.peek(static_cast<size_t>(i.arg)), "MAP_ADD"), key_of(t, key), value);
-}
+  static void dict_update(Tracer& t, const Instruction& i) {
+    ValuePtr src = t.pop();
+    update_from(t, own_dict(t, t.peek(static_cast<size_t>(i.arg)), "DICT_UPDATE"), src, false);
+  }
+
+  static void dict_merge(Tracer& t, const Instruction& i) {
+    ValuePtr src = t.pop();
+    update_from(t, own_dict(t, t.peek(static_cast<size_t>(i.arg)), "DICT_MERGE"), src, true);
+  }
+
+  // MAP_ADD(i): dict comprehension step; value on top, key below it, the dict `i` below those.
+  static void map_add(Tracer& t, const Instruction& i) {
+    ValuePtr value = t.pop();
+    ValuePtr key = t.pop();
+    set_item(own_dict(t, t.peek(static_cast<size_t>(i.arg)), "MAP_ADD"), key_of(t, key), value);
+  }
 };
 
 bool Tracer::dict_subscr(const ValuePtr& d, const ValuePtr& key) {

@@ -27,13 +27,13 @@ bool is_plain_number(py::handle o) {
 }  // namespace
 
 struct Tracer::LibraryValues {
-// A ParameterList's length (its `_size`, what __len__ returns), guarded equal.
-static long parameter_list_size(Tracer& t, const ValuePtr& v) {
-  py::object size = py::getattr(v->obj, "_size", py::none());
-  if (!PyLong_CheckExact(size.ptr())) t.unsupported("an nn.ParameterList whose _size is not an int");
-  t.guards.add(guards::equals_match(guards::Source::attr(v->source, "_size"), size.ptr()));
-  return size.cast<long>();
-}
+  // A ParameterList's length (its `_size`, what __len__ returns), guarded equal.
+  static long parameter_list_size(Tracer& t, const ValuePtr& v) {
+    py::object size = py::getattr(v->obj, "_size", py::none());
+    if (!PyLong_CheckExact(size.ptr())) t.unsupported("an nn.ParameterList whose _size is not an int");
+    t.guards.add(guards::equals_match(guards::Source::attr(v->source, "_size"), size.ptr()));
+    return size.cast<long>();
+  }
 };
 
 ValuePtr Tracer::torch_size_call(Tracer& t, py::handle f, std::vector<ValuePtr>& args, Kwargs& kwargs) {

@@ -18,83 +18,83 @@ void add_element(const ValuePtr& s, py::object e) {
 }  // namespace
 
 struct Tracer::ListOps {
-// 1 if `a` and `b` compare equal the way list.index / list.remove / `in` see them (identity first, then
-// ==), 0 if not; Unsupported when that needs a tensor's data or a user object's __eq__.
-static bool equal_items(Tracer& t, const ValuePtr& a, const ValuePtr& b) {
-  if (a == b) return true;
-  if (a->is_tensor() && b->is_tensor() && a->tensor().node == b->tensor().node) return true;
-  if (a->is_constant_like() && b->is_constant_like()) {
-    int r = PyObject_RichCompareBool(a->as_python().ptr(), b->as_python().ptr(), Py_EQ);
-    if (r < 0) throw py::error_already_set();
-    return r == 1;
+  // 1 if `a` and `b` compare equal the way list.index / list.remove / `in` see them (identity first, then
+  // ==), 0 if not; Unsupported when that needs a tensor's data or a user object's __eq__.
+  static bool equal_items(Tracer& t, const ValuePtr& a, const ValuePtr& b) {
+    if (a == b) return true;
+    if (a->is_tensor() && b->is_tensor() && a->tensor().node == b->tensor().node) return true;
+    if (a->is_constant_like() && b->is_constant_like()) {
+      int r = PyObject_RichCompareBool(a->as_python().ptr(), b->as_python().ptr(), Py_EQ);
+      if (r < 0) throw py::error_already_set();
+      return r == 1;
+    }
+    if (a->kind == VKind::Object && b->kind == VKind::Object && a->obj.is(b->obj)) return true;
+    t.unsupported("comparing " + a->describe() + " with " + b->describe() + " (needs its data)");
   }
-  if (a->kind == VKind::Object && b->kind == VKind::Object && a->obj.is(b->obj)) return true;
-  t.unsupported("comparing " + a->describe() + " with " + b->describe() + " (needs its data)");
-}
 
-static long find_item(Tracer& t, const std::vector<ValuePtr>& items, const ValuePtr& x) {
-  for (size_t i = 0; i < items.size(); ++i)
-    if (equal_items(t, items[i], x)) return static_cast<long>(i);
-  return -1;
-}
+  static long find_item(Tracer& t, const std::vector<ValuePtr>& items, const ValuePtr& x) {
+    for (size_t i = 0; i < items.size(); ++i)
+      if (equal_items(t, items[i], x)) return static_cast<long>(i);
+    return -1;
+  }
 
-static long int_arg(Tracer& t, const ValuePtr& v, const char* what) {
-  if (!v->is_const() || !PyLong_Check(v->obj.ptr())) t.unsupported(std::string(what) + " with " + v->describe());
-  return v->obj.cast<long>();
-}
+  static long int_arg(Tracer& t, const ValuePtr& v, const char* what) {
+    if (!v->is_const() || !PyLong_Check(v->obj.ptr())) t.unsupported(std::string(what) + " with " + v->describe());
+    return v->obj.cast<long>();
+  }
 
-static py::object element_of(Tracer& t, const ValuePtr& v) {
-  if (!v->is_const()) t.unsupported("set element " + v->describe() + " (only constants are traced in sets)");
-  if (PyObject_Hash(v->obj.ptr()) == -1) throw py::error_already_set();
-  return v->obj;
-}
+  static py::object element_of(Tracer& t, const ValuePtr& v) {
+    if (!v->is_const()) t.unsupported("set element " + v->describe() + " (only constants are traced in sets)");
+    if (PyObject_Hash(v->obj.ptr()) == -1) throw py::error_already_set();
+    return v->obj;
+  }
 
-static std::vector<py::object> elements_of(Tracer& t, const ValuePtr& v) {
-  if (v->kind == VKind::Set) return v->keys;
-  std::vector<py::object> out;
-  for (const auto& i : t.unpack_iterable(v)) out.push_back(element_of(t, i));
-  return out;
-}
+  static std::vector<py::object> elements_of(Tracer& t, const ValuePtr& v) {
+    if (v->kind == VKind::Set) return v->keys;
+    std::vector<py::object> out;
+    for (const auto& i : t.unpack_iterable(v)) out.push_back(element_of(t, i));
+    return out;
+  }
 
-// Python's own result of a set method / operator on the current elements: the order sets iterate in.
-static ValuePtr python_set_result(Tracer& t, py::object r) {
-  if (!PySet_Check(r.ptr()) && !PyFrozenSet_Check(r.ptr())) t.unsupported("set operation result is not a set");
-  std::vector<py::object> elements;
-  for (auto e : r) elements.push_back(py::reinterpret_borrow<py::object>(e));
-  ValuePtr out = Value::set(std::move(elements));
-  if (PyFrozenSet_Check(r.ptr())) out->obj = r;  // frozenset: also an immutable constant
-  return out;
-}
+  // Python's own result of a set method / operator on the current elements: the order sets iterate in.
+  static ValuePtr python_set_result(Tracer& t, py::object r) {
+    if (!PySet_Check(r.ptr()) && !PyFrozenSet_Check(r.ptr())) t.unsupported("set operation result is not a set");
+    std::vector<py::object> elements;
+    for (auto e : r) elements.push_back(py::reinterpret_borrow<py::object>(e));
+    ValuePtr out = Value::set(std::move(elements));
+    if (PyFrozenSet_Check(r.ptr())) out->obj = r;  // frozenset: also an immutable constant
+    return out;
+  }
 
-static void build_set(Tracer& t, const Instruction& i) {
-  std::vector<ValuePtr> parts = t.popn(static_cast<size_t>(i.arg));
-  ValuePtr s = Value::set({});
-  for (const auto& p : parts) add_element(s, element_of(t, p));
-  t.push(s);
-}
+  static void build_set(Tracer& t, const Instruction& i) {
+    std::vector<ValuePtr> parts = t.popn(static_cast<size_t>(i.arg));
+    ValuePtr s = Value::set({});
+    for (const auto& p : parts) add_element(s, element_of(t, p));
+    t.push(s);
+  }
 
-static ValuePtr& own_set(Tracer& t, ValuePtr& s, const char* what) {
-  if (s->kind != VKind::Set || (s->obj && !s->source)) t.unsupported(std::string(what) + " on " + s->describe());
-  return s;
-}
+  static ValuePtr& own_set(Tracer& t, ValuePtr& s, const char* what) {
+    if (s->kind != VKind::Set || (s->obj && !s->source)) t.unsupported(std::string(what) + " on " + s->describe());
+    return s;
+  }
 
-// SET_ADD(i): set comprehension step; the set is `i` below the element.
-static void set_add(Tracer& t, const Instruction& i) {
-  ValuePtr e = t.pop();
-  ValuePtr& s = own_set(t, t.peek(static_cast<size_t>(i.arg)), "SET_ADD");
-  py::object k = element_of(t, e);
-  t.will_mutate(s);
-  add_element(s, k);
-}
+  // SET_ADD(i): set comprehension step; the set is `i` below the element.
+  static void set_add(Tracer& t, const Instruction& i) {
+    ValuePtr e = t.pop();
+    ValuePtr& s = own_set(t, t.peek(static_cast<size_t>(i.arg)), "SET_ADD");
+    py::object k = element_of(t, e);
+    t.will_mutate(s);
+    add_element(s, k);
+  }
 
-// SET_UPDATE(i): `{*a, *b}`; the set is `i` below the iterable.
-static void set_update(Tracer& t, const Instruction& i) {
-  ValuePtr src = t.pop();
-  ValuePtr& s = own_set(t, t.peek(static_cast<size_t>(i.arg)), "SET_UPDATE");
-  std::vector<py::object> es = elements_of(t, src);
-  t.will_mutate(s);
-  for (auto& e : es) add_element(s, e);
-}
+  // SET_UPDATE(i): `{*a, *b}`; the set is `i` below the iterable.
+  static void set_update(Tracer& t, const Instruction& i) {
+    ValuePtr src = t.pop();
+    ValuePtr& s = own_set(t, t.peek(static_cast<size_t>(i.arg)), "SET_UPDATE");
+    std::vector<py::object> es = elements_of(t, src);
+    t.will_mutate(s);
+    for (auto& e : es) add_element(s, e);
+  }
 };
 
 ValuePtr Tracer::call_list_method(ValuePtr l, const std::string& name, std::vector<ValuePtr> args, Kwargs kwargs) {

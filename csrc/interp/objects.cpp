@@ -56,14 +56,14 @@ std::string pending_module_filing(const std::vector<AttrStore>& stores, py::hand
 }  // namespace
 
 struct Tracer::ObjectAttrs {
-// A bound method value: the function (guarded by identity through `type(obj).name`) and its receiver.
-static ValuePtr bound_method(Tracer& t, const ValuePtr& self, py::handle func, const std::string& name) {
-  SourcePtr fsrc = guards::Source::attr(guards::Source::attr(self->source, "__class__"), name);
-  ValuePtr f = t.wrap(func, fsrc);
-  // The function's value may be the one first read through another source (Tracer::wrap: one value per function
-  // pinned by identity); its source then names where its closure and defaults are guarded.
-  return Value::bound_method(f->obj, f->source ? f->source : fsrc, self, name);
-}
+  // A bound method value: the function (guarded by identity through `type(obj).name`) and its receiver.
+  static ValuePtr bound_method(Tracer& t, const ValuePtr& self, py::handle func, const std::string& name) {
+    SourcePtr fsrc = guards::Source::attr(guards::Source::attr(self->source, "__class__"), name);
+    ValuePtr f = t.wrap(func, fsrc);
+    // The function's value may be the one first read through another source (Tracer::wrap: one value per function
+    // pinned by identity); its source then names where its closure and defaults are guarded.
+    return Value::bound_method(f->obj, f->source ? f->source : fsrc, self, name);
+  }
 };
 
 ValuePtr Tracer::method_of(const ValuePtr& self, py::handle func, const std::string& name) {
@@ -211,30 +211,30 @@ struct ModuleNode {
 }  // namespace
 
 struct Tracer::ModuleWalk {
-// The module and its descendants in named_modules() order (each object once), the structure guarded
-// through each _modules dict's keys.
-static std::vector<ModuleNode> walk_modules(Tracer& t, const ModuleNode& root, bool recurse) {
-  std::vector<ModuleNode> out{root};
-  std::vector<PyObject*> seen{root.mod.ptr()};
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (!recurse && i > 0) break;
-    ModuleNode node = out[i];
-    py::object mods = node.mod.attr("_modules");
-    if (!PyDict_CheckExact(mods.ptr())) t.unsupported("module without a _modules dict");
-    SourcePtr msrc = guards::Source::attr(node.src, "_modules");
-    t.guards.add(guards::dict_keys_match(msrc, mods.ptr()));
-    for (auto kv : py::reinterpret_borrow<py::dict>(mods)) {
-      if (kv.second.is_none() || !PyUnicode_Check(kv.first.ptr())) continue;
-      if (std::find(seen.begin(), seen.end(), kv.second.ptr()) != seen.end()) continue;
-      seen.push_back(kv.second.ptr());
-      std::string name = py::str(kv.first).cast<std::string>();
-      t.guards.add(guards::id_match(guards::Source::dict_item(msrc, name), kv.second.ptr()));
-      out.push_back({node.prefix.empty() ? name : node.prefix + "." + name,
-                     py::reinterpret_borrow<py::object>(kv.second), guards::Source::dict_item(msrc, name)});
+  // The module and its descendants in named_modules() order (each object once), the structure guarded
+  // through each _modules dict's keys.
+  static std::vector<ModuleNode> walk_modules(Tracer& t, const ModuleNode& root, bool recurse) {
+    std::vector<ModuleNode> out{root};
+    std::vector<PyObject*> seen{root.mod.ptr()};
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (!recurse && i > 0) break;
+      ModuleNode node = out[i];
+      py::object mods = node.mod.attr("_modules");
+      if (!PyDict_CheckExact(mods.ptr())) t.unsupported("module without a _modules dict");
+      SourcePtr msrc = guards::Source::attr(node.src, "_modules");
+      t.guards.add(guards::dict_keys_match(msrc, mods.ptr()));
+      for (auto kv : py::reinterpret_borrow<py::dict>(mods)) {
+        if (kv.second.is_none() || !PyUnicode_Check(kv.first.ptr())) continue;
+        if (std::find(seen.begin(), seen.end(), kv.second.ptr()) != seen.end()) continue;
+        seen.push_back(kv.second.ptr());
+        std::string name = py::str(kv.first).cast<std::string>();
+        t.guards.add(guards::id_match(guards::Source::dict_item(msrc, name), kv.second.ptr()));
+        out.push_back({node.prefix.empty() ? name : node.prefix + "." + name,
+                       py::reinterpret_borrow<py::object>(kv.second), guards::Source::dict_item(msrc, name)});
+      }
     }
+    return out;
   }
-  return out;
-}
 };
 
 ValuePtr Tracer::module_iteration(const ValuePtr& self, py::handle func, const std::string& name,
@@ -361,15 +361,15 @@ bool is_none(const ValuePtr& v) { return v->is_const() && v->obj.is_none(); }
 }  // namespace
 
 struct Tracer::ModuleHooks {
-// A guard that `d` (a hook dict held at `src`) still equals its contents now: same hooks, same order.
-static void guard_hook_dict(Tracer& t, const SourcePtr& src, py::handle d) {
-  if (py::len(d) == 0) {
-    t.guards.add(guards::length_match(src, d.ptr()));
-    return;
+  // A guard that `d` (a hook dict held at `src`) still equals its contents now: same hooks, same order.
+  static void guard_hook_dict(Tracer& t, const SourcePtr& src, py::handle d) {
+    if (py::len(d) == 0) {
+      t.guards.add(guards::length_match(src, d.ptr()));
+      return;
+    }
+    py::object copy = py::reinterpret_borrow<py::object>(py::type::handle_of(d))(d);
+    t.guards.add(guards::equals_match(src, copy.ptr()));
   }
-  py::object copy = py::reinterpret_borrow<py::object>(py::type::handle_of(d))(d);
-  t.guards.add(guards::equals_match(src, copy.ptr()));
-}
 };
 
 namespace {

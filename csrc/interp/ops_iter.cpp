@@ -30,23 +30,23 @@ void watch_dict(const ValuePtr& it, const ValuePtr& src, bool reversed) {
 }  // namespace
 
 struct Tracer::IterOps {
-// Before FOR_ITER takes item `pos` of an iterator over a dict: Python raises when the dict's keys changed, and
-// reads values as they are now; the trace's items are those of when the iterator was made.
-static void check_watches(Tracer& t, const ValuePtr& it) {
-  for (const auto& w : it->iter().watches) {
-    const Value& d = *w.dict;
-    bool same_keys = d.keys.size() == w.keys.size();
-    for (size_t i = 0; same_keys && i < d.keys.size(); ++i) same_keys = d.keys[i].ptr() == w.keys[i].ptr();
-    if (!same_keys) t.unsupported("a dict changed size or keys while being iterated (RuntimeError in Python)");
-    if (w.part == ViewPart::Keys) continue;
-    const size_t n = d.items.size(), done = std::min(it->iter().pos, n);
-    for (size_t i = 0; i < n; ++i) {
-      bool taken = w.reversed ? i >= n - done : i < done;
-      if (!taken && d.items[i] != w.values[i])
-        t.unsupported("a dict value changed while the dict's values are being iterated");
+  // Before FOR_ITER takes item `pos` of an iterator over a dict: Python raises when the dict's keys changed, and
+  // reads values as they are now; the trace's items are those of when the iterator was made.
+  static void check_watches(Tracer& t, const ValuePtr& it) {
+    for (const auto& w : it->iter().watches) {
+      const Value& d = *w.dict;
+      bool same_keys = d.keys.size() == w.keys.size();
+      for (size_t i = 0; same_keys && i < d.keys.size(); ++i) same_keys = d.keys[i].ptr() == w.keys[i].ptr();
+      if (!same_keys) t.unsupported("a dict changed size or keys while being iterated (RuntimeError in Python)");
+      if (w.part == ViewPart::Keys) continue;
+      const size_t n = d.items.size(), done = std::min(it->iter().pos, n);
+      for (size_t i = 0; i < n; ++i) {
+        bool taken = w.reversed ? i >= n - done : i < done;
+        if (!taken && d.items[i] != w.values[i])
+          t.unsupported("a dict value changed while the dict's values are being iterated");
+      }
     }
   }
-}
 };
 
 ValuePtr Tracer::make_iterator(Tracer& t, const ValuePtr& seq) {
@@ -132,31 +132,31 @@ std::vector<ValuePtr> Tracer::unpack_iterable(const ValuePtr& v) {
 }
 
 struct Tracer::IterSteps {
-static void get_iter(Tracer& t, const Instruction&) {
-  ValuePtr seq = t.peek(1);
-  ValuePtr it = make_iterator(t, seq);
-  t.pop();
-  t.push(it);
-}
-
-static void for_iter(Tracer& t, const Instruction& i) {
-  ValuePtr it = t.peek(1);
-  if (it->kind != VKind::Iter) t.unsupported("FOR_ITER over " + it->describe());
-  if (ValuePtr item = iterator_next(t, it)) {
-    t.push(std::move(item));
-    return;
+  static void get_iter(Tracer& t, const Instruction&) {
+    ValuePtr seq = t.peek(1);
+    ValuePtr it = make_iterator(t, seq);
+    t.pop();
+    t.push(it);
   }
-  t.pop();
-  if (!i.target) t.unsupported("FOR_ITER without a target");
-  // 3.12: the target is the loop's END_FOR, which the exhausted iterator skips.
-  t.pc = static_cast<size_t>(t.bc.index_of(i.target)) + compat::opargs::kForIterSkip;
-}
 
-// END_FOR (3.12: pops the iterator and its last value; 3.13: the value, a POP_TOP after it the iterator);
-// reached only by a jump the trace never takes.
-static void end_for(Tracer& t, const Instruction& i) {
-  for (int n = -bytecode::stack_effect(i.opcode, i.arg, false); n > 0; --n) t.pop();
-}
+  static void for_iter(Tracer& t, const Instruction& i) {
+    ValuePtr it = t.peek(1);
+    if (it->kind != VKind::Iter) t.unsupported("FOR_ITER over " + it->describe());
+    if (ValuePtr item = iterator_next(t, it)) {
+      t.push(std::move(item));
+      return;
+    }
+    t.pop();
+    if (!i.target) t.unsupported("FOR_ITER without a target");
+    // 3.12: the target is the loop's END_FOR, which the exhausted iterator skips.
+    t.pc = static_cast<size_t>(t.bc.index_of(i.target)) + compat::opargs::kForIterSkip;
+  }
+
+  // END_FOR (3.12: pops the iterator and its last value; 3.13: the value, a POP_TOP after it the iterator);
+  // reached only by a jump the trace never takes.
+  static void end_for(Tracer& t, const Instruction& i) {
+    for (int n = -bytecode::stack_effect(i.opcode, i.arg, false); n > 0; --n) t.pop();
+  }
 };
 
 ValuePtr Tracer::call_iter_builtin(const std::string& name, const std::vector<ValuePtr>& args) {

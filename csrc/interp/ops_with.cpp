@@ -49,25 +49,25 @@ PyMethodDef grad_exit_def = {"_cdynamo_grad_exit", reinterpret_cast<PyCFunction>
 }  // namespace
 
 struct Tracer::WithOps {
-static void before_with(Tracer& t, const Instruction&) {
-  ValuePtr ctx = t.peek(1);
-  if (ValuePtr entered = noop_context_enter(ctx)) {
-    // Made in the trace: nothing outside saw it. A profiler range is not recorded (as torch._dynamo).
+  static void before_with(Tracer& t, const Instruction&) {
+    ValuePtr ctx = t.peek(1);
+    if (ValuePtr entered = noop_context_enter(ctx)) {
+      // Made in the trace: nothing outside saw it. A profiler range is not recorded (as torch._dynamo).
+      t.pop();
+      t.push(Value::grad_exit_value(py::reinterpret_borrow<py::object>(grad_exit_callable(kNoopExit)), kNoopExit));
+      t.push(entered);
+      return;
+    }
+    int target = ctx->kind == VKind::Object ? grad_context_target(ctx->obj) : -1;
+    if (target < 0)
+      t.unsupported("`with` on " + ctx->describe() +
+                    " (only torch.no_grad/enable_grad, contextlib.nullcontext and profiler record_function are traced)");
     t.pop();
-    t.push(Value::grad_exit_value(py::reinterpret_borrow<py::object>(grad_exit_callable(kNoopExit)), kNoopExit));
-    t.push(entered);
-    return;
+    ValuePtr exit = Value::grad_exit_value(ctx->obj.attr("__exit__"), guards::grad_mode_enabled() ? 1 : 0);
+    t.set_grad_mode(target == 1);
+    t.push(exit);
+    t.push(Value::constant(py::none()));  // what __enter__ returns
   }
-  int target = ctx->kind == VKind::Object ? grad_context_target(ctx->obj) : -1;
-  if (target < 0)
-    t.unsupported("`with` on " + ctx->describe() +
-                  " (only torch.no_grad/enable_grad, contextlib.nullcontext and profiler record_function are traced)");
-  t.pop();
-  ValuePtr exit = Value::grad_exit_value(ctx->obj.attr("__exit__"), guards::grad_mode_enabled() ? 1 : 0);
-  t.set_grad_mode(target == 1);
-  t.push(exit);
-  t.push(Value::constant(py::none()));  // what __enter__ returns
-}
 };
 
 py::handle grad_exit_callable(int mode) {

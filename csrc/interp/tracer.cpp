@@ -343,120 +343,120 @@ bool python_len(const ValuePtr& v) {
 }  // namespace
 
 struct Tracer::IdentityUses {
-// The callee of CALL n: above a NULL, or (3.11's method form, a comprehension's `f(iter)`) the item below
-// the arguments and `self`; nullptr when the stack is too short.
-static const ValuePtr* call_callee(const Tracer& t, int nargs) {
-  size_t at = static_cast<size_t>(nargs) + 2;
-  if (t.stack.size() < at) return nullptr;
-  const ValuePtr& below = t.stack[t.stack.size() - at];
-  return below && below->kind == VKind::Null ? &t.stack[t.stack.size() - at + 1] : &below;
-}
-
-// Number of top-of-stack values `inst` may look at by identity (-1: all); notes writes to objects.
-static int identity_uses(Tracer& t, const bytecode::Instruction& inst) {
-  const Use use = use_table()[static_cast<size_t>(inst.opcode & 0xff)];
-  switch (use) {
-    case Use::Move: return 0;
-    // Attribute reads are guarded through the attribute's own source, given the type; one written earlier in
-    // the trace through another object is guarded by aliasing (Tracer::load_attr). After a container of
-    // the frame was written (which could be an object's __dict__), the object is pinned.
-    case Use::AttrRead:
-      if (!t.stack.empty() && t.stack.back()->kind == VKind::Record) return 0;  // its fields, by name
-      return t.items_written ? 1 : 0;
-    case Use::One: return 1;
-    case Use::Two: return 2;
-    case Use::Is:
-      // `obj is None` (or any constant): an object wrapped lazily is a plain instance, never a constant, so
-      // its guarded type decides.
-      if (t.stack.size() >= 2 && (t.stack[t.stack.size() - 1]->is_const() || t.stack[t.stack.size() - 2]->is_const()))
-        return 0;
-      return 2;
-    // An attribute store pins nothing (reads of that attribute through other objects are guarded by aliasing,
-    // Tracer::load_attr); a deletion or a subscript store pins its target (and key). Writes to what the trace
-    // made itself (no Source) cannot reach an object of the frame.
-    case Use::StoreAttr: return 0;
-    case Use::DeleteAttr:
-    case Use::WriteItem: {
-      size_t target_depth = use == Use::DeleteAttr ? 1 : 2;
-      if (t.stack.size() < target_depth || t.may_hold_attributes(t.stack[t.stack.size() - target_depth]))
-        t.items_written = true;
-      return static_cast<int>(target_depth);
-    }
-    case Use::CallN: {
-      // CALL_KW (3.13) has its names tuple above the arguments.
-      static const int call_kw = bytecode::opcode_by_name("CALL_KW");  // -1 before 3.13
-      const int kw = inst.opcode == call_kw ? 1 : 0;
-      const ValuePtr* callee = call_callee(t, inst.arg + kw);
-      const ValuePtr& fn = callee ? *callee : nullptr;
-      // A ModelOutput's own methods (to_tuple, get, keys, ...) move its fields out.
-      if (fn && fn->kind == VKind::Method && fn->bound_self() && fn->bound_self()->kind == VKind::Record) return 0;
-      if (fn && fn->kind == VKind::Object && fn->obj) {
-        PyObject* f = fn->obj.ptr();
-        if (inlined_callee(fn)) return 0;
-        if (f == reinterpret_cast<PyObject*>(&PyType_Type)) return 0;  // type(obj): its class, guarded
-        // Objects the trace makes: a plain class's __init__ is inlined, a ModelOutput's fields are the
-        // arguments, moved.
-        if (PyType_Check(f) && !fn->bound_self() && (is_record_class(fn->obj) || (fn->source && is_plain_class(fn->obj))))
-          return 0;
-        static const TypeOnlyBuiltins builtins;
-        if (f == builtins.isinstance || f == builtins.issubclass) return 0;
-        // getattr(obj, name[, default]) is an attribute read (see Use::AttrRead).
-        if (!kw && (inst.arg == 2 || inst.arg == 3) && f == PyRefs::get().getattr_fn.ptr() && !t.items_written)
-          return 0;
-        // hasattr(obj, name): the same read, its answer guarded by HASATTR / NO_HASATTR on the object's source.
-        if (!kw && inst.arg == 2 && f == builtins.hasattr && !t.items_written) return 0;
-        // len() of a modelled tuple / list / dict counts its items without looking at them; len() of a user
-        // object whose class defines __len__ in Python inlines it (what that reads is guarded there).
-        if (!kw && inst.arg == 1 && f == builtins.len &&
-            (modelled_container(t.stack.back()) || python_len(t.stack.back())))
-          return 0;
-      }
-      return inst.arg + 2 + kw;
-    }
-    case Use::ArgN: return inst.arg;
-    case Use::Arg2N: {
-      // BUILD_MAP: with constant keys the values are only moved into the dict.
-      size_t n = 2 * static_cast<size_t>(inst.arg);
-      if (t.stack.size() < n) return -1;
-      for (size_t k = t.stack.size() - n; k < t.stack.size(); k += 2)
-        if (!t.stack[k]->is_const()) return static_cast<int>(n);
-      return 0;
-    }
-    case Use::ArgN1: return inst.arg + 1;
-    // d[k] / seq[i] with a constant key moves one item out; `k in d` looks at the keys only. (`x in seq`
-    // compares items, by identity for plain objects: pinned.)
-    case Use::Subscript:
-      if (t.stack.size() < 2) return -1;
-      return modelled_container(t.stack[t.stack.size() - 2]) && t.stack.back()->is_const() ? 0 : 2;
-    case Use::Contains:
-      if (t.stack.size() < 2) return -1;
-      return t.stack.back()->kind == VKind::Dict && t.stack[t.stack.size() - 2]->is_const() ? 0 : 2;
-    case Use::Iterate: {
-      // Iterating (or unpacking) a modelled tuple / list / dict, or an iterator over one, moves its items.
-      const ValuePtr& top = t.stack.empty() ? nullptr : t.stack.back();
-      return modelled_container(top) || (top && top->kind == VKind::Iter) ? 0 : 1;
-    }
-    case Use::Spread: return !t.stack.empty() && modelled_container(t.stack.back()) ? 0 : 1;
-    // 3.12's list-to-tuple (f(*args) building its tuple) moves the items as LIST_TO_TUPLE did; unary + is One.
-    case Use::Intrinsic1:
-      if (inst.arg == compat::opargs::kIntrinsicListToTuple)
-        return !t.stack.empty() && modelled_container(t.stack.back()) ? 0 : 1;
-      return 1;
-    case Use::CallEx: {
-      // f(*args, **kwargs) of a callee the trace inlines, as for CALL.
-      // The callable is above its NULL through 3.12, below it on 3.13.
-      size_t depth = (inst.arg & 1) ? 3 : 2;
-      if (t.stack.size() > depth) {
-        const ValuePtr& at = t.stack[t.stack.size() - depth];
-        if (inlined_callee(at && at->kind == VKind::Null ? t.stack[t.stack.size() - depth - 1] : at)) return 0;
-      }
-      return (inst.arg & 1) ? 4 : 3;
-    }
-    case Use::Format: return (inst.arg & 0x04) ? 2 : 1;
-    case Use::All: return -1;
+  // The callee of CALL n: above a NULL, or (3.11's method form, a comprehension's `f(iter)`) the item below
+  // the arguments and `self`; nullptr when the stack is too short.
+  static const ValuePtr* call_callee(const Tracer& t, int nargs) {
+    size_t at = static_cast<size_t>(nargs) + 2;
+    if (t.stack.size() < at) return nullptr;
+    const ValuePtr& below = t.stack[t.stack.size() - at];
+    return below && below->kind == VKind::Null ? &t.stack[t.stack.size() - at + 1] : &below;
   }
-  return -1;
-}
+
+  // Number of top-of-stack values `inst` may look at by identity (-1: all); notes writes to objects.
+  static int identity_uses(Tracer& t, const bytecode::Instruction& inst) {
+    const Use use = use_table()[static_cast<size_t>(inst.opcode & 0xff)];
+    switch (use) {
+      case Use::Move: return 0;
+      // Attribute reads are guarded through the attribute's own source, given the type; one written earlier in
+      // the trace through another object is guarded by aliasing (Tracer::load_attr). After a container of
+      // the frame was written (which could be an object's __dict__), the object is pinned.
+      case Use::AttrRead:
+        if (!t.stack.empty() && t.stack.back()->kind == VKind::Record) return 0;  // its fields, by name
+        return t.items_written ? 1 : 0;
+      case Use::One: return 1;
+      case Use::Two: return 2;
+      case Use::Is:
+        // `obj is None` (or any constant): an object wrapped lazily is a plain instance, never a constant, so
+        // its guarded type decides.
+        if (t.stack.size() >= 2 && (t.stack[t.stack.size() - 1]->is_const() || t.stack[t.stack.size() - 2]->is_const()))
+          return 0;
+        return 2;
+      // An attribute store pins nothing (reads of that attribute through other objects are guarded by aliasing,
+      // Tracer::load_attr); a deletion or a subscript store pins its target (and key). Writes to what the trace
+      // made itself (no Source) cannot reach an object of the frame.
+      case Use::StoreAttr: return 0;
+      case Use::DeleteAttr:
+      case Use::WriteItem: {
+        size_t target_depth = use == Use::DeleteAttr ? 1 : 2;
+        if (t.stack.size() < target_depth || t.may_hold_attributes(t.stack[t.stack.size() - target_depth]))
+          t.items_written = true;
+        return static_cast<int>(target_depth);
+      }
+      case Use::CallN: {
+        // CALL_KW (3.13) has its names tuple above the arguments.
+        static const int call_kw = bytecode::opcode_by_name("CALL_KW");  // -1 before 3.13
+        const int kw = inst.opcode == call_kw ? 1 : 0;
+        const ValuePtr* callee = call_callee(t, inst.arg + kw);
+        const ValuePtr& fn = callee ? *callee : nullptr;
+        // A ModelOutput's own methods (to_tuple, get, keys, ...) move its fields out.
+        if (fn && fn->kind == VKind::Method && fn->bound_self() && fn->bound_self()->kind == VKind::Record) return 0;
+        if (fn && fn->kind == VKind::Object && fn->obj) {
+          PyObject* f = fn->obj.ptr();
+          if (inlined_callee(fn)) return 0;
+          if (f == reinterpret_cast<PyObject*>(&PyType_Type)) return 0;  // type(obj): its class, guarded
+          // Objects the trace makes: a plain class's __init__ is inlined, a ModelOutput's fields are the
+          // arguments, moved.
+          if (PyType_Check(f) && !fn->bound_self() && (is_record_class(fn->obj) || (fn->source && is_plain_class(fn->obj))))
+            return 0;
+          static const TypeOnlyBuiltins builtins;
+          if (f == builtins.isinstance || f == builtins.issubclass) return 0;
+          // getattr(obj, name[, default]) is an attribute read (see Use::AttrRead).
+          if (!kw && (inst.arg == 2 || inst.arg == 3) && f == PyRefs::get().getattr_fn.ptr() && !t.items_written)
+            return 0;
+          // hasattr(obj, name): the same read, its answer guarded by HASATTR / NO_HASATTR on the object's source.
+          if (!kw && inst.arg == 2 && f == builtins.hasattr && !t.items_written) return 0;
+          // len() of a modelled tuple / list / dict counts its items without looking at them; len() of a user
+          // object whose class defines __len__ in Python inlines it (what that reads is guarded there).
+          if (!kw && inst.arg == 1 && f == builtins.len &&
+              (modelled_container(t.stack.back()) || python_len(t.stack.back())))
+            return 0;
+        }
+        return inst.arg + 2 + kw;
+      }
+      case Use::ArgN: return inst.arg;
+      case Use::Arg2N: {
+        // BUILD_MAP: with constant keys the values are only moved into the dict.
+        size_t n = 2 * static_cast<size_t>(inst.arg);
+        if (t.stack.size() < n) return -1;
+        for (size_t k = t.stack.size() - n; k < t.stack.size(); k += 2)
+          if (!t.stack[k]->is_const()) return static_cast<int>(n);
+        return 0;
+      }
+      case Use::ArgN1: return inst.arg + 1;
+      // d[k] / seq[i] with a constant key moves one item out; `k in d` looks at the keys only. (`x in seq`
+      // compares items, by identity for plain objects: pinned.)
+      case Use::Subscript:
+        if (t.stack.size() < 2) return -1;
+        return modelled_container(t.stack[t.stack.size() - 2]) && t.stack.back()->is_const() ? 0 : 2;
+      case Use::Contains:
+        if (t.stack.size() < 2) return -1;
+        return t.stack.back()->kind == VKind::Dict && t.stack[t.stack.size() - 2]->is_const() ? 0 : 2;
+      case Use::Iterate: {
+        // Iterating (or unpacking) a modelled tuple / list / dict, or an iterator over one, moves its items.
+        const ValuePtr& top = t.stack.empty() ? nullptr : t.stack.back();
+        return modelled_container(top) || (top && top->kind == VKind::Iter) ? 0 : 1;
+      }
+      case Use::Spread: return !t.stack.empty() && modelled_container(t.stack.back()) ? 0 : 1;
+      // 3.12's list-to-tuple (f(*args) building its tuple) moves the items as LIST_TO_TUPLE did; unary + is One.
+      case Use::Intrinsic1:
+        if (inst.arg == compat::opargs::kIntrinsicListToTuple)
+          return !t.stack.empty() && modelled_container(t.stack.back()) ? 0 : 1;
+        return 1;
+      case Use::CallEx: {
+        // f(*args, **kwargs) of a callee the trace inlines, as for CALL.
+        // The callable is above its NULL through 3.12, below it on 3.13.
+        size_t depth = (inst.arg & 1) ? 3 : 2;
+        if (t.stack.size() > depth) {
+          const ValuePtr& at = t.stack[t.stack.size() - depth];
+          if (inlined_callee(at && at->kind == VKind::Null ? t.stack[t.stack.size() - depth - 1] : at)) return 0;
+        }
+        return (inst.arg & 1) ? 4 : 3;
+      }
+      case Use::Format: return (inst.arg & 0x04) ? 2 : 1;
+      case Use::All: return -1;
+    }
+    return -1;
+  }
 };
 
 void Tracer::execute_one() {
