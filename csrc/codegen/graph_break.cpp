@@ -431,7 +431,7 @@ namespace {
 // first (begin), then one of the three ways to continue (window_end, conditional, instruction), then the grad-mode
 // handler (finish_grad_block).
 struct BreakEmitter {
-  Tracer& t;
+  const Tracer& t;
   int& counter;
   BreakCode out;
   const size_t pc;
@@ -444,7 +444,7 @@ struct BreakEmitter {
   size_t grad_range_start = 0;
   std::optional<Rebuilder> rb;
 
-  BreakEmitter(Tracer& tr, int& c)
+  BreakEmitter(const Tracer& tr, int& c)
       : t(tr),
         counter(c),
         pc(tr.frame().pc),
@@ -641,8 +641,8 @@ void BreakEmitter::finish_grad_block() {
 
 }  // namespace
 
-BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::vector<graph::Node*>& outputs,
-                      int& counter) {
+BreakCode graph_break(const Tracer& t, const std::string& compiled_name,
+                      const std::vector<graph::Node*>& outputs, int& counter) {
   BreakEmitter b(t, counter);
   // The end of a continuation's window: the frame's state goes to the chain continuation of the cut.
   const int cut = b.origin.resume && b.pc < b.origin.resume->tail_cut.size() ? b.origin.resume->tail_cut[b.pc] : -1;

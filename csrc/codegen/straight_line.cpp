@@ -5,7 +5,7 @@
 
 namespace cdynamo::codegen {
 
-py::object straight_line(interp::Tracer& t, const std::string& compiled_name,
+py::object straight_line(const interp::Tracer& t, const std::string& compiled_name,
                          const std::vector<graph::Node*>& outputs) {
   Emitter e(t.frame().code);
   e.copy_prefix(t.frame().bc);
