@@ -34,14 +34,14 @@ std::vector<interp::ValuePtr> break_values(const interp::Tracer& t);
 
 // The rewritten code of a frame whose trace returned: prefix, `compiled_name(*inputs)`, the return value
 // rebuilt from the graph outputs, RETURN_VALUE. Returns a new code object (all arguments positional).
-py::object straight_line(interp::Tracer& t, const std::string& compiled_name,
+py::object straight_line(const interp::Tracer& t, const std::string& compiled_name,
                          const std::vector<graph::Node*>& outputs);
 
 // The rewritten code of a frame whose trace stopped at a graph break (Tracer::Status::Break): call the
 // graph (when `compiled_name` is not empty), rebuild stack and changed locals, run the breaking
 // instruction as Python, then return `__resume_at_<offset>_<n>(*stack, *live_locals)`; for a conditional
 // break, both branches call their own continuation. `counter` numbers continuations process-wide.
-BreakCode graph_break(interp::Tracer& t, const std::string& compiled_name, const std::vector<graph::Node*>& outputs,
-                      int& counter);
+BreakCode graph_break(const interp::Tracer& t, const std::string& compiled_name,
+                      const std::vector<graph::Node*>& outputs, int& counter);
 
 }  // namespace cdynamo::codegen

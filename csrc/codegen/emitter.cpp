@@ -180,7 +180,7 @@ void Emitter::load_inputs(const std::vector<const guards::Source*>& srcs) {
   base_slots_.clear();
 }
 
-int Emitter::load_graph_inputs(const interp::Tracer& t) {
+int Emitter::load_graph_inputs(const interp::Trace& t) {
   std::vector<const guards::Source*> srcs;
   for (size_t i = 0; i < t.inputs.size(); ++i)
     if (i >= t.lifted_inputs.size() || !t.lifted_inputs[i]) srcs.push_back(t.inputs[i].source.get());

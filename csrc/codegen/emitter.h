@@ -15,7 +15,7 @@
 #include "guards/source.h"
 
 namespace cdynamo::interp {
-class Tracer;
+struct Trace;
 }  // namespace cdynamo::interp
 
 namespace cdynamo::codegen {
@@ -42,7 +42,7 @@ class Emitter {
   void load_inputs(const std::vector<const guards::Source*>& srcs);
   // load_inputs of the trace's graph inputs but those the guard check hands to the graph call
   // (t.lifted_inputs); returns how many were loaded.
-  int load_graph_inputs(const interp::Tracer& t);
+  int load_graph_inputs(const interp::Trace& t);
   void load_const(py::handle value) { emit("LOAD_CONST", const_index(value)); }
 
   // Version-neutral emission (the encodings live in compat/opargs.h).

@@ -20,7 +20,7 @@ using interp::VKind;
 
 namespace {
 
-int nlocals_of(const Tracer& t) { return static_cast<int>(t.code->co_nlocals); }
+int nlocals_of(const Tracer& t) { return static_cast<int>(t.frame().code->co_nlocals); }
 
 // A cell or free variable slot (read and written through LOAD_DEREF / STORE_DEREF, shared with closures).
 bool is_deref_slot(PyCodeObject* code, int slot) {
@@ -35,7 +35,7 @@ std::vector<int> deref_slots(PyCodeObject* code) {
   return out;
 }
 
-bool is_conditional(const Tracer& t) { return t.conditional_break; }
+bool is_conditional(const Tracer& t) { return t.output().conditional_break; }
 
 // Stack items consumed by the breaking instruction (it runs as Python in the rewritten code); < 0 when it
 // cannot be restarted.
@@ -45,9 +45,9 @@ int consumed_by(const bytecode::Instruction& i) { return interp::restart_operand
 enum class LocalState { Untouched, Unchanged, Store, Delete };
 
 LocalState local_state(const Tracer& t, int slot) {
-  int nargs = compat::code_total_args(t.code);
-  if (!t.local_loaded[slot]) return LocalState::Untouched;
-  const ValuePtr& v = t.locals[slot];
+  int nargs = compat::code_total_args(t.frame().code);
+  if (!t.frame().local_loaded[slot]) return LocalState::Untouched;
+  const ValuePtr& v = t.frame().locals[slot];
   if (!v) return slot < nargs ? LocalState::Delete : LocalState::Untouched;
   const guards::Source* s = v->source.get();
   if (slot < nargs && s && s->kind == guards::Source::Kind::Local && s->index == slot) return LocalState::Unchanged;
@@ -73,18 +73,18 @@ struct Origin {
 };
 
 Origin origin_of(const Tracer& t) {
-  Origin o{t.code, nullptr, resume_info(t.code)};
+  Origin o{t.frame().code, nullptr, resume_info(t.frame().code)};
   if (o.resume) {
     o.code = reinterpret_cast<PyCodeObject*>(o.resume->origin.ptr());
     // The traced frame's instructions must be the continuation's prologue followed by the origin's body.
     o.info = &origin_info(o.code);
     const auto& map = o.resume->origin_index;
-    bool same = t.bc.insts.size() == map.size();
+    bool same = t.frame().bc.insts.size() == map.size();
     static const int load_fast = bytecode::opcode_by_name("LOAD_FAST");
     static const int store_fast = bytecode::opcode_by_name("STORE_FAST");
     for (size_t i = 0; same && i < map.size(); ++i) {
       if (map[i] < 0) continue;
-      const int mine = t.bc.insts[i]->opcode, orig = o.info->bc.insts[static_cast<size_t>(map[i])]->opcode;
+      const int mine = t.frame().bc.insts[i]->opcode, orig = o.info->bc.insts[static_cast<size_t>(map[i])]->opcode;
       // A 3.13 paired fast-local instruction split by make_resume keeps its record in its first half.
       same = mine == orig || (bytecode::is_paired_fast(orig) && (mine == load_fast || mine == store_fast));
     }
@@ -98,7 +98,7 @@ Origin origin_of(const Tracer& t) {
 // Locals of the origin live at its instruction `target` and bound in the rewritten frame at the continuation
 // call, as origin slots.
 std::vector<int> passed_locals(const Tracer& t, const Origin& o, size_t target) {
-  int nargs = compat::code_total_args(t.code);
+  int nargs = compat::code_total_args(t.frame().code);
   const std::vector<char>& live = o.info->live[target];
   std::vector<int> out;
   for (int s = 0; s < static_cast<int>(live.size()); ++s) {
@@ -385,7 +385,7 @@ Resume make_resume(const Origin& o, size_t target, const std::vector<char>& null
 // prologue recreates those).
 void emit_deep_stack(Rebuilder& rb, const Tracer& t, size_t ndeep) {
   for (size_t i = 0; i < ndeep; ++i) {
-    const ValuePtr& v = t.stack[i];
+    const ValuePtr& v = t.frame().stack[i];
     if (v->kind == VKind::Null) continue;  // recreated by the continuation's prologue
     rb.push(v);
   }
@@ -410,18 +410,18 @@ void emit_resume_fn(Emitter& e, const Resume& r, const Origin& o) {
 // Slots whose final value the rewritten frame stores before calling the continuation: plain locals below
 // co_nlocals, cells, and free variables the frame owns (a continuation's cells of its origin).
 bool rebuilt_slot(const Tracer& t, int slot) {
-  int kind = compat::code_localsplus_kind(t.code, slot);
-  if (kind & compat::kFastFree) return t.owns_free(slot);
+  int kind = compat::code_localsplus_kind(t.frame().code, slot);
+  if (kind & compat::kFastFree) return t.options().owns_free(slot);
   return (kind & compat::kFastCell) || slot < nlocals_of(t);
 }
 
 }  // namespace
 
 std::vector<ValuePtr> break_values(const Tracer& t) {
-  std::vector<ValuePtr> values(t.stack.begin(), t.stack.end());
-  for (size_t slot = 0; slot < t.locals.size(); ++slot)
+  std::vector<ValuePtr> values(t.frame().stack.begin(), t.frame().stack.end());
+  for (size_t slot = 0; slot < t.frame().locals.size(); ++slot)
     if (rebuilt_slot(t, static_cast<int>(slot)) && local_state(t, static_cast<int>(slot)) == LocalState::Store)
-      values.push_back(t.locals[slot]);
+      values.push_back(t.frame().locals[slot]);
   return values;
 }
 
@@ -431,7 +431,7 @@ namespace {
 // first (begin), then one of the three ways to continue (window_end, conditional, instruction), then the grad-mode
 // handler (finish_grad_block).
 struct BreakEmitter {
-  Tracer& t;
+  const Tracer& t;
   int& counter;
   BreakCode out;
   const size_t pc;
@@ -444,8 +444,13 @@ struct BreakEmitter {
   size_t grad_range_start = 0;
   std::optional<Rebuilder> rb;
 
-  BreakEmitter(Tracer& tr, int& c)
-      : t(tr), counter(c), pc(tr.pc), inst(*tr.bc.insts[tr.pc]), origin(origin_of(tr)), e(tr.code) {}
+  BreakEmitter(const Tracer& tr, int& c)
+      : t(tr),
+        counter(c),
+        pc(tr.frame().pc),
+        inst(*tr.frame().bc.insts[tr.frame().pc]),
+        origin(origin_of(tr)),
+        e(tr.frame().code) {}
 
   void begin(const std::string& compiled_name, const std::vector<graph::Node*>& outputs, int consumed);
   void call_resume(int extra_on_stack, const std::vector<int>& passed);
@@ -461,21 +466,21 @@ struct BreakEmitter {
 // written and before any local is stored or deleted (`r = x; x = f(x)` leaves `r` reading local 'x', which the
 // rewritten frame rebinds below).
 void BreakEmitter::begin(const std::string& compiled_name, const std::vector<graph::Node*>& outputs, int consumed) {
-  ndeep = t.stack.size() - static_cast<size_t>(consumed);
-  e.copy_prefix(t.bc);
+  ndeep = t.frame().stack.size() - static_cast<size_t>(consumed);
+  e.copy_prefix(t.frame().bc);
   if (!compiled_name.empty()) {
     tmp = e.add_local("___graph_out");
     e.load_global(compiled_name, true);
-    e.call(e.load_graph_inputs(t));
+    e.call(e.load_graph_inputs(t.trace()));
     e.emit("STORE_FAST", tmp);
   }
   rb.emplace(e, outputs, tmp);
   const std::vector<ValuePtr> rebuilt = break_values(t);
   std::vector<ValuePtr> roots = rebuilt;
-  for (const auto& v : effect_values(t)) roots.push_back(v);
+  for (const auto& v : effect_values(t.trace())) roots.push_back(v);
   rb->share(roots);
-  if (Rebuilder::has_effects(t)) {
-    rb->stage_effects(t);
+  if (Rebuilder::has_effects(t.trace())) {
+    rb->stage_effects(t.trace());
     for (const auto& v : rebuilt) rb->pin(v->kind == VKind::Method ? v->bound_self() : v);
     rb->commit_effects();
   } else {
@@ -484,21 +489,21 @@ void BreakEmitter::begin(const std::string& compiled_name, const std::vector<gra
   }
   // A break inside `with torch.no_grad()/enable_grad()`: the rest of the frame runs in the block's mode; an exception
   // from it (the breaking instruction, the continuation) leaves with the frame's mode again (finish_grad_block).
-  if (t.grad_mode_after_graph >= 0) rb->set_grad_mode(t.grad_mode_after_graph == 1);
+  if (t.output().grad_mode_after_graph >= 0) rb->set_grad_mode(t.output().grad_mode_after_graph == 1);
   grad_range_start = e.bc.insts.size();
-  for (int slot = 0; slot < static_cast<int>(t.locals.size()); ++slot) {
+  for (int slot = 0; slot < static_cast<int>(t.frame().locals.size()); ++slot) {
     if (!rebuilt_slot(t, slot)) continue;
-    bool cell = is_deref_slot(t.code, slot);  // written into the frame's cell (which closures share)
+    bool cell = is_deref_slot(t.frame().code, slot);  // written into the frame's cell (which closures share)
     LocalState st = local_state(t, slot);
     if (st == LocalState::Store) {
-      rb->push(t.locals[slot]);
+      rb->push(t.frame().locals[slot]);
       e.emit(cell ? "STORE_DEREF" : "STORE_FAST", slot);
     } else if (st == LocalState::Delete) {
       e.emit(cell ? "DELETE_DEREF" : "DELETE_FAST", slot);
     }
   }
   deep_null.resize(ndeep);
-  for (size_t i = 0; i < ndeep; ++i) deep_null[i] = t.stack[i]->kind == VKind::Null;
+  for (size_t i = 0; i < ndeep; ++i) deep_null[i] = t.frame().stack[i]->kind == VKind::Null;
 }
 
 // Stack now: [NULL, fn, deep..., extra...] (3.13: [fn, NULL, ...]); adds the locals (origin slots, held in the
@@ -529,11 +534,11 @@ void BreakEmitter::window_end(int cut) {
 
 // A jump on a tensor's truth value: the rewritten frame jumps on it, each branch calling its own continuation.
 void BreakEmitter::conditional() {
-  rb->push(t.stack.back());
+  rb->push(t.frame().stack.back());
   std::optional<Emitter::Jump> kind = Emitter::pop_jump_kind(inst.opcode);
   if (!kind) throw interp::Unsupported(std::string("cannot restart ") + bytecode::opname(inst.opcode));
   bytecode::Instruction* j = e.pop_jump_forward(*kind);
-  size_t targets[2] = {pc + 1, static_cast<size_t>(t.bc.index_of(inst.target))};
+  size_t targets[2] = {pc + 1, static_cast<size_t>(t.frame().bc.index_of(inst.target))};
   for (int b = 0; b < 2; ++b) {
     size_t tgt = origin.index(targets[b]);
     std::vector<int> passed = passed_locals(t, origin, tgt);
@@ -553,10 +558,10 @@ void BreakEmitter::conditional() {
 // method form ([function, self]), which CALL takes the same way; before CALL_FUNCTION_EX the NULL must stay a NULL
 // beside the bound method.
 void BreakEmitter::rebuild_operands(bool is_call) {
-  for (size_t i = ndeep; i < t.stack.size(); ++i) {
-    const ValuePtr& v = t.stack[i];
-    if (is_call && i + 1 < t.stack.size()) {
-      const ValuePtr& next = t.stack[i + 1];
+  for (size_t i = ndeep; i < t.frame().stack.size(); ++i) {
+    const ValuePtr& v = t.frame().stack[i];
+    if (is_call && i + 1 < t.frame().stack.size()) {
+      const ValuePtr& next = t.frame().stack[i + 1];
       const ValuePtr* bound = nullptr;
       if (compat::opargs::kNullBeforeCallable && v->kind == VKind::Null && next->kind == VKind::Method) bound = &next;
       if (!compat::opargs::kNullBeforeCallable && v->kind == VKind::Method && next->kind == VKind::Null) bound = &v;
@@ -605,14 +610,15 @@ void BreakEmitter::instruction(int consumed) {
   } else if (is_call) {
     int kw = -1;
     for (size_t k = pc; k-- > 0;) {
-      std::string prev = bytecode::opname(t.bc.insts[k]->opcode);
+      std::string prev = bytecode::opname(t.frame().bc.insts[k]->opcode);
       if (prev == "PRECALL") continue;
-      if (prev == "KW_NAMES") kw = t.bc.insts[k]->arg;
+      if (prev == "KW_NAMES") kw = t.frame().bc.insts[k]->arg;
       break;
     }
     e.call(inst.arg, kw);
   } else if (method) {
-    e.load_attr(py::str(t.name_at(compat::opargs::load_attr_name(inst.arg))).cast<std::string>());
+    py::handle name = PyTuple_GET_ITEM(t.frame().code->co_names, compat::opargs::load_attr_name(inst.arg));  // borrowed
+    e.load_attr(py::str(name).cast<std::string>());
   } else {
     e.bc.append(inst.opcode, inst.arg);
   }
@@ -623,11 +629,11 @@ void BreakEmitter::instruction(int consumed) {
 
 // Inside a grad-mode block: an exception from the rest of the rewritten frame sets the frame's mode back, re-raised.
 void BreakEmitter::finish_grad_block() {
-  if (t.grad_mode_after_graph < 0 || e.bc.insts.size() <= grad_range_start) return;
+  if (t.output().grad_mode_after_graph < 0 || e.bc.insts.size() <= grad_range_start) return;
   bytecode::Instruction* first = e.bc.insts[grad_range_start].get();
   bytecode::Instruction* last = e.bc.insts.back().get();
   const size_t handler_at = e.bc.insts.size();  // stack: [exception]
-  rb->set_grad_mode(t.grad_mode_after_graph == 0);
+  rb->set_grad_mode(t.output().grad_mode_after_graph == 0);
   bytecode::Instruction* handler = e.bc.insts[handler_at].get();
   e.emit("RERAISE", 0);
   e.bc.exception_table.push_back({first, last, handler, 0, false});
@@ -635,14 +641,14 @@ void BreakEmitter::finish_grad_block() {
 
 }  // namespace
 
-BreakCode graph_break(Tracer& t, const std::string& compiled_name, const std::vector<graph::Node*>& outputs,
-                      int& counter) {
+BreakCode graph_break(const Tracer& t, const std::string& compiled_name,
+                      const std::vector<graph::Node*>& outputs, int& counter) {
   BreakEmitter b(t, counter);
   // The end of a continuation's window: the frame's state goes to the chain continuation of the cut.
   const int cut = b.origin.resume && b.pc < b.origin.resume->tail_cut.size() ? b.origin.resume->tail_cut[b.pc] : -1;
   const bool cond = cut < 0 && is_conditional(t);
   const int consumed = cut >= 0 ? 0 : cond ? 1 : consumed_by(b.inst);
-  if (consumed < 0 || static_cast<size_t>(consumed) > t.stack.size())
+  if (consumed < 0 || static_cast<size_t>(consumed) > t.frame().stack.size())
     throw interp::Unsupported(std::string("cannot restart ") + bytecode::opname(b.inst.opcode) + " after a graph break");
   b.begin(compiled_name, outputs, consumed);
   if (cut >= 0) b.window_end(cut);

@@ -3,6 +3,8 @@
 
 #include <unordered_set>
 
+#include "interp/tracer.h"
+
 namespace cdynamo::codegen {
 
 using interp::ValuePtr;
@@ -325,7 +327,7 @@ bool reads_frame_locals(const ValuePtr& v) {
   return reads_locals(v, seen);
 }
 
-std::vector<ValuePtr> effect_values(const interp::Tracer& t) {
+std::vector<ValuePtr> effect_values(const interp::Trace& t) {
   std::vector<ValuePtr> out;
   for (const auto& c : t.mutated) out.push_back(interp::Value::tuple(c->items));
   for (const auto& s : t.attr_stores) out.push_back(s.value);
@@ -390,7 +392,7 @@ int Rebuilder::stage(const ValuePtr& v) {
   return slot;
 }
 
-void Rebuilder::stage_effects(const interp::Tracer& t) {
+void Rebuilder::stage_effects(const interp::Trace& t) {
   for (const auto& c : t.mutated) {
     Effect fx;
     fx.write_back = true;

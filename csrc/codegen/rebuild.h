@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "codegen/emitter.h"
-#include "interp/tracer.h"
+#include "interp/trace.h"
 #include "interp/value.h"
 
 namespace cdynamo::codegen {
@@ -30,8 +30,8 @@ class Rebuilder {
   // done in two steps so that no value is read after the state it came from changed: stage_effects()
   // evaluates every target and new value into temporaries (reads only); pin() does the same for a value
   // the caller pushes afterwards; commit_effects() then writes (stack neutral).
-  static bool has_effects(const interp::Tracer& t) { return !t.attr_stores.empty() || !t.mutated.empty(); }
-  void stage_effects(const interp::Tracer& t);
+  static bool has_effects(const interp::Trace& t) { return !t.attr_stores.empty() || !t.mutated.empty(); }
+  void stage_effects(const interp::Trace& t);
   void pin(const interp::ValuePtr& v);
   void commit_effects();
   // torch._C._set_grad_enabled(enabled) (stack neutral): the mode of a with block continued after a break.
@@ -76,6 +76,6 @@ bool reads_frame_locals(const interp::ValuePtr& v);
 
 // The values the trace's side effects store: attribute/global store values, and for each container from
 // the frame that changed, a tuple of its new contents.
-std::vector<interp::ValuePtr> effect_values(const interp::Tracer& t);
+std::vector<interp::ValuePtr> effect_values(const interp::Trace& t);
 
 }  // namespace cdynamo::codegen

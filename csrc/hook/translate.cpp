@@ -26,7 +26,7 @@ namespace {
 // Indices of the graph inputs read from an nn.Module's `_parameters` / `_buffers` dict (its parameters and buffers):
 // the inputs torch._dynamo marks static (node meta `tensor_dict['_dynamo_static_input_type']`), so inductor's CUDA
 // graphs read them in place instead of copying them into the graph's memory on every call.
-py::list module_tensor_inputs(const interp::Tracer& t) {
+py::list module_tensor_inputs(const interp::Trace& t) {
   using K = guards::Source::Kind;
   py::list out;
   for (size_t i = 0; i < t.inputs.size(); ++i) {
@@ -42,7 +42,7 @@ py::list module_tensor_inputs(const interp::Tracer& t) {
 // The graph inputs read through the frame's objects (a source with a base: self._modules['fc']._parameters['weight'])
 // are handed to the graph call by the guard check that fetched them (GuardSet::check_inputs) instead of being loaded
 // again by the rewritten code: marks them in t.lifted_inputs and returns the GraphCall's plan (graph_call.h).
-std::vector<int32_t> lift_inputs(interp::Tracer& t) {
+std::vector<int32_t> lift_inputs(interp::Trace& t) {
   std::vector<int32_t> plan;
   t.lifted_inputs.assign(t.inputs.size(), 0);
   int32_t k = 0;
@@ -60,7 +60,7 @@ std::vector<int32_t> lift_inputs(interp::Tracer& t) {
 }
 
 // The sources of the lifted inputs, in order (GuardSet::set_input_sources).
-std::vector<guards::SourcePtr> lifted_sources(const interp::Tracer& t) {
+std::vector<guards::SourcePtr> lifted_sources(const interp::Trace& t) {
   std::vector<guards::SourcePtr> out;
   for (size_t i = 0; i < t.lifted_inputs.size(); ++i)
     if (t.lifted_inputs[i]) out.push_back(t.inputs[i].source);
@@ -231,7 +231,7 @@ std::shared_ptr<CacheEntry> add_entry(CodeExtra* extra, compat::Frame* frame, gu
   return e;
 }
 
-void add_state_guards(interp::Tracer& t) {
+void add_state_guards(interp::Trace& t) {
   t.guards.add(guards::grad_mode_guard());
   t.guards.add(guards::default_dtype_guard());
   t.guards.add(guards::autocast_guard());
@@ -265,14 +265,15 @@ void add_state_guards(interp::Tracer& t) {
 // SHAPE_ENV guard over the sizes for everything the ShapeEnv decided (cdynamo._dynamic.TraceShapes.guard_spec).
 void add_shape_guards(interp::Tracer& t) {
   py::list inputs;
-  for (const auto& in : t.inputs) inputs.append(py::make_tuple(interp::shape_source_name(*in.source), in.node->example_value));
-  py::object spec = t.shapes.attr("guard_spec")(inputs);  // a cdynamo._dynamic.GuardSpec
+  for (const auto& in : t.trace().inputs)
+    inputs.append(py::make_tuple(interp::shape_source_name(*in.source), in.node->example_value));
+  py::object spec = t.options().shapes.attr("guard_spec")(inputs);  // a cdynamo._dynamic.GuardSpec
   py::list slots = spec.attr("slots"), masks = spec.attr("masks");
-  for (size_t i = 0; i < t.inputs.size(); ++i) {
-    const auto& in = t.inputs[i];
+  for (size_t i = 0; i < t.trace().inputs.size(); ++i) {
+    const auto& in = t.trace().inputs[i];
     if (!guards::is_tensor(in.value.ptr())) continue;
     py::tuple m = masks[i];
-    t.guards.add(guards::tensor_match(in.source, in.value.ptr(), m[0].cast<uint64_t>(), m[1].cast<uint64_t>()));
+    t.trace().guards.add(guards::tensor_match(in.source, in.value.ptr(), m[0].cast<uint64_t>(), m[1].cast<uint64_t>()));
   }
   py::list exprs = spec.attr("programs");
   py::object fallback = spec.attr("fallback");
@@ -281,7 +282,7 @@ void add_shape_guards(interp::Tracer& t) {
   for (py::handle item : slots) {
     py::tuple sl = py::reinterpret_borrow<py::tuple>(item);
     guards::ShapeSlot slot;
-    slot.source = t.inputs[sl[0].cast<size_t>()].source;
+    slot.source = t.trace().inputs[sl[0].cast<size_t>()].source;
     std::string kind = sl[1].cast<std::string>();
     slot.kind = kind == "size"     ? guards::ShapeSlot::Kind::Size
                 : kind == "stride" ? guards::ShapeSlot::Kind::Stride
@@ -292,7 +293,7 @@ void add_shape_guards(interp::Tracer& t) {
   }
   std::vector<std::string> texts;
   for (py::handle tx : py::list(spec.attr("texts"))) texts.push_back(py::str(tx).cast<std::string>());
-  t.guards.add(guards::shape_guard(std::move(shape_slots), exprs.ptr(), fallback.ptr(), std::move(texts)));
+  t.trace().guards.add(guards::shape_guard(std::move(shape_slots), exprs.ptr(), fallback.ptr(), std::move(texts)));
 }
 
 // Names put into a frame's globals (borrowed dict) for a new entry; removed again if the entry is not made.
@@ -365,9 +366,9 @@ struct FrameCompile {
         meta(flag(c, "wants_node_meta", true)) {}  // node meta for the backend, export and explain
   interp::Tracer& t() { return *tracer; }
   bool is_break() const { return status == interp::Tracer::Status::Break; }
-  bool has_graph() const { return tracer->graph.op_count() > 0; }
+  bool has_graph() const { return tracer->trace().graph.op_count() > 0; }
   EntryPtr entry(std::string description) {
-    EntryPtr e = add_entry(extra, frame, std::move(tracer->guards), cb);
+    EntryPtr e = add_entry(extra, frame, std::move(tracer->trace().guards), cb);
     e->description = std::move(description);
     return e;
   }
@@ -470,19 +471,19 @@ void trace(FrameCompile& c) {
   auto run = [&](int break_at, const std::string& reason) {
     c.tracer = std::make_unique<interp::Tracer>(c.code, fv);
     interp::Tracer& t = *c.tracer;
-    t.cb_dynamic = cb_dynamic;
-    if (fake_trace) t.shapes = services.trace_shapes(code_obj, cb_dynamic);
-    t.allow_ops_in_try = c.ops_in_try;
+    t.options().cb_dynamic = cb_dynamic;
+    if (fake_trace) t.options().shapes = services.trace_shapes(code_obj, cb_dynamic);
+    t.options().allow_ops_in_try = c.ops_in_try;
     if (c.ri) {
-      t.owned_free = c.ri->owned_free;
-      t.window_end = c.ri->tail_cut;
+      t.options().owned_free = c.ri->owned_free;
+      t.options().window_end = c.ri->tail_cut;
     }
-    t.break_at = break_at;
-    t.break_at_reason = reason;
+    t.options().break_at = break_at;
+    t.options().break_at_reason = reason;
     c.status = t.run();
   };
   run(-1, "");
-  if (c.tracer->restart_dynamic) {
+  if (c.tracer->output().restart_dynamic) {
     fake_trace = true;
     run(-1, "");
   }
@@ -491,9 +492,9 @@ void trace(FrameCompile& c) {
   // the guards of what the graph really did. The same for a frame that then runs as Python: its guards only decide
   // when to try again, and a failed inline's reads would make it retrace on every call.
   const bool stopped = c.is_break() || c.status == interp::Tracer::Status::Unsupported;
-  if (stopped && c.tracer->failed_guards > 0 && !c.strict && !c.tracer->internal_error) {
-    const int at = static_cast<int>(c.tracer->pc);
-    const std::string reason = c.tracer->stop_info().reason;
+  if (stopped && c.tracer->output().failed_guards > 0 && !c.strict && !c.tracer->output().internal_error) {
+    const int at = static_cast<int>(c.tracer->frame().pc);
+    const std::string reason = c.tracer->output().stop.reason;
     run(at, reason);
   }
 }
@@ -503,16 +504,16 @@ void trace(FrameCompile& c) {
 // under nopython, a frame with nothing for a graph (skipped, as torch._dynamo skips such frames).
 std::optional<EntryPtr> decide(FrameCompile& c) {
   interp::Tracer& t = c.t();
-  if (t.user_error) {
-    py::tuple e = t.user_error;
+  if (t.output().user_error) {
+    py::tuple e = t.output().user_error;
     py::object type = e[0], value = e[1], tb = e[2];
     // PyErr_Restore steals the three references (release()); a None traceback is passed as NULL.
     PyErr_Restore(type.release().ptr(), value.release().ptr(), tb.is_none() ? nullptr : tb.release().ptr());
     return nullptr;
   }
-  const auto& stop = t.stop_info();
+  const auto& stop = t.output().stop;
   if (c.status == interp::Tracer::Status::Unsupported) {
-    if (c.strict && t.internal_error) {
+    if (c.strict && t.output().internal_error) {
       raise_internal(c.code, located(stop), nullptr);
       return nullptr;
     }
@@ -529,7 +530,7 @@ std::optional<EntryPtr> decide(FrameCompile& c) {
     breaks.append(break_info(stop));
     info["break_reasons"] = breaks;
     report(c.cb, "on_fallback", info);
-    add_state_guards(t);
+    add_state_guards(t.trace());
     return c.entry("unsupported: " + stop.reason);
   }
   if (c.is_break() && c.strict) {
@@ -538,7 +539,7 @@ std::optional<EntryPtr> decide(FrameCompile& c) {
                       "without nopython/fullgraph to let it run as Python.");
     return nullptr;
   }
-  add_state_guards(t);
+  add_state_guards(t.trace());
   if (!c.is_break() && !c.has_graph()) {
     c.extra->skip = true;
     return nullptr;
@@ -551,20 +552,21 @@ std::optional<EntryPtr> decide(FrameCompile& c) {
 py::object build_graph_module(FrameCompile& c, py::list& example_inputs) {
   interp::Tracer& t = c.t();
   std::vector<interp::ValuePtr> values =
-      c.is_break() ? codegen::break_values(t) : std::vector<interp::ValuePtr>{t.return_value};
-  for (const auto& v : codegen::effect_values(t)) values.push_back(v);  // tensors stored by side effects
+      c.is_break() ? codegen::break_values(t) : std::vector<interp::ValuePtr>{t.frame().return_value};
+  for (const auto& v : codegen::effect_values(t.trace())) values.push_back(v);  // tensors stored by side effects
   c.outs = codegen::collect_outputs(values);
   std::vector<graph::Arg> out_args;
   for (auto* n : c.outs) out_args.push_back(graph::Arg::ref(n));
-  t.graph.output(graph::Arg::tuple(std::move(out_args)));
-  t.graph.verify();
+  t.trace().graph.output(graph::Arg::tuple(std::move(out_args)));
+  t.trace().graph.verify();
   // "_c": never one of torch._dynamo's names (__compiled_fn_<n>, __resume_at_<offset>_<n>), which it injects into
   // the same module globals when both compile functions of one module.
   c.name = "__compiled_fn_c" + std::to_string(g_compiled_counter++);
   py::object root = interp::loaded_module("torch.nn").attr("Module")();
-  for (const auto& [attr, value] : t.graph_attrs) root.attr("register_buffer")(attr, value);
-  for (const auto& in : t.inputs) example_inputs.append(t.dynamic() ? in.node->example_value : in.value);
-  return t.graph.to_fx(root, "GraphModule", c.meta);
+  for (const auto& [attr, value] : t.trace().graph_attrs) root.attr("register_buffer")(attr, value);
+  for (const auto& in : t.trace().inputs)
+    example_inputs.append(t.options().dynamic() ? in.node->example_value : in.value);
+  return t.trace().graph.to_fx(root, "GraphModule", c.meta);
 }
 
 // The graph to the backend (Callback.compile_graph) and the GraphCall around its result.
@@ -575,15 +577,15 @@ std::optional<EntryPtr> compile_graph(FrameCompile& c) {
   py::dict ginfo = base_info(c.code);
   ginfo["name"] = c.name;
   if (c.text) {
-    ginfo["graph_tabular"] = t.graph.tabular();
-    ginfo["graph_readable"] = t.graph.readable();
+    ginfo["graph_tabular"] = t.trace().graph.tabular();
+    ginfo["graph_readable"] = t.trace().graph.readable();
   }
-  ginfo["op_count"] = t.graph.op_count();
-  ginfo["static_inputs"] = module_tensor_inputs(t);
+  ginfo["op_count"] = t.trace().graph.op_count();
+  ginfo["static_inputs"] = module_tensor_inputs(t.trace());
   // Read before the backend runs (it may rewrite the module): what a failed call of this graph changes.
   const interp::Services& services = interp::services();
-  py::tuple policy = services.graph_error_policy(gm, codegen::Rebuilder::has_effects(t));
-  if (t.ops_in_try && static_cast<GraphErrorPolicy>(policy[0].cast<int>()) != GraphErrorPolicy::Clean) {
+  py::tuple policy = services.graph_error_policy(gm, codegen::Rebuilder::has_effects(t.trace()));
+  if (t.output().ops_in_try && static_cast<GraphErrorPolicy>(policy[0].cast<int>()) != GraphErrorPolicy::Clean) {
     c.retrace_without_ops_in_try = true;  // its failure could skip a handler: keep them out
     return nullptr;
   }
@@ -608,7 +610,7 @@ std::optional<EntryPtr> compile_graph(FrameCompile& c) {
     hooks.snap_save = services.graph_save_inputs.ptr();  // borrowed: the services hold them for the process
     hooks.snap_restore = services.graph_restore_inputs.ptr();
   }
-  hooks.plan = lift_inputs(t);
+  hooks.plan = lift_inputs(t.trace());
   PyObject* call = make_graph_call(compiled.ptr(), static_cast<GraphErrorPolicy>(policy[0].cast<int>()),
                                    hooks);  // new reference
   if (!call) throw py::error_already_set();
@@ -630,7 +632,7 @@ std::optional<EntryPtr> emit_code(FrameCompile& c, py::object& new_code, std::ve
     }
   } catch (const interp::Unsupported& u) {
     report_fallback(c.cb, c.code, "unsupported",
-                    std::string(u.what()) + " (at a graph break: " + located(t.stop_info()) + ")");
+                    std::string(u.what()) + " (at a graph break: " + located(t.output().stop) + ")");
     return c.entry("unsupported");
   }
   ensure_extra(reinterpret_cast<PyCodeObject*>(new_code.ptr()))->generated = true;
@@ -660,10 +662,10 @@ EntryPtr publish(FrameCompile& c, const py::object& new_code, const std::vector<
     injected.names.push_back(r.name);
   }
   if (has_graph) c.extra->had_graph = true;
-  if (t.dynamic()) add_shape_guards(t);
-  if (has_graph) t.guards.set_input_sources(lifted_sources(t));
-  py::list guard_list = c.text ? guard_strings(t.guards) : py::list();
-  std::string guard_tree = c.text ? t.guards.tree_text() : std::string();
+  if (t.options().dynamic()) add_shape_guards(t);
+  if (has_graph) t.trace().guards.set_input_sources(lifted_sources(t.trace()));
+  py::list guard_list = c.text ? guard_strings(t.trace().guards) : py::list();
+  std::string guard_tree = c.text ? t.trace().guards.tree_text() : std::string();
   EntryPtr e = c.entry(c.is_break() ? "graph break" : "graph " + c.name);
   e->code = new_code;
   if (has_graph) e->graph = c.graph_call;
@@ -681,7 +683,7 @@ EntryPtr publish(FrameCompile& c, const py::object& new_code, const std::vector<
   info["graph_count"] = has_graph ? 1 : 0;
   info["compile_time_s"] = secs;
   py::list breaks;
-  if (c.is_break()) breaks.append(break_info(t.stop_info()));
+  if (c.is_break()) breaks.append(break_info(t.output().stop));
   info["break_reasons"] = breaks;
   info["resume_bytecode"] = resume_listing;
   report(c.cb, "on_compiled", info);

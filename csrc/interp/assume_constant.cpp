@@ -11,40 +11,6 @@ namespace cdynamo::interp {
 
 namespace {
 
-// The real Python value of an argument known while tracing: constants, objects of the frame, graph inputs
-// (their tensors as the frame holds them), tuples/lists/dicts of those. Throws Unsupported otherwise.
-py::object real_value(Tracer& t, const ValuePtr& v, const std::string& what) {
-  switch (v->kind) {
-    case VKind::Const: return v->obj;
-    case VKind::Object:
-      if (v->made_in_trace() || !v->obj) break;
-      t.realize(v);  // which object it is matters to the call: pinned by identity
-      return v->obj;
-    case VKind::Tensor:
-      if (graph::Node* n = v->tensor().node; n && n->op == graph::OpKind::Placeholder)
-        for (const auto& in : t.inputs)
-          if (in.node == n) return in.value;
-      t.unsupported(what + " with a tensor computed by the graph (only tensors the frame holds are known while "
-                    "tracing)");
-    case VKind::Tuple:
-    case VKind::List: {
-      py::list items;
-      for (const auto& i : v->items) items.append(real_value(t, i, what));
-      if (v->kind == VKind::List) return items;
-      if (v->obj && !is_structseq_class(v->obj)) return tuple_maker(v->obj)(py::tuple(items));  // a namedtuple
-      return py::tuple(items);
-    }
-    case VKind::Dict: {
-      if (v->source || v->default_dict()) break;  // a dict of the frame: its contents may change under the trace
-      py::dict d;
-      for (size_t i = 0; i < v->keys.size(); ++i) d[v->keys[i]] = real_value(t, v->items[i], what);
-      return d;
-    }
-    default: break;
-  }
-  t.unsupported(what + " with " + v->describe() + " (not known while tracing)");
-}
-
 std::string attr_base(py::handle f) {
   std::string name = py::str(py::getattr(f, "__name__", py::str("fn"))).cast<std::string>();
   std::string out = "_const_";
@@ -53,6 +19,42 @@ std::string attr_base(py::handle f) {
 }
 
 }  // namespace
+
+struct Tracer::ConstantResults {
+  // The real Python value of an argument known while tracing: constants, objects of the frame, graph inputs
+  // (their tensors as the frame holds them), tuples/lists/dicts of those. Throws Unsupported otherwise.
+  static py::object real_value(Tracer& t, const ValuePtr& v, const std::string& what) {
+    switch (v->kind) {
+      case VKind::Const: return v->obj;
+      case VKind::Object:
+        if (v->made_in_trace() || !v->obj) break;
+        t.realize(v);  // which object it is matters to the call: pinned by identity
+        return v->obj;
+      case VKind::Tensor:
+        if (graph::Node* n = v->tensor().node; n && n->op == graph::OpKind::Placeholder)
+          for (const auto& in : t.inputs)
+            if (in.node == n) return in.value;
+        t.unsupported(what + " with a tensor computed by the graph (only tensors the frame holds are known while "
+                      "tracing)");
+      case VKind::Tuple:
+      case VKind::List: {
+        py::list items;
+        for (const auto& i : v->items) items.append(real_value(t, i, what));
+        if (v->kind == VKind::List) return items;
+        if (v->obj && !is_structseq_class(v->obj)) return tuple_maker(v->obj)(py::tuple(items));  // a namedtuple
+        return py::tuple(items);
+      }
+      case VKind::Dict: {
+        if (v->source || v->default_dict()) break;  // a dict of the frame: its contents may change under the trace
+        py::dict d;
+        for (size_t i = 0; i < v->keys.size(); ++i) d[v->keys[i]] = real_value(t, v->items[i], what);
+        return d;
+      }
+      default: break;
+    }
+    t.unsupported(what + " with " + v->describe() + " (not known while tracing)");
+  }
+};
 
 bool marked_constant_result(py::handle f) {
   if (function_marked(f.ptr(), "_dynamo_marked_constant")) return true;
@@ -91,9 +93,10 @@ ValuePtr Tracer::call_constant_result(const ValuePtr& fn, const std::vector<Valu
   py::handle f = fn->obj;
   std::string what = "assume_constant_result function " + callable_name(f);
   py::tuple pargs(args.size());
-  for (size_t i = 0; i < args.size(); ++i) pargs[i] = real_value(*this, args[i], "call to " + what);
+  for (size_t i = 0; i < args.size(); ++i) pargs[i] = ConstantResults::real_value(*this, args[i], "call to " + what);
   py::dict pkw;
-  for (const auto& kv : kwargs) pkw[py::str(kv.first)] = real_value(*this, kv.second, "call to " + what);
+  for (const auto& kv : kwargs)
+    pkw[py::str(kv.first)] = ConstantResults::real_value(*this, kv.second, "call to " + what);
   py::object r;
   try {
     r = f(*pargs, **pkw);  // at trace time, capture off: its frames run as Python

@@ -55,82 +55,84 @@ bool is_device_like(py::handle o) {
   return PyUnicode_Check(o.ptr()) || py::isinstance(o, PyRefs::get().torch_device);
 }
 
-// Calls `fn(*args, **kwargs)` on meta example values; a Python error becomes Unsupported. An op with no meta
-// kernel (NotImplementedError naming Meta) is run once more on zero-filled real tensors of the same metadata on
-// `device` (cdynamo._meta_fallback, as fake tensors fall back), when a device is given; that refuses ops whose
-// output shape depends on data, mutating ops and outputs that alias inputs.
-py::object run_meta(Tracer& t, const std::string& what, py::handle fn, py::tuple args, py::dict kwargs,
-                    py::handle device = py::handle()) {
-  try {
-    if (t.dynamic()) {
-      // Fake tensors propagate under their mode (factories with symbolic sizes make fake tensors too).
-      struct Mode {
-        py::handle shapes;
-        explicit Mode(py::handle s) : shapes(s) { shapes.attr("enter")(); }
-        ~Mode() {
-          try {
-            shapes.attr("exit")();
-          } catch (py::error_already_set&) {
-          }
-        }
-      } mode(t.shapes);
-      return fn(*args, **kwargs);
-    }
-    // Meta tensors propagate with ATen's C++ Meta kernels where torch shadows them with Python ones
-    // (cdynamo._aten_meta: those import sympy and torch._dynamo).
-    return services().aten_meta_run()(fn, args, kwargs);
-  } catch (py::error_already_set& e) {
-    std::string msg = e.what();
-    if (!t.dynamic() && services().config.attr("capture_dynamic_output_shape_ops").cast<bool>()) {
-      // An op whose output shape depends on the data (nonzero, unique, masked indexing) has no meta result: under
-      // capture_dynamic_output_shape_ops the frame is traced again with fake tensors, where its sizes are
-      // unbacked symbols.
-      services().need_fake_tensors(py::handle(reinterpret_cast<PyObject*>(t.code)));
-      t.restart_dynamic = true;
-      t.unsupported(what + " under capture_dynamic_output_shape_ops (traced again with fake tensors)");
-    }
-    if (device && e.matches(PyExc_NotImplementedError) && msg.find("Meta") != std::string::npos) {
-      try {
-        // new reference: meta tensors (or a tuple/list of them) with the real kernel's output metadata
-        return services().meta_fallback_run()(fn, args, kwargs, device);
-      } catch (py::error_already_set& e2) {
-        t.unsupported(what + " failed during shape propagation: " + msg + " (and on zero-filled tensors: " +
-                      std::string(e2.what()) + ")");
-      }
-    }
-    if (t.dynamic() && services().op_error_is_genuine(e.value()).cast<bool>())
-      t.op_raised(what + " failed during shape propagation: " + msg);
-    t.unsupported(what + " failed during shape propagation: " + msg);
-  }
-}
-
-// torch._C._has_torch_function*(args): false when no argument can carry __torch_function__ (tensors
-// whose exact type, guarded by TENSOR_MATCH, is torch.Tensor or nn.Parameter, tensors made by the graph,
-// constants); Unsupported otherwise.
-bool has_torch_function(Tracer& t, const std::string& what, const std::vector<ValuePtr>& args) {
-  auto& refs = PyRefs::get();
-  std::vector<ValuePtr> work(args.begin(), args.end());
-  while (!work.empty()) {
-    ValuePtr v = work.back();
-    work.pop_back();
-    if (v->kind == VKind::Tuple || v->kind == VKind::List) {
-      work.insert(work.end(), v->items.begin(), v->items.end());
-    } else if (v->is_tensor()) {
-      for (const auto& in : t.inputs) {
-        py::handle type = py::type::handle_of(in.value);
-        if (in.node == v->tensor().node && !type.is(refs.tensor_type) && !type.is(refs.nn_parameter))
-          t.unsupported(what + " on a tensor subclass");
-      }
-    } else if (v->kind == VKind::Object) {
-      if (py::hasattr(v->obj, "__torch_function__")) t.unsupported(what + " on an object with __torch_function__");
-    } else if (!v->is_const()) {
-      t.unsupported(what + " on " + v->describe());
-    }
-  }
-  return false;
-}
-
 }  // namespace
+
+struct Tracer::CallSupport {
+  // Calls `fn(*args, **kwargs)` on meta example values; a Python error becomes Unsupported. An op with no meta
+  // kernel (NotImplementedError naming Meta) is run once more on zero-filled real tensors of the same metadata on
+  // `device` (cdynamo._meta_fallback, as fake tensors fall back), when a device is given; that refuses ops whose
+  // output shape depends on data, mutating ops and outputs that alias inputs.
+  static py::object run_meta(Tracer& t, const std::string& what, py::handle fn, py::tuple args, py::dict kwargs,
+                             py::handle device = py::handle()) {
+    try {
+      if (t.dynamic()) {
+        // Fake tensors propagate under their mode (factories with symbolic sizes make fake tensors too).
+        struct Mode {
+          py::handle shapes;
+          explicit Mode(py::handle s) : shapes(s) { shapes.attr("enter")(); }
+          ~Mode() {
+            try {
+              shapes.attr("exit")();
+            } catch (py::error_already_set&) {
+            }
+          }
+        } mode(t.shapes);
+        return fn(*args, **kwargs);
+      }
+      // Meta tensors propagate with ATen's C++ Meta kernels where torch shadows them with Python ones
+      // (cdynamo._aten_meta: those import sympy and torch._dynamo).
+      return services().aten_meta_run()(fn, args, kwargs);
+    } catch (py::error_already_set& e) {
+      std::string msg = e.what();
+      if (!t.dynamic() && services().config.attr("capture_dynamic_output_shape_ops").cast<bool>()) {
+        // An op whose output shape depends on the data (nonzero, unique, masked indexing) has no meta result: under
+        // capture_dynamic_output_shape_ops the frame is traced again with fake tensors, where its sizes are
+        // unbacked symbols.
+        services().need_fake_tensors(py::handle(reinterpret_cast<PyObject*>(t.code)));
+        t.restart_dynamic = true;
+        t.unsupported(what + " under capture_dynamic_output_shape_ops (traced again with fake tensors)");
+      }
+      if (device && e.matches(PyExc_NotImplementedError) && msg.find("Meta") != std::string::npos) {
+        try {
+          // new reference: meta tensors (or a tuple/list of them) with the real kernel's output metadata
+          return services().meta_fallback_run()(fn, args, kwargs, device);
+        } catch (py::error_already_set& e2) {
+          t.unsupported(what + " failed during shape propagation: " + msg + " (and on zero-filled tensors: " +
+                        std::string(e2.what()) + ")");
+        }
+      }
+      if (t.dynamic() && services().op_error_is_genuine(e.value()).cast<bool>())
+        t.op_raised(what + " failed during shape propagation: " + msg);
+      t.unsupported(what + " failed during shape propagation: " + msg);
+    }
+  }
+
+  // torch._C._has_torch_function*(args): false when no argument can carry __torch_function__ (tensors
+  // whose exact type, guarded by TENSOR_MATCH, is torch.Tensor or nn.Parameter, tensors made by the graph,
+  // constants); Unsupported otherwise.
+  static bool has_torch_function(Tracer& t, const std::string& what, const std::vector<ValuePtr>& args) {
+    auto& refs = PyRefs::get();
+    std::vector<ValuePtr> work(args.begin(), args.end());
+    while (!work.empty()) {
+      ValuePtr v = work.back();
+      work.pop_back();
+      if (v->kind == VKind::Tuple || v->kind == VKind::List) {
+        work.insert(work.end(), v->items.begin(), v->items.end());
+      } else if (v->is_tensor()) {
+        for (const auto& in : t.inputs) {
+          py::handle type = py::type::handle_of(in.value);
+          if (in.node == v->tensor().node && !type.is(refs.tensor_type) && !type.is(refs.nn_parameter))
+            t.unsupported(what + " on a tensor subclass");
+        }
+      } else if (v->kind == VKind::Object) {
+        if (py::hasattr(v->obj, "__torch_function__")) t.unsupported(what + " on an object with __torch_function__");
+      } else if (!v->is_const()) {
+        t.unsupported(what + " on " + v->describe());
+      }
+    }
+    return false;
+  }
+};
 
 bool foldable(const ValuePtr& v) {
   switch (v->kind) {
@@ -222,322 +224,320 @@ ValuePtr Tracer::signature_of(const ValuePtr& fn, const std::vector<ValuePtr>& a
   return Value::constant(py::handle(signature)(target));
 }
 
-namespace {
-
-
-// A bound method value (VKind::Method): namedtuple._replace / _asdict, the ctx of an autograd.Function speculation,
-// os.environ, the methods of containers and records, else a tensor method.
-ValuePtr call_method_value(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr> args, Kwargs kwargs) {
-  const ValuePtr& self = fn->bound_self();
-  const std::string& name = fn->bound_name();
-  if (self->kind == VKind::Tuple && self->obj && (name == "_replace" || name == "_asdict")) {
-    if (is_structseq_class(self->obj)) t.unsupported("struct sequence ." + name + "()");
-    py::tuple fields = self->obj.attr("_fields");
-    if (name == "_asdict" && args.empty() && kwargs.empty()) {
-      std::vector<py::object> keys;
-      for (auto k : fields) keys.push_back(py::reinterpret_borrow<py::object>(k));
-      return Value::dict(std::move(keys), self->items);
+struct Tracer::CallSteps {
+  // A bound method value (VKind::Method): namedtuple._replace / _asdict, the ctx of an autograd.Function speculation,
+  // os.environ, the methods of containers and records, else a tensor method.
+  static ValuePtr call_method_value(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr> args, Kwargs kwargs) {
+    const ValuePtr& self = fn->bound_self();
+    const std::string& name = fn->bound_name();
+    if (self->kind == VKind::Tuple && self->obj && (name == "_replace" || name == "_asdict")) {
+      if (is_structseq_class(self->obj)) t.unsupported("struct sequence ." + name + "()");
+      py::tuple fields = self->obj.attr("_fields");
+      if (name == "_asdict" && args.empty() && kwargs.empty()) {
+        std::vector<py::object> keys;
+        for (auto k : fields) keys.push_back(py::reinterpret_borrow<py::object>(k));
+        return Value::dict(std::move(keys), self->items);
+      }
+      if (name == "_replace" && args.empty()) {
+        Kwargs all;
+        for (size_t i = 0; i < fields.size(); ++i) all.emplace_back(py::str(fields[i]).cast<std::string>(), self->items[i]);
+        for (auto& kv : kwargs)
+          if (!set_kwarg(all, kv.first, kv.second)) t.unsupported("namedtuple._replace with an unknown field '" + kv.first + "'");
+        return t.make_namedtuple(self->obj, {}, all);
+      }
     }
-    if (name == "_replace" && args.empty()) {
-      Kwargs all;
-      for (size_t i = 0; i < fields.size(); ++i) all.emplace_back(py::str(fields[i]).cast<std::string>(), self->items[i]);
-      for (auto& kv : kwargs)
-        if (!set_kwarg(all, kv.first, kv.second)) t.unsupported("namedtuple._replace with an unknown field '" + kv.first + "'");
-      return t.make_namedtuple(self->obj, {}, all);
-    }
-  }
-  if (t.autograd_.ctx && self == t.autograd_.ctx) return t.autograd_ctx_call(name, args, kwargs);
-  if (t.is_environ(self)) return t.environ_call(self, name, args, kwargs);
-  switch (self->kind) {
-    case VKind::Dict: return t.call_dict_method(self, name, std::move(args), std::move(kwargs));
-    case VKind::List:
-    case VKind::Tuple: return t.call_list_method(self, name, std::move(args), std::move(kwargs));
-    case VKind::Set: return t.call_set_method(self, name, std::move(args), std::move(kwargs));
-    case VKind::Record: return t.call_record_method(self, name, std::move(args), std::move(kwargs));
-    default: return t.call_tensor_method(self, name, std::move(args), std::move(kwargs));
-  }
-}
-
-// Values the trace models itself: functools.partial, inspect.signature, the slots found through super(), the
-// __exit__ of a traced `with` block. nullptr for any other value.
-ValuePtr call_modelled(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr>& args, Kwargs& kwargs) {
-  if (fn->partial()) return t.call_partial(fn, std::move(args), std::move(kwargs));
-  if (ValuePtr sig = t.signature_of(fn, args, kwargs)) return sig;
-  if (const SlotOf* slot = fn->slot()) {
-    switch (slot->slot) {
-      case Slot::Noop:
-        if (args.empty() && kwargs.empty()) return Value::constant(py::none());
-        break;
-      case Slot::SuperGetattribute:
-        if (fn->kind == VKind::Object) return t.generic_getattr(slot->self, args, kwargs);
-        break;
-      case Slot::SuperSetattr:
-        if (fn->kind != VKind::Object) break;
-        if (args.size() != 2 || !kwargs.empty() || !args[0]->is_const() || !PyUnicode_Check(args[0]->obj.ptr()))
-          t.unsupported("super().__setattr__ with a non-constant name");
-        t.instance_setattr(slot->self, args[0]->obj.cast<std::string>(), args[1]);
-        return Value::constant(py::none());
-      case Slot::SuperDictGet:
-      case Slot::SuperDictGetitem:
-      case Slot::SuperDictContains:
-        if (fn->kind == VKind::Object) return t.super_dict_call(slot->self, slot_method_name(slot->slot), args, kwargs);
-        break;
+    if (t.autograd_.ctx && self == t.autograd_.ctx) return t.autograd_ctx_call(name, args, kwargs);
+    if (t.is_environ(self)) return t.environ_call(self, name, args, kwargs);
+    switch (self->kind) {
+      case VKind::Dict: return t.call_dict_method(self, name, std::move(args), std::move(kwargs));
+      case VKind::List:
+      case VKind::Tuple: return t.call_list_method(self, name, std::move(args), std::move(kwargs));
+      case VKind::Set: return t.call_set_method(self, name, std::move(args), std::move(kwargs));
+      case VKind::Record: return t.call_record_method(self, name, std::move(args), std::move(kwargs));
+      default: return t.call_tensor_method(self, name, std::move(args), std::move(kwargs));
     }
   }
-  if (const GradExitOf* g = fn->grad_exit()) {  // leaving a traced `with` block normally: __exit__(None, None, None)
-    if (g->mode != kNoopExit) t.set_grad_mode(g->mode == 1);
+
+  // Values the trace models itself: functools.partial, inspect.signature, the slots found through super(), the
+  // __exit__ of a traced `with` block. nullptr for any other value.
+  static ValuePtr call_modelled(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr>& args, Kwargs& kwargs) {
+    if (fn->partial()) return t.call_partial(fn, std::move(args), std::move(kwargs));
+    if (ValuePtr sig = t.signature_of(fn, args, kwargs)) return sig;
+    if (const SlotOf* slot = fn->slot()) {
+      switch (slot->slot) {
+        case Slot::Noop:
+          if (args.empty() && kwargs.empty()) return Value::constant(py::none());
+          break;
+        case Slot::SuperGetattribute:
+          if (fn->kind == VKind::Object) return t.generic_getattr(slot->self, args, kwargs);
+          break;
+        case Slot::SuperSetattr:
+          if (fn->kind != VKind::Object) break;
+          if (args.size() != 2 || !kwargs.empty() || !args[0]->is_const() || !PyUnicode_Check(args[0]->obj.ptr()))
+            t.unsupported("super().__setattr__ with a non-constant name");
+          t.instance_setattr(slot->self, args[0]->obj.cast<std::string>(), args[1]);
+          return Value::constant(py::none());
+        case Slot::SuperDictGet:
+        case Slot::SuperDictGetitem:
+        case Slot::SuperDictContains:
+          if (fn->kind == VKind::Object) return t.super_dict_call(slot->self, slot_method_name(slot->slot), args, kwargs);
+          break;
+      }
+    }
+    if (const GradExitOf* g = fn->grad_exit()) {  // leaving a traced `with` block normally: __exit__(None, None, None)
+      if (g->mode != kNoopExit) t.set_grad_mode(g->mode == 1);
+      return Value::constant(py::none());
+    }
+    return nullptr;
+  }
+
+  // record_function(name, args=None) / nullcontext(enter_result=None) made now from constant arguments.
+  static ValuePtr make_noop_context(Tracer& t, py::handle f, const std::vector<ValuePtr>& args, const Kwargs& kwargs) {
+    py::tuple real(args.size());
+    py::dict kw;
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (!args[i]->is_const()) t.unsupported(callable_name(f) + "() with " + args[i]->describe());
+      real[i] = args[i]->obj;
+    }
+    for (const auto& kv : kwargs) {
+      if (!kv.second->is_const()) t.unsupported(callable_name(f) + "() with " + kv.second->describe());
+      kw[py::str(kv.first)] = kv.second->obj;
+    }
+    return Value::object(f(*real, **kw));
+  }
+
+  // Python objects the trace knows by what they are (before torch's trace rules classify the callable): bound methods,
+  // autograd.Function.apply, context classes, builtin exceptions before `raise`, dict / namedtuple / user classes /
+  // records, the builtin rules (builtins.cpp), id(), set(), the iteration builtins and constant folding of a
+  // constant's methods. nullptr when none applies.
+  static ValuePtr call_known_object(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr>& args, Kwargs& kwargs) {
+    py::handle f = fn->obj;
+    if (fn->made_module()) return call_made_module(t, fn, std::move(args), std::move(kwargs));
+    if (ValuePtr m = make_nn_module(t, fn, args, kwargs)) return m;  // nn.Softmax(dim=-1) inside a forward
+    // A bound method calls its function with the receiver first, whatever the function is.
+    if (fn->bound_self() && fn->kind == VKind::Object) return t.call_object(fn, std::move(args), std::move(kwargs));
+    if (fn->kind == VKind::Object)
+      if (ValuePtr r = t.autograd_function_apply(fn, args, kwargs)) return r;
+    if (is_grad_context_class(f) && args.empty() && kwargs.empty()) return Value::object(f());
+    if (is_noop_context_class(f)) return make_noop_context(t, f, args, kwargs);
+    if (t.inline_depth() > 0 && kwargs.empty() && is_builtin_exception_class(f) && t.pc + 1 < t.bc.insts.size() &&
+        t.bc.insts[t.pc + 1]->opcode == bytecode::opcode_by_name("RAISE_VARARGS") && t.bc.insts[t.pc + 1]->arg == 1)
+      t.raise_builtin_exception(f, args);  // `raise IndexError("...")` in an inlined function
+    if (f.is(unbound_cell_check()) && args.size() == 2 && args[0]->kind == VKind::Cell) {
+      // A continuation's check before it reads or deletes a cell of the function it continues (codegen/graph_break.cpp).
+      if (!args[0]->cell().content) t.unsupported("a read or del of a deleted variable (UnboundLocalError)");
+      return Value::constant(py::none());
+    }
+    std::string bname = builtin_name(f);
+    if (bname == "dict") return t.make_dict(args, kwargs);
+    if (is_namedtuple_class(f)) return t.make_namedtuple(f, args, kwargs);
+    if (fn->kind == VKind::Object && fn->source && !fn->bound_self() && is_plain_class(f))
+      return t.make_instance(fn, std::move(args), std::move(kwargs));
+    if (fn->kind == VKind::Object && fn->source && !fn->bound_self() && is_record_class(f))
+      return t.make_record(fn, std::move(args), std::move(kwargs));
+    if (ValuePtr r = t.call_builtin(bname, f, args, kwargs)) return r;
+    if (bname == "id" && args.size() == 1 && kwargs.empty() && args[0]->kind == VKind::Object && args[0]->source &&
+        !args[0]->bound_self() && !guards::is_tensor(args[0]->obj.ptr())) {
+      // id() of an object read from the frame (parametrize's cache key): a constant, the object pinned by identity.
+      t.guards.add(guards::id_match(args[0]->source, args[0]->obj.ptr()));
+      return Value::constant(py::int_(reinterpret_cast<uintptr_t>(args[0]->obj.ptr())));
+    }
+    if ((bname == "set" || bname == "frozenset") && kwargs.empty()) return t.make_set(args, bname == "frozenset");
+    if (!bname.empty() && kwargs.empty())
+      if (ValuePtr r = t.call_iter_builtin(bname, args)) return r;
+    // Methods of immutable constants ("a_b".split("_"), name.startswith(...)) fold on constant arguments.
+    if (PyCFunction_Check(f.ptr()) && kwargs.empty()) {
+      PyObject* recv = PyCFunction_GET_SELF(f.ptr());  // borrowed
+      if (recv && !PyModule_Check(recv) && is_constant_object(py::handle(recv)) && !guards::is_tensor(recv)) {
+        bool all = true;
+        for (const auto& a : args) all = all && foldable(a);
+        if (all) return t.fold_call(f, callable_name(f), args, {});
+      }
+    }
+    return nullptr;
+  }
+
+  // isinstance(tensor, classes): the class argument a class or a tuple of classes (nested tuples flattened, as
+  // isinstance does); answered from the tensor's guarded exact type (its TENSOR_MATCH), torch.Tensor for a tensor the
+  // graph made. The legacy types (torch.FloatTensor, ...) check dtype, device type and layout. nullptr when unknown.
+  static ValuePtr tensor_isinstance(Tracer& t, const ValuePtr& v, const ValuePtr& clsinfo) {
+    std::vector<py::object> classes;
+    bool known = true;
+    std::function<void(const ValuePtr&)> collect = [&](const ValuePtr& c) {
+      if (c->kind == VKind::Object && PyType_Check(c->obj.ptr())) {
+        classes.push_back(c->obj);
+      } else if (c->kind == VKind::Tuple && !c->obj) {
+        for (const auto& i : c->items) collect(i);
+      } else {
+        known = false;
+      }
+    };
+    collect(clsinfo);
+    graph::Node* vnode = v->tensor().node;
+    PyObject* real_cls = vnode && vnode->op == graph::OpKind::Placeholder ? nullptr : PyRefs::get().tensor_type.ptr();
+    if (!real_cls)
+      for (const auto& in : t.inputs)
+        if (in.node == vnode) real_cls = reinterpret_cast<PyObject*>(Py_TYPE(in.value.ptr()));
+    if (!known || !real_cls) return nullptr;
+    bool r = false;
+    for (const auto& cls : classes) {
+      py::handle meta = reinterpret_cast<PyObject*>(Py_TYPE(cls.ptr()));
+      if (py::str(meta.attr("__module__")).cast<std::string>() == "torch" &&
+          py::str(meta.attr("__name__")).cast<std::string>() == "tensortype") {
+        r = r || (v->tensor().example.attr("dtype").equal(cls.attr("dtype")) &&
+                  v->tensor().device.attr("type").cast<std::string>() == (cls.attr("is_cuda").cast<bool>() ? "cuda" : "cpu") &&
+                  v->tensor().example.attr("is_sparse").cast<bool>() == cls.attr("is_sparse").cast<bool>());
+        continue;
+      }
+      int sub = PyObject_IsSubclass(real_cls, cls.ptr());
+      if (sub < 0) throw py::error_already_set();
+      r = r || sub == 1;
+    }
+    return Value::constant(py::bool_(r));
+  }
+
+  // A pure builtin, an operator or a torch metadata function: on tensors an operator node, a metadata answer from the
+  // meta examples, abs / pow as the tensor's operators, isinstance of a tensor; on constants folded now.
+  static ValuePtr call_pure(Tracer& t, CallKind kind, py::handle f, std::vector<ValuePtr>& args, Kwargs& kwargs) {
+    bool tensors = false;
+    for (const auto& a : args) tensors |= any_tensor(a);
+    for (const auto& kv : kwargs) tensors |= any_tensor(kv.second);
+    if (!tensors) return t.fold_call(f, "call to " + callable_name(f), args, kwargs);
+    if (kind == CallKind::Operator && kwargs.empty()) return t.apply_operator(f, std::move(args));
+    if (kind == CallKind::TorchMetadata) {
+      py::tuple margs(args.size());
+      for (size_t i = 0; i < args.size(); ++i) margs[i] = t.to_example(args[i]);
+      py::dict mkw;
+      for (auto& kv : kwargs) mkw[py::str(kv.first)] = t.to_example(kv.second);
+      py::object r = CallSupport::run_meta(t, callable_name(f), f, margs, mkw);
+      if (!is_constant_object(r)) t.unsupported(callable_name(f) + " returned a non-constant");
+      return Value::constant(r);
+    }
+    std::string name = callable_name(f);
+    if (((name == "abs" && args.size() == 1) || (name == "pow" && args.size() == 2)) && kwargs.empty())
+      return t.apply_operator(PyRefs::get().operator_mod.attr(name.c_str()), std::move(args));
+    if (name == "isinstance" && args.size() == 2 && args[0]->is_tensor() && kwargs.empty())
+      if (ValuePtr r = tensor_isinstance(t, args[0], args[1])) return r;
+    t.unsupported("call to " + name + " with tensor arguments");
+  }
+
+  // A torch function: one graph op; a Python function of torch (torch.nn.functional's) is one op when it runs on meta
+  // tensors and returns tensors, otherwise (None in its result, a Python-level check) its body is inlined, the nodes
+  // of the failed attempt rolled back so that the retry starts from the same state.
+  static ValuePtr call_torch_op(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr>& args, Kwargs& kwargs) {
+    py::handle f = fn->obj;
+    if (!PyFunction_Check(f.ptr())) return t.call_torch(f, std::move(args), std::move(kwargs), false);
+    size_t mark = t.graph.mark();
+    try {
+      return t.call_torch(f, args, kwargs, false);
+    } catch (const Unsupported&) {
+      t.graph.rollback(mark);
+      return t.inline_call(fn, std::move(args), std::move(kwargs));
+    }
+  }
+
+  // torch.compiler.is_compiling() and its aliases: True in every traced part. Only torch's own code (torch.optim:
+  // _get_value, _stack_if_compiling, the capturable checks) is held to Tracer::compiling_folds.
+  static ValuePtr compiling_query(Tracer& t, py::handle f, const std::vector<ValuePtr>& args, const Kwargs& kwargs) {
+    if (!args.empty() || !kwargs.empty()) t.unsupported(callable_name(f) + " with arguments");
+    if (PyUnicode_Check(t.code->co_filename)) {
+      const char* file = PyUnicode_AsUTF8(t.code->co_filename);  // borrowed buffer
+      if (!file) throw py::error_already_set();
+      if (std::string(file).find("/torch/") != std::string::npos) ++t.compiling_folds;
+    }
+    return Value::constant(py::bool_(true));
+  }
+
+  // torch._assert(cond, msg): a condition known while tracing (a guarded size compared with a constant) that holds has
+  // no effect; a false or run-time (tensor) condition runs as Python, which raises or checks it.
+  static ValuePtr torch_assert(Tracer& t, const std::vector<ValuePtr>& args, const Kwargs& kwargs) {
+    ValuePtr cond = !args.empty() ? args[0] : nullptr;
+    for (const auto& kv : kwargs)
+      if (kv.first == "condition") cond = kv.second;
+    if (!cond || cond->kind != VKind::Const || args.size() + kwargs.size() != 2)
+      t.unsupported("torch._assert on a condition known only at run time");
+    int truth = PyObject_IsTrue(cond->obj.ptr());
+    if (truth < 0) PyErr_Clear();
+    if (truth != 1) t.unsupported("torch._assert whose condition is false while tracing");
     return Value::constant(py::none());
   }
-  return nullptr;
-}
 
-// record_function(name, args=None) / nullcontext(enter_result=None) made now from constant arguments.
-ValuePtr make_noop_context(Tracer& t, py::handle f, const std::vector<ValuePtr>& args, const Kwargs& kwargs) {
-  py::tuple real(args.size());
-  py::dict kw;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (!args[i]->is_const()) t.unsupported(callable_name(f) + "() with " + args[i]->describe());
-    real[i] = args[i]->obj;
-  }
-  for (const auto& kv : kwargs) {
-    if (!kv.second->is_const()) t.unsupported(callable_name(f) + "() with " + kv.second->describe());
-    kw[py::str(kv.first)] = kv.second->obj;
-  }
-  return Value::object(f(*real, **kw));
-}
-
-// Python objects the trace knows by what they are (before torch's trace rules classify the callable): bound methods,
-// autograd.Function.apply, context classes, builtin exceptions before `raise`, dict / namedtuple / user classes /
-// records, the builtin rules (builtins.cpp), id(), set(), the iteration builtins and constant folding of a
-// constant's methods. nullptr when none applies.
-ValuePtr call_known_object(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr>& args, Kwargs& kwargs) {
-  py::handle f = fn->obj;
-  if (fn->made_module()) return call_made_module(t, fn, std::move(args), std::move(kwargs));
-  if (ValuePtr m = make_nn_module(t, fn, args, kwargs)) return m;  // nn.Softmax(dim=-1) inside a forward
-  // A bound method calls its function with the receiver first, whatever the function is.
-  if (fn->bound_self() && fn->kind == VKind::Object) return t.call_object(fn, std::move(args), std::move(kwargs));
-  if (fn->kind == VKind::Object)
-    if (ValuePtr r = t.autograd_function_apply(fn, args, kwargs)) return r;
-  if (is_grad_context_class(f) && args.empty() && kwargs.empty()) return Value::object(f());
-  if (is_noop_context_class(f)) return make_noop_context(t, f, args, kwargs);
-  if (t.inline_depth() > 0 && kwargs.empty() && is_builtin_exception_class(f) && t.pc + 1 < t.bc.insts.size() &&
-      t.bc.insts[t.pc + 1]->opcode == bytecode::opcode_by_name("RAISE_VARARGS") && t.bc.insts[t.pc + 1]->arg == 1)
-    t.raise_builtin_exception(f, args);  // `raise IndexError("...")` in an inlined function
-  if (f.is(unbound_cell_check()) && args.size() == 2 && args[0]->kind == VKind::Cell) {
-    // A continuation's check before it reads or deletes a cell of the function it continues (codegen/graph_break.cpp).
-    if (!args[0]->cell().content) t.unsupported("a read or del of a deleted variable (UnboundLocalError)");
-    return Value::constant(py::none());
-  }
-  std::string bname = builtin_name(f);
-  if (bname == "dict") return t.make_dict(args, kwargs);
-  if (is_namedtuple_class(f)) return t.make_namedtuple(f, args, kwargs);
-  if (fn->kind == VKind::Object && fn->source && !fn->bound_self() && is_plain_class(f))
-    return t.make_instance(fn, std::move(args), std::move(kwargs));
-  if (fn->kind == VKind::Object && fn->source && !fn->bound_self() && is_record_class(f))
-    return t.make_record(fn, std::move(args), std::move(kwargs));
-  if (ValuePtr r = t.call_builtin(bname, f, args, kwargs)) return r;
-  if (bname == "id" && args.size() == 1 && kwargs.empty() && args[0]->kind == VKind::Object && args[0]->source &&
-      !args[0]->bound_self() && !guards::is_tensor(args[0]->obj.ptr())) {
-    // id() of an object read from the frame (parametrize's cache key): a constant, the object pinned by identity.
-    t.guards.add(guards::id_match(args[0]->source, args[0]->obj.ptr()));
-    return Value::constant(py::int_(reinterpret_cast<uintptr_t>(args[0]->obj.ptr())));
-  }
-  if ((bname == "set" || bname == "frozenset") && kwargs.empty()) return t.make_set(args, bname == "frozenset");
-  if (!bname.empty() && kwargs.empty())
-    if (ValuePtr r = t.call_iter_builtin(bname, args)) return r;
-  // Methods of immutable constants ("a_b".split("_"), name.startswith(...)) fold on constant arguments.
-  if (PyCFunction_Check(f.ptr()) && kwargs.empty()) {
-    PyObject* recv = PyCFunction_GET_SELF(f.ptr());  // borrowed
-    if (recv && !PyModule_Check(recv) && is_constant_object(py::handle(recv)) && !guards::is_tensor(recv)) {
-      bool all = true;
-      for (const auto& a : args) all = all && foldable(a);
-      if (all) return t.fold_call(f, callable_name(f), args, {});
+  // A callable nothing above knew: a Python function is inlined; functools.lru_cache over a function marked
+  // assume_constant_result (transformers' install probes such as is_torch_distributed_available) is called while
+  // tracing through the cache, as eager calls it, its result a constant (torch._dynamo reads the mark past the cache
+  // wrapper); other objects are called through their class (call_object). nullptr: unsupported.
+  static ValuePtr call_unknown(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr>& args, Kwargs& kwargs) {
+    py::handle f = fn->obj;
+    if (PyFunction_Check(f.ptr())) return t.inline_call(fn, std::move(args), std::move(kwargs));
+    if (is_lru_cache_wrapper(f)) {
+      py::object wrapped = py::getattr(f, "__wrapped__", py::none());
+      if (marked_constant_result(wrapped)) return t.call_constant_result(fn, args, kwargs);
     }
+    if (fn->kind == VKind::Object && !PyType_Check(f.ptr())) return t.call_object(fn, std::move(args), std::move(kwargs));
+    return nullptr;
   }
-  return nullptr;
-}
 
-// isinstance(tensor, classes): the class argument a class or a tuple of classes (nested tuples flattened, as
-// isinstance does); answered from the tensor's guarded exact type (its TENSOR_MATCH), torch.Tensor for a tensor the
-// graph made. The legacy types (torch.FloatTensor, ...) check dtype, device type and layout. nullptr when unknown.
-ValuePtr tensor_isinstance(Tracer& t, const ValuePtr& v, const ValuePtr& clsinfo) {
-  std::vector<py::object> classes;
-  bool known = true;
-  std::function<void(const ValuePtr&)> collect = [&](const ValuePtr& c) {
-    if (c->kind == VKind::Object && PyType_Check(c->obj.ptr())) {
-      classes.push_back(c->obj);
-    } else if (c->kind == VKind::Tuple && !c->obj) {
-      for (const auto& i : c->items) collect(i);
-    } else {
-      known = false;
+  // The callable as torch_rules classifies it (classify_callable): torch ops, queries answered while tracing, jit
+  // helpers, pure builtins and operators, and the rest.
+  static ValuePtr call_by_rule(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr>& args, Kwargs& kwargs) {
+    py::handle f = fn->obj;
+    CallKind kind = classify_callable(f);
+    switch (kind) {
+      case CallKind::GraphBreak: t.unsupported("cdynamo.graph_break() was called");
+      case CallKind::GradModeQuery:
+        // Grad mode is known at every point of the trace (guarded at entry, switched only by traced `with`s).
+        if (!args.empty() || !kwargs.empty()) t.unsupported("torch.is_grad_enabled() with arguments");
+        return Value::constant(py::bool_(guards::grad_mode_enabled()));
+      case CallKind::AutocastQuery:
+        // The autocast switches are guarded; the answer for this trace is the one Python gives now.
+        t.guards.add(guards::autocast_guard());
+        return t.fold_call(f, callable_name(f), args, kwargs);
+      case CallKind::TorchFunctionQuery:
+        return Value::constant(py::bool_(CallSupport::has_torch_function(t, callable_name(f), args)));
+      case CallKind::DispatchModeStackQuery:
+        // The stack's depth is part of GLOBAL_STATE (every entry guards it): empty now means empty when the graph
+        // runs. A non-empty stack holds mode objects the trace does not model.
+        if (!args.empty() || !kwargs.empty()) t.unsupported(callable_name(f) + " with arguments");
+        if (guards::dispatch_mode_stack_len() != 0) t.unsupported(callable_name(f) + " while a TorchDispatchMode is active");
+        return Value::list({});
+      case CallKind::Disallowed: t.unsupported("call to " + callable_name(f) + ", which is marked disallow_in_graph");
+      case CallKind::TorchOp: return call_torch_op(t, fn, args, kwargs);
+      case CallKind::AllowedInGraph: return t.call_torch(f, std::move(args), std::move(kwargs), false);
+      case CallKind::TorchFactory: return t.call_torch(f, std::move(args), std::move(kwargs), true);
+      case CallKind::CompilingQuery: return compiling_query(t, f, args, kwargs);
+      case CallKind::TorchAssert: return torch_assert(t, args, kwargs);
+      case CallKind::JitAnnotate:
+        if (args.size() != 2 || !kwargs.empty()) t.unsupported("torch.jit.annotate with other than two arguments");
+        return args[1];
+      case CallKind::JitUnwrapOptional:
+        if (args.size() != 1 || !kwargs.empty()) t.unsupported("torch.jit._unwrap_optional with other than one argument");
+        if (args[0]->is_const() && args[0]->obj.is_none()) t.unsupported("torch.jit._unwrap_optional(None) raises");
+        return args[0];
+      case CallKind::JitIsinstance:
+        // Outside TorchScript, container refinement is plain isinstance for a class (typing forms are not traced).
+        if (args.size() != 2 || !kwargs.empty() || args[1]->kind != VKind::Object || !PyType_Check(args[1]->obj.ptr()))
+          t.unsupported("torch.jit.isinstance with a typing form (only a class is traced)");
+        return t.call(Value::object(PyRefs::get().builtins.attr("isinstance")), std::move(args), {});
+      case CallKind::TorchMetadata:
+      case CallKind::Operator:
+      case CallKind::PureBuiltin: return call_pure(t, kind, f, args, kwargs);
+      case CallKind::Unknown:
+        if (ValuePtr r = call_unknown(t, fn, args, kwargs)) return r;
+        break;
     }
-  };
-  collect(clsinfo);
-  graph::Node* vnode = v->tensor().node;
-  PyObject* real_cls = vnode && vnode->op == graph::OpKind::Placeholder ? nullptr : PyRefs::get().tensor_type.ptr();
-  if (!real_cls)
-    for (const auto& in : t.inputs)
-      if (in.node == vnode) real_cls = reinterpret_cast<PyObject*>(Py_TYPE(in.value.ptr()));
-  if (!known || !real_cls) return nullptr;
-  bool r = false;
-  for (const auto& cls : classes) {
-    py::handle meta = reinterpret_cast<PyObject*>(Py_TYPE(cls.ptr()));
-    if (py::str(meta.attr("__module__")).cast<std::string>() == "torch" &&
-        py::str(meta.attr("__name__")).cast<std::string>() == "tensortype") {
-      r = r || (v->tensor().example.attr("dtype").equal(cls.attr("dtype")) &&
-                v->tensor().device.attr("type").cast<std::string>() == (cls.attr("is_cuda").cast<bool>() ? "cuda" : "cpu") &&
-                v->tensor().example.attr("is_sparse").cast<bool>() == cls.attr("is_sparse").cast<bool>());
-      continue;
-    }
-    int sub = PyObject_IsSubclass(real_cls, cls.ptr());
-    if (sub < 0) throw py::error_already_set();
-    r = r || sub == 1;
+    t.unsupported("call to " + callable_name(f) + " is not supported (not a torch operation)");
   }
-  return Value::constant(py::bool_(r));
-}
-
-// A pure builtin, an operator or a torch metadata function: on tensors an operator node, a metadata answer from the
-// meta examples, abs / pow as the tensor's operators, isinstance of a tensor; on constants folded now.
-ValuePtr call_pure(Tracer& t, CallKind kind, py::handle f, std::vector<ValuePtr>& args, Kwargs& kwargs) {
-  bool tensors = false;
-  for (const auto& a : args) tensors |= any_tensor(a);
-  for (const auto& kv : kwargs) tensors |= any_tensor(kv.second);
-  if (!tensors) return t.fold_call(f, "call to " + callable_name(f), args, kwargs);
-  if (kind == CallKind::Operator && kwargs.empty()) return t.apply_operator(f, std::move(args));
-  if (kind == CallKind::TorchMetadata) {
-    py::tuple margs(args.size());
-    for (size_t i = 0; i < args.size(); ++i) margs[i] = t.to_example(args[i]);
-    py::dict mkw;
-    for (auto& kv : kwargs) mkw[py::str(kv.first)] = t.to_example(kv.second);
-    py::object r = run_meta(t, callable_name(f), f, margs, mkw);
-    if (!is_constant_object(r)) t.unsupported(callable_name(f) + " returned a non-constant");
-    return Value::constant(r);
-  }
-  std::string name = callable_name(f);
-  if (((name == "abs" && args.size() == 1) || (name == "pow" && args.size() == 2)) && kwargs.empty())
-    return t.apply_operator(PyRefs::get().operator_mod.attr(name.c_str()), std::move(args));
-  if (name == "isinstance" && args.size() == 2 && args[0]->is_tensor() && kwargs.empty())
-    if (ValuePtr r = tensor_isinstance(t, args[0], args[1])) return r;
-  t.unsupported("call to " + name + " with tensor arguments");
-}
-
-// A torch function: one graph op; a Python function of torch (torch.nn.functional's) is one op when it runs on meta
-// tensors and returns tensors, otherwise (None in its result, a Python-level check) its body is inlined, the nodes
-// of the failed attempt rolled back so that the retry starts from the same state.
-ValuePtr call_torch_op(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr>& args, Kwargs& kwargs) {
-  py::handle f = fn->obj;
-  if (!PyFunction_Check(f.ptr())) return t.call_torch(f, std::move(args), std::move(kwargs), false);
-  size_t mark = t.graph.mark();
-  try {
-    return t.call_torch(f, args, kwargs, false);
-  } catch (const Unsupported&) {
-    t.graph.rollback(mark);
-    return t.inline_call(fn, std::move(args), std::move(kwargs));
-  }
-}
-
-// torch.compiler.is_compiling() and its aliases: True in every traced part. Only torch's own code (torch.optim:
-// _get_value, _stack_if_compiling, the capturable checks) is held to Tracer::compiling_folds.
-ValuePtr compiling_query(Tracer& t, py::handle f, const std::vector<ValuePtr>& args, const Kwargs& kwargs) {
-  if (!args.empty() || !kwargs.empty()) t.unsupported(callable_name(f) + " with arguments");
-  if (PyUnicode_Check(t.code->co_filename)) {
-    const char* file = PyUnicode_AsUTF8(t.code->co_filename);  // borrowed buffer
-    if (!file) throw py::error_already_set();
-    if (std::string(file).find("/torch/") != std::string::npos) ++t.compiling_folds;
-  }
-  return Value::constant(py::bool_(true));
-}
-
-// torch._assert(cond, msg): a condition known while tracing (a guarded size compared with a constant) that holds has
-// no effect; a false or run-time (tensor) condition runs as Python, which raises or checks it.
-ValuePtr torch_assert(Tracer& t, const std::vector<ValuePtr>& args, const Kwargs& kwargs) {
-  ValuePtr cond = !args.empty() ? args[0] : nullptr;
-  for (const auto& kv : kwargs)
-    if (kv.first == "condition") cond = kv.second;
-  if (!cond || cond->kind != VKind::Const || args.size() + kwargs.size() != 2)
-    t.unsupported("torch._assert on a condition known only at run time");
-  int truth = PyObject_IsTrue(cond->obj.ptr());
-  if (truth < 0) PyErr_Clear();
-  if (truth != 1) t.unsupported("torch._assert whose condition is false while tracing");
-  return Value::constant(py::none());
-}
-
-// A callable nothing above knew: a Python function is inlined; functools.lru_cache over a function marked
-// assume_constant_result (transformers' install probes such as is_torch_distributed_available) is called while
-// tracing through the cache, as eager calls it, its result a constant (torch._dynamo reads the mark past the cache
-// wrapper); other objects are called through their class (call_object). nullptr: unsupported.
-ValuePtr call_unknown(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr>& args, Kwargs& kwargs) {
-  py::handle f = fn->obj;
-  if (PyFunction_Check(f.ptr())) return t.inline_call(fn, std::move(args), std::move(kwargs));
-  if (is_lru_cache_wrapper(f)) {
-    py::object wrapped = py::getattr(f, "__wrapped__", py::none());
-    if (marked_constant_result(wrapped)) return t.call_constant_result(fn, args, kwargs);
-  }
-  if (fn->kind == VKind::Object && !PyType_Check(f.ptr())) return t.call_object(fn, std::move(args), std::move(kwargs));
-  return nullptr;
-}
-
-// The callable as torch_rules classifies it (classify_callable): torch ops, queries answered while tracing, jit
-// helpers, pure builtins and operators, and the rest.
-ValuePtr call_by_rule(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr>& args, Kwargs& kwargs) {
-  py::handle f = fn->obj;
-  CallKind kind = classify_callable(f);
-  switch (kind) {
-    case CallKind::GraphBreak: t.unsupported("cdynamo.graph_break() was called");
-    case CallKind::GradModeQuery:
-      // Grad mode is known at every point of the trace (guarded at entry, switched only by traced `with`s).
-      if (!args.empty() || !kwargs.empty()) t.unsupported("torch.is_grad_enabled() with arguments");
-      return Value::constant(py::bool_(guards::grad_mode_enabled()));
-    case CallKind::AutocastQuery:
-      // The autocast switches are guarded; the answer for this trace is the one Python gives now.
-      t.guards.add(guards::autocast_guard());
-      return t.fold_call(f, callable_name(f), args, kwargs);
-    case CallKind::TorchFunctionQuery: return Value::constant(py::bool_(has_torch_function(t, callable_name(f), args)));
-    case CallKind::DispatchModeStackQuery:
-      // The stack's depth is part of GLOBAL_STATE (every entry guards it): empty now means empty when the graph
-      // runs. A non-empty stack holds mode objects the trace does not model.
-      if (!args.empty() || !kwargs.empty()) t.unsupported(callable_name(f) + " with arguments");
-      if (guards::dispatch_mode_stack_len() != 0) t.unsupported(callable_name(f) + " while a TorchDispatchMode is active");
-      return Value::list({});
-    case CallKind::Disallowed: t.unsupported("call to " + callable_name(f) + ", which is marked disallow_in_graph");
-    case CallKind::TorchOp: return call_torch_op(t, fn, args, kwargs);
-    case CallKind::AllowedInGraph: return t.call_torch(f, std::move(args), std::move(kwargs), false);
-    case CallKind::TorchFactory: return t.call_torch(f, std::move(args), std::move(kwargs), true);
-    case CallKind::CompilingQuery: return compiling_query(t, f, args, kwargs);
-    case CallKind::TorchAssert: return torch_assert(t, args, kwargs);
-    case CallKind::JitAnnotate:
-      if (args.size() != 2 || !kwargs.empty()) t.unsupported("torch.jit.annotate with other than two arguments");
-      return args[1];
-    case CallKind::JitUnwrapOptional:
-      if (args.size() != 1 || !kwargs.empty()) t.unsupported("torch.jit._unwrap_optional with other than one argument");
-      if (args[0]->is_const() && args[0]->obj.is_none()) t.unsupported("torch.jit._unwrap_optional(None) raises");
-      return args[0];
-    case CallKind::JitIsinstance:
-      // Outside TorchScript, container refinement is plain isinstance for a class (typing forms are not traced).
-      if (args.size() != 2 || !kwargs.empty() || args[1]->kind != VKind::Object || !PyType_Check(args[1]->obj.ptr()))
-        t.unsupported("torch.jit.isinstance with a typing form (only a class is traced)");
-      return t.call(Value::object(PyRefs::get().builtins.attr("isinstance")), std::move(args), {});
-    case CallKind::TorchMetadata:
-    case CallKind::Operator:
-    case CallKind::PureBuiltin: return call_pure(t, kind, f, args, kwargs);
-    case CallKind::Unknown:
-      if (ValuePtr r = call_unknown(t, fn, args, kwargs)) return r;
-      break;
-  }
-  t.unsupported("call to " + callable_name(f) + " is not supported (not a torch operation)");
-}
-
-}  // namespace
+};
 
 // A call, dispatched in this order: bound-method values, values the trace models, objects it knows, then torch's
 // trace rules (see the helpers above; docs/architecture.md "How to add a builtin / a library rule").
 ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
                       std::vector<std::pair<std::string, ValuePtr>> kwargs) {
-  if (fn->kind == VKind::Method) return call_method_value(*this, fn, std::move(args), std::move(kwargs));
-  if (ValuePtr r = call_modelled(*this, fn, args, kwargs)) return r;
+  if (fn->kind == VKind::Method) return CallSteps::call_method_value(*this, fn, std::move(args), std::move(kwargs));
+  if (ValuePtr r = CallSteps::call_modelled(*this, fn, args, kwargs)) return r;
   if (fn->kind != VKind::Object && fn->kind != VKind::Const) unsupported("call to " + fn->describe());
-  if (ValuePtr r = call_known_object(*this, fn, args, kwargs)) return r;
-  return call_by_rule(*this, fn, args, kwargs);
+  if (ValuePtr r = CallSteps::call_known_object(*this, fn, args, kwargs)) return r;
+  return CallSteps::call_by_rule(*this, fn, args, kwargs);
 }
 
 ValuePtr Tracer::call_torch(py::handle fn, std::vector<ValuePtr> args,
@@ -586,7 +586,7 @@ ValuePtr Tracer::call_torch(py::handle fn, std::vector<ValuePtr> args,
   }
   py::object result = key ? meta_cache_lookup(*key) : py::object();
   if (!result) {
-    result = run_meta(*this, name, fn, margs, mkw, device);
+    result = CallSupport::run_meta(*this, name, fn, margs, mkw, device);
     if (key) meta_cache_store(*key, result);
   }
   if (!guards::is_tensor(result.ptr()) && !PyTuple_Check(result.ptr()) && !PyList_Check(result.ptr()))
@@ -654,7 +654,7 @@ ValuePtr Tracer::call_tensor_method(const ValuePtr& self, const std::string& nam
     } catch (py::error_already_set& e) {
       unsupported("Tensor." + name + ": " + std::string(e.what()));
     }
-    result = run_meta(*this, "Tensor." + name, bound, py::tuple(margs), mkw, device);
+    result = CallSupport::run_meta(*this, "Tensor." + name, bound, py::tuple(margs), mkw, device);
     if (key) meta_cache_store(*key, result);
   }
   if (tensor_method_metadata(name)) return metadata_value(self, name, args, result);
@@ -726,7 +726,7 @@ ValuePtr Tracer::apply_operator(py::handle op, std::vector<ValuePtr> args) {
   }
   py::object result = key ? meta_cache_lookup(*key) : py::object();
   if (!result) {
-    result = run_meta(*this, "operator." + name, op, margs, py::dict(), device);
+    result = CallSupport::run_meta(*this, "operator." + name, op, margs, py::dict(), device);
     if (key) meta_cache_store(*key, result);
   }
   if (!guards::is_tensor(result.ptr()))
@@ -746,8 +746,8 @@ void Tracer::setitem(const ValuePtr& container, const ValuePtr& key, const Value
   if (!value->is_tensor() && !value->is_constant_like()) unsupported("item assignment of " + value->describe());
   if (!key->is_tensor() && !key->is_constant_like()) unsupported("item assignment with key " + key->describe());
   py::object op = PyRefs::get().operator_mod.attr("setitem");
-  run_meta(*this, "tensor item assignment", op, py::make_tuple(to_example(container), to_example(key), to_example(value)),
-           py::dict());
+  CallSupport::run_meta(*this, "tensor item assignment", op,
+                        py::make_tuple(to_example(container), to_example(key), to_example(value)), py::dict());
   graph.call_function(op, {to_arg(container), to_arg(key), to_arg(value)}, {}, py::none());
 }
 

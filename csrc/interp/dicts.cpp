@@ -17,21 +17,6 @@ bool constant_tuple(const ValuePtr& k) {
   return true;
 }
 
-py::object key_of(Tracer& t, const ValuePtr& k) {
-  if (constant_tuple(k)) {
-    py::object key = k->as_python();
-    if (PyObject_Hash(key.ptr()) == -1) throw py::error_already_set();
-    return key;
-  }
-  // A class hashed by identity (its metaclass keeps type's hash: type, ABCMeta) is a key too ({list: f}); the
-  // instruction that looks it up pins its identity.
-  if (k->kind == VKind::Object && PyType_Check(k->obj.ptr()) && Py_TYPE(k->obj.ptr())->tp_hash == PyType_Type.tp_hash)
-    return k->obj;
-  if (!k->is_const()) t.unsupported("dict key " + k->describe() + " (only constant keys are traced)");
-  if (PyObject_Hash(k->obj.ptr()) == -1) throw py::error_already_set();
-  return k->obj;
-}
-
 void set_item(const ValuePtr& d, py::object key, ValuePtr v) {
   int at = d->find_key(key);
   if (at >= 0) {
@@ -42,61 +27,78 @@ void set_item(const ValuePtr& d, py::object key, ValuePtr v) {
   }
 }
 
-// A dict value about to be changed in place (a dict from the frame is written back after the graph).
-ValuePtr& own_dict(Tracer& t, ValuePtr& d, const char* what) {
-  if (d->kind != VKind::Dict) t.unsupported(std::string(what) + " on " + d->describe());
-  t.will_mutate(d);
-  return d;
-}
-
-void update_from(Tracer& t, const ValuePtr& d, const ValuePtr& src, bool merge) {
-  if (src->kind != VKind::Dict) t.unsupported("dict update from " + src->describe());
-  t.will_mutate(d);
-  for (size_t i = 0; i < src->keys.size(); ++i) {
-    if (merge && d->find_key(src->keys[i]) >= 0) t.unsupported("duplicate keyword argument in ** unpacking");
-    set_item(d, src->keys[i], src->items[i]);
-  }
-}
-
-void build_map(Tracer& t, const Instruction& i) {
-  std::vector<ValuePtr> kv = t.popn(static_cast<size_t>(2 * i.arg));
-  ValuePtr d = Value::dict({}, {});
-  for (size_t k = 0; k < kv.size(); k += 2) set_item(d, key_of(t, kv[k]), kv[k + 1]);
-  t.push(d);
-}
-
-void build_const_key_map(Tracer& t, const Instruction& i) {
-  ValuePtr keys = t.pop();
-  std::vector<ValuePtr> values = t.popn(static_cast<size_t>(i.arg));
-  std::vector<ValuePtr> key_values = t.unpack_iterable(keys);
-  if (key_values.size() != values.size()) t.unsupported("BUILD_CONST_KEY_MAP with mismatched keys");
-  ValuePtr d = Value::dict({}, {});
-  for (size_t k = 0; k < values.size(); ++k) set_item(d, key_of(t, key_values[k]), values[k]);
-  t.push(d);
-}
-
-void dict_update(Tracer& t, const Instruction& i) {
-  ValuePtr src = t.pop();
-  update_from(t, own_dict(t, t.peek(static_cast<size_t>(i.arg)), "DICT_UPDATE"), src, false);
-}
-
-void dict_merge(Tracer& t, const Instruction& i) {
-  ValuePtr src = t.pop();
-  update_from(t, own_dict(t, t.peek(static_cast<size_t>(i.arg)), "DICT_MERGE"), src, true);
-}
-
-// MAP_ADD(i): dict comprehension step; value on top, key below it, the dict `i` below those.
-void map_add(Tracer& t, const Instruction& i) {
-  ValuePtr value = t.pop();
-  ValuePtr key = t.pop();
-  set_item(own_dict(t, t.peek(static_cast<size_t>(i.arg)), "MAP_ADD"), key_of(t, key), value);
-}
-
 }  // namespace
+
+struct Tracer::DictOps {
+  static py::object key_of(Tracer& t, const ValuePtr& k) {
+    if (constant_tuple(k)) {
+      py::object key = k->as_python();
+      if (PyObject_Hash(key.ptr()) == -1) throw py::error_already_set();
+      return key;
+    }
+    // A class hashed by identity (its metaclass keeps type's hash: type, ABCMeta) is a key too ({list: f}); the
+    // instruction that looks it up pins its identity.
+    if (k->kind == VKind::Object && PyType_Check(k->obj.ptr()) && Py_TYPE(k->obj.ptr())->tp_hash == PyType_Type.tp_hash)
+      return k->obj;
+    if (!k->is_const()) t.unsupported("dict key " + k->describe() + " (only constant keys are traced)");
+    if (PyObject_Hash(k->obj.ptr()) == -1) throw py::error_already_set();
+    return k->obj;
+  }
+
+  // A dict value about to be changed in place (a dict from the frame is written back after the graph).
+  static ValuePtr& own_dict(Tracer& t, ValuePtr& d, const char* what) {
+    if (d->kind != VKind::Dict) t.unsupported(std::string(what) + " on " + d->describe());
+    t.will_mutate(d);
+    return d;
+  }
+
+  static void update_from(Tracer& t, const ValuePtr& d, const ValuePtr& src, bool merge) {
+    if (src->kind != VKind::Dict) t.unsupported("dict update from " + src->describe());
+    t.will_mutate(d);
+    for (size_t i = 0; i < src->keys.size(); ++i) {
+      if (merge && d->find_key(src->keys[i]) >= 0) t.unsupported("duplicate keyword argument in ** unpacking");
+      set_item(d, src->keys[i], src->items[i]);
+    }
+  }
+
+  static void build_map(Tracer& t, const Instruction& i) {
+    std::vector<ValuePtr> kv = t.popn(static_cast<size_t>(2 * i.arg));
+    ValuePtr d = Value::dict({}, {});
+    for (size_t k = 0; k < kv.size(); k += 2) set_item(d, key_of(t, kv[k]), kv[k + 1]);
+    t.push(d);
+  }
+
+  static void build_const_key_map(Tracer& t, const Instruction& i) {
+    ValuePtr keys = t.pop();
+    std::vector<ValuePtr> values = t.popn(static_cast<size_t>(i.arg));
+    std::vector<ValuePtr> key_values = t.unpack_iterable(keys);
+    if (key_values.size() != values.size()) t.unsupported("BUILD_CONST_KEY_MAP with mismatched keys");
+    ValuePtr d = Value::dict({}, {});
+    for (size_t k = 0; k < values.size(); ++k) set_item(d, key_of(t, key_values[k]), values[k]);
+    t.push(d);
+  }
+
+  static void dict_update(Tracer& t, const Instruction& i) {
+    ValuePtr src = t.pop();
+    update_from(t, own_dict(t, t.peek(static_cast<size_t>(i.arg)), "DICT_UPDATE"), src, false);
+  }
+
+  static void dict_merge(Tracer& t, const Instruction& i) {
+    ValuePtr src = t.pop();
+    update_from(t, own_dict(t, t.peek(static_cast<size_t>(i.arg)), "DICT_MERGE"), src, true);
+  }
+
+  // MAP_ADD(i): dict comprehension step; value on top, key below it, the dict `i` below those.
+  static void map_add(Tracer& t, const Instruction& i) {
+    ValuePtr value = t.pop();
+    ValuePtr key = t.pop();
+    set_item(own_dict(t, t.peek(static_cast<size_t>(i.arg)), "MAP_ADD"), key_of(t, key), value);
+  }
+};
 
 bool Tracer::dict_subscr(const ValuePtr& d, const ValuePtr& key) {
   if (d->kind != VKind::Dict) return false;
-  py::object k = key_of(*this, key);
+  py::object k = DictOps::key_of(*this, key);
   int at = d->find_key(k);
   const DefaultDictOf* dd = d->default_dict();
   if (at < 0 && dd && !(dd->factory->is_const() && dd->factory->obj.is_none())) {
@@ -118,14 +120,14 @@ bool Tracer::dict_subscr(const ValuePtr& d, const ValuePtr& key) {
 
 bool Tracer::dict_store(ValuePtr& d, const ValuePtr& key, const ValuePtr& value) {
   if (d->kind != VKind::Dict) return false;
-  set_item(own_dict(*this, d, "item assignment"), key_of(*this, key), value);
+  set_item(DictOps::own_dict(*this, d, "item assignment"), DictOps::key_of(*this, key), value);
   return true;
 }
 
 bool Tracer::dict_delete(ValuePtr& d, const ValuePtr& key) {
   if (d->kind != VKind::Dict) return false;
-  own_dict(*this, d, "item deletion");
-  int at = d->find_key(key_of(*this, key));
+  DictOps::own_dict(*this, d, "item deletion");
+  int at = d->find_key(DictOps::key_of(*this, key));
   if (at < 0) unsupported("del of a missing dict key (KeyError is raised by Python)");
   d->keys.erase(d->keys.begin() + at);
   d->items.erase(d->items.begin() + at);
@@ -133,13 +135,13 @@ bool Tracer::dict_delete(ValuePtr& d, const ValuePtr& key) {
 }
 
 ValuePtr Tracer::dict_contains(const ValuePtr& d, const ValuePtr& key) {
-  return Value::constant(py::bool_(d->find_key(key_of(*this, key)) >= 0));
+  return Value::constant(py::bool_(d->find_key(DictOps::key_of(*this, key)) >= 0));
 }
 
 ValuePtr Tracer::call_dict_method(ValuePtr d, const std::string& name, std::vector<ValuePtr> args,
                                   std::vector<std::pair<std::string, ValuePtr>> kwargs) {
   if (name == "get" && kwargs.empty() && (args.size() == 1 || args.size() == 2)) {
-    int at = d->find_key(key_of(*this, args[0]));
+    int at = d->find_key(DictOps::key_of(*this, args[0]));
     if (at >= 0) return d->items[static_cast<size_t>(at)];
     return args.size() == 2 ? args[1] : Value::constant(py::none());
   }
@@ -158,12 +160,12 @@ ValuePtr Tracer::call_dict_method(ValuePtr d, const std::string& name, std::vect
   }
   if (name == "update" && args.size() <= 1) {
     will_mutate(d);
-    if (args.size() == 1) update_from(*this, d, args[0], false);
+    if (args.size() == 1) DictOps::update_from(*this, d, args[0], false);
     for (auto& kv : kwargs) set_item(d, py::str(kv.first), kv.second);
     return Value::constant(py::none());
   }
   if (name == "setdefault" && kwargs.empty() && (args.size() == 1 || args.size() == 2)) {
-    py::object k = key_of(*this, args[0]);
+    py::object k = DictOps::key_of(*this, args[0]);
     int at = d->find_key(k);
     if (at >= 0) return d->items[static_cast<size_t>(at)];
     ValuePtr v = args.size() == 2 ? args[1] : Value::constant(py::none());
@@ -172,7 +174,7 @@ ValuePtr Tracer::call_dict_method(ValuePtr d, const std::string& name, std::vect
     return v;
   }
   if (name == "pop" && kwargs.empty() && (args.size() == 1 || args.size() == 2)) {
-    int at = d->find_key(key_of(*this, args[0]));
+    int at = d->find_key(DictOps::key_of(*this, args[0]));
     if (at < 0) {
       if (args.size() == 2) return args[1];
       unsupported("dict.pop of a missing key (KeyError is raised by Python)");
@@ -203,12 +205,12 @@ ValuePtr Tracer::make_dict(const std::vector<ValuePtr>& args, const std::vector<
   if (args.size() > 1) unsupported("dict() with more than one positional argument");
   if (args.size() == 1) {
     if (args[0]->kind == VKind::Dict) {
-      update_from(*this, d, args[0], false);
+      DictOps::update_from(*this, d, args[0], false);
     } else {
       for (const auto& pair : unpack_iterable(args[0])) {
         std::vector<ValuePtr> kv = unpack_iterable(pair);
         if (kv.size() != 2) unsupported("dict() from items that are not pairs");
-        set_item(d, key_of(*this, kv[0]), kv[1]);
+        set_item(d, DictOps::key_of(*this, kv[0]), kv[1]);
       }
     }
   }
@@ -216,13 +218,13 @@ ValuePtr Tracer::make_dict(const std::vector<ValuePtr>& args, const std::vector<
   return d;  // made here: nothing to undo
 }
 
-void register_dicts(HandlerTable& t) {
+void Tracer::register_dicts(HandlerTable& t) {
   auto on = [&](const char* name, Handler h) { on_opcode(t, name, h); };
-  on("BUILD_MAP", build_map);
-  on("BUILD_CONST_KEY_MAP", build_const_key_map);
-  on("DICT_UPDATE", dict_update);
-  on("DICT_MERGE", dict_merge);
-  on("MAP_ADD", map_add);
+  on("BUILD_MAP", DictOps::build_map);
+  on("BUILD_CONST_KEY_MAP", DictOps::build_const_key_map);
+  on("DICT_UPDATE", DictOps::dict_update);
+  on("DICT_MERGE", DictOps::dict_merge);
+  on("MAP_ADD", DictOps::map_add);
 }
 
 }  // namespace cdynamo::interp

@@ -12,6 +12,8 @@
 
 namespace cdynamo::interp {
 
+class Tracer;
+
 struct Frame {
   PyCodeObject* code = nullptr;  // borrowed: the traced frame's, or the inlined function's (alive while it runs)
   // The real frame's view (borrowed pointers): its localsplus stays the traced frame's in a callee; `globals` and
@@ -29,11 +31,14 @@ struct Frame {
   ValuePtr return_value;
   size_t pc = 0;                     // index into bc.insts of the instruction being run
   bool stopped = false;
+  // While a generator expression is inlined: the values it yielded so far (null otherwise).
+  std::vector<ValuePtr>* yields = nullptr;
+
+ private:
+  friend class Tracer;  // its only writer: the running line and the trust of globals are the Tracer's bookkeeping
   int lineno_ = -1;
   // Globals of an inlined torch library frame: program constants (not guarded).
   bool trusted_globals_ = false;
-  // While a generator expression is inlined: the values it yielded so far (null otherwise).
-  std::vector<ValuePtr>* yields = nullptr;
 };
 
 }  // namespace cdynamo::interp

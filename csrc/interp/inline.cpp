@@ -26,104 +26,105 @@ SourcePtr fn_part(const ValuePtr& fn, const char* attr, int i) {
   return guards::Source::item(guards::Source::attr(fn->source, attr), i);
 }
 
-
-// The callee's localsplus slots bound from the call's arguments as CPython binds them: positional, *args, keywords,
-// **kwargs, defaults (read through the function's __defaults__ when it has a source, so they are guarded) and
-// keyword-only defaults (constants). Throws Unsupported where Python would raise.
-std::vector<ValuePtr> bind_arguments(Tracer& t, const ValuePtr& fn, PyCodeObject* callee, const std::string& name,
-                                     std::vector<ValuePtr>& args, Kwargs& kwargs) {
-  py::handle f = fn->obj;
-  const int flags = callee->co_flags;
-  const int nslots = compat::code_nlocalsplus(callee);
-  const int argc = callee->co_argcount, kwonly = callee->co_kwonlyargcount, posonly = callee->co_posonlyargcount;
-  std::vector<ValuePtr> slots(static_cast<size_t>(nslots));
-  size_t npos = std::min(args.size(), static_cast<size_t>(argc));
-  for (size_t i = 0; i < npos; ++i) slots[i] = args[i];
-  if (args.size() > static_cast<size_t>(argc)) {
-    if (!(flags & CO_VARARGS)) t.unsupported(name + "() takes " + std::to_string(argc) + " positional arguments");
-    std::vector<ValuePtr> rest(args.begin() + argc, args.end());
-    slots[static_cast<size_t>(argc + kwonly)] = Value::tuple(std::move(rest));
-  } else if (flags & CO_VARARGS) {
-    slots[static_cast<size_t>(argc + kwonly)] = Value::tuple({});
-  }
-  ValuePtr extra;  // the **kwargs dict
-  if (flags & CO_VARKEYWORDS) {
-    extra = Value::dict({}, {});
-    slots[static_cast<size_t>(argc + kwonly + ((flags & CO_VARARGS) ? 1 : 0))] = extra;
-  }
-  for (auto& [key, v] : kwargs) {
-    int at = -1;
-    for (int i = posonly; i < argc + kwonly; ++i)
-      if (py::str(compat::code_localsplus_name(callee, i)).cast<std::string>() == key) at = i;
-    if (at < 0 && extra) {
-      extra->keys.push_back(py::str(key));
-      extra->items.push_back(v);
-      continue;
-    }
-    if (at < 0) t.unsupported(name + "() got an unexpected keyword argument '" + key + "'");
-    if (slots[static_cast<size_t>(at)]) t.unsupported(name + "() got multiple values for argument '" + key + "'");
-    slots[static_cast<size_t>(at)] = v;
-  }
-  PyObject* defaults = PyFunction_GET_DEFAULTS(f.ptr());  // borrowed tuple or NULL
-  Py_ssize_t ndef = defaults ? PyTuple_GET_SIZE(defaults) : 0;
-  for (int i = 0; i < argc; ++i) {
-    if (slots[static_cast<size_t>(i)]) continue;
-    Py_ssize_t d = i - (argc - ndef);
-    if (d < 0) t.unsupported(name + "() missing a required argument");
-    py::handle dv = PyTuple_GET_ITEM(defaults, d);
-    SourcePtr src = fn_part(fn, "__defaults__", static_cast<int>(d));
-    slots[static_cast<size_t>(i)] = src ? t.wrap(dv, src) : Value::constant(py::reinterpret_borrow<py::object>(dv));
-    if (!src && !is_constant_object(dv)) t.unsupported("default of " + name + " without a source");
-  }
-  PyObject* kwdefaults = PyFunction_GET_KW_DEFAULTS(f.ptr());  // borrowed dict or NULL
-  for (int i = argc; i < argc + kwonly; ++i) {
-    if (slots[static_cast<size_t>(i)]) continue;
-    PyObject* key = compat::code_localsplus_name(callee, i);                     // borrowed
-    PyObject* dv = kwdefaults ? PyDict_GetItemWithError(kwdefaults, key) : nullptr;  // borrowed
-    if (!dv) {
-      if (PyErr_Occurred()) throw py::error_already_set();
-      t.unsupported(name + "() missing a keyword-only argument");
-    }
-    if (!is_constant_object(dv)) t.unsupported("non-constant keyword-only default of " + name);
-    slots[static_cast<size_t>(i)] = Value::constant(py::reinterpret_borrow<py::object>(dv));
-  }
-  return slots;
-}
-
-// The callee's cell slots for its free variables: a function made in this trace shares the cells it captured; any
-// other's cell contents are read through its __closure__ (guarded), or, in torch.nn's factory-made helpers, are
-// constants. Contents are put in `slots`; the returned boxes are the shared cells.
-std::vector<ValuePtr> bind_closure(Tracer& t, const ValuePtr& fn, PyCodeObject* callee, const std::string& name,
-                                   bool nn_library, std::vector<ValuePtr>& slots) {
-  py::handle f = fn->obj;
-  const int nslots = compat::code_nlocalsplus(callee);
-  std::vector<ValuePtr> boxes(static_cast<size_t>(nslots));
-  PyObject* closure = PyFunction_GET_CLOSURE(f.ptr());  // borrowed tuple or NULL
-  int nfree = static_cast<int>(callee->co_nfreevars);
-  for (int k = 0; k < nfree; ++k) {
-    int slot = nslots - nfree + k;
-    if (fn->made_in_trace()) {  // a function made in this trace: the cells it captured
-      const std::vector<ValuePtr>& cells = fn->function().closure;
-      if (static_cast<size_t>(k) >= cells.size()) t.unsupported("closure of " + name + " is incomplete");
-      boxes[static_cast<size_t>(slot)] = cells[static_cast<size_t>(k)];
-      continue;
-    }
-    SourcePtr src = fn_part(fn, "__closure__", k);
-    PyObject* cell = closure ? PyTuple_GET_ITEM(closure, k) : nullptr;  // borrowed
-    PyObject* content = cell ? PyCell_GET(cell) : nullptr;               // borrowed, may be NULL
-    if (!src && nn_library && content && is_constant_object(content)) {
-      // torch.nn's helpers made by factories (_pair = _ntuple(2)): constants of the program, as its globals are.
-      slots[static_cast<size_t>(slot)] = Value::constant(py::reinterpret_borrow<py::object>(content));
-      continue;
-    }
-    if (!src || !closure) t.unsupported("closure of " + name + " without a source");
-    if (content) slots[static_cast<size_t>(slot)] = t.wrap(content, guards::Source::attr(src, "cell_contents"));
-  }
-
-  return boxes;
-}
-
 }  // namespace
+
+struct Tracer::InlineSteps {
+  // The callee's localsplus slots bound from the call's arguments as CPython binds them: positional, *args, keywords,
+  // **kwargs, defaults (read through the function's __defaults__ when it has a source, so they are guarded) and
+  // keyword-only defaults (constants). Throws Unsupported where Python would raise.
+  static std::vector<ValuePtr> bind_arguments(Tracer& t, const ValuePtr& fn, PyCodeObject* callee, const std::string& name,
+                                              std::vector<ValuePtr>& args, Kwargs& kwargs) {
+    py::handle f = fn->obj;
+    const int flags = callee->co_flags;
+    const int nslots = compat::code_nlocalsplus(callee);
+    const int argc = callee->co_argcount, kwonly = callee->co_kwonlyargcount, posonly = callee->co_posonlyargcount;
+    std::vector<ValuePtr> slots(static_cast<size_t>(nslots));
+    size_t npos = std::min(args.size(), static_cast<size_t>(argc));
+    for (size_t i = 0; i < npos; ++i) slots[i] = args[i];
+    if (args.size() > static_cast<size_t>(argc)) {
+      if (!(flags & CO_VARARGS)) t.unsupported(name + "() takes " + std::to_string(argc) + " positional arguments");
+      std::vector<ValuePtr> rest(args.begin() + argc, args.end());
+      slots[static_cast<size_t>(argc + kwonly)] = Value::tuple(std::move(rest));
+    } else if (flags & CO_VARARGS) {
+      slots[static_cast<size_t>(argc + kwonly)] = Value::tuple({});
+    }
+    ValuePtr extra;  // the **kwargs dict
+    if (flags & CO_VARKEYWORDS) {
+      extra = Value::dict({}, {});
+      slots[static_cast<size_t>(argc + kwonly + ((flags & CO_VARARGS) ? 1 : 0))] = extra;
+    }
+    for (auto& [key, v] : kwargs) {
+      int at = -1;
+      for (int i = posonly; i < argc + kwonly; ++i)
+        if (py::str(compat::code_localsplus_name(callee, i)).cast<std::string>() == key) at = i;
+      if (at < 0 && extra) {
+        extra->keys.push_back(py::str(key));
+        extra->items.push_back(v);
+        continue;
+      }
+      if (at < 0) t.unsupported(name + "() got an unexpected keyword argument '" + key + "'");
+      if (slots[static_cast<size_t>(at)]) t.unsupported(name + "() got multiple values for argument '" + key + "'");
+      slots[static_cast<size_t>(at)] = v;
+    }
+    PyObject* defaults = PyFunction_GET_DEFAULTS(f.ptr());  // borrowed tuple or NULL
+    Py_ssize_t ndef = defaults ? PyTuple_GET_SIZE(defaults) : 0;
+    for (int i = 0; i < argc; ++i) {
+      if (slots[static_cast<size_t>(i)]) continue;
+      Py_ssize_t d = i - (argc - ndef);
+      if (d < 0) t.unsupported(name + "() missing a required argument");
+      py::handle dv = PyTuple_GET_ITEM(defaults, d);
+      SourcePtr src = fn_part(fn, "__defaults__", static_cast<int>(d));
+      slots[static_cast<size_t>(i)] = src ? t.wrap(dv, src) : Value::constant(py::reinterpret_borrow<py::object>(dv));
+      if (!src && !is_constant_object(dv)) t.unsupported("default of " + name + " without a source");
+    }
+    PyObject* kwdefaults = PyFunction_GET_KW_DEFAULTS(f.ptr());  // borrowed dict or NULL
+    for (int i = argc; i < argc + kwonly; ++i) {
+      if (slots[static_cast<size_t>(i)]) continue;
+      PyObject* key = compat::code_localsplus_name(callee, i);                     // borrowed
+      PyObject* dv = kwdefaults ? PyDict_GetItemWithError(kwdefaults, key) : nullptr;  // borrowed
+      if (!dv) {
+        if (PyErr_Occurred()) throw py::error_already_set();
+        t.unsupported(name + "() missing a keyword-only argument");
+      }
+      if (!is_constant_object(dv)) t.unsupported("non-constant keyword-only default of " + name);
+      slots[static_cast<size_t>(i)] = Value::constant(py::reinterpret_borrow<py::object>(dv));
+    }
+    return slots;
+  }
+
+  // The callee's cell slots for its free variables: a function made in this trace shares the cells it captured; any
+  // other's cell contents are read through its __closure__ (guarded), or, in torch.nn's factory-made helpers, are
+  // constants. Contents are put in `slots`; the returned boxes are the shared cells.
+  static std::vector<ValuePtr> bind_closure(Tracer& t, const ValuePtr& fn, PyCodeObject* callee, const std::string& name,
+                                            bool nn_library, std::vector<ValuePtr>& slots) {
+    py::handle f = fn->obj;
+    const int nslots = compat::code_nlocalsplus(callee);
+    std::vector<ValuePtr> boxes(static_cast<size_t>(nslots));
+    PyObject* closure = PyFunction_GET_CLOSURE(f.ptr());  // borrowed tuple or NULL
+    int nfree = static_cast<int>(callee->co_nfreevars);
+    for (int k = 0; k < nfree; ++k) {
+      int slot = nslots - nfree + k;
+      if (fn->made_in_trace()) {  // a function made in this trace: the cells it captured
+        const std::vector<ValuePtr>& cells = fn->function().closure;
+        if (static_cast<size_t>(k) >= cells.size()) t.unsupported("closure of " + name + " is incomplete");
+        boxes[static_cast<size_t>(slot)] = cells[static_cast<size_t>(k)];
+        continue;
+      }
+      SourcePtr src = fn_part(fn, "__closure__", k);
+      PyObject* cell = closure ? PyTuple_GET_ITEM(closure, k) : nullptr;  // borrowed
+      PyObject* content = cell ? PyCell_GET(cell) : nullptr;               // borrowed, may be NULL
+      if (!src && nn_library && content && is_constant_object(content)) {
+        // torch.nn's helpers made by factories (_pair = _ntuple(2)): constants of the program, as its globals are.
+        slots[static_cast<size_t>(slot)] = Value::constant(py::reinterpret_borrow<py::object>(content));
+        continue;
+      }
+      if (!src || !closure) t.unsupported("closure of " + name + " without a source");
+      if (content) slots[static_cast<size_t>(slot)] = t.wrap(content, guards::Source::attr(src, "cell_contents"));
+    }
+
+    return boxes;
+  }
+};
 
 ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
                              std::vector<std::pair<std::string, ValuePtr>> kwargs) {
@@ -170,8 +171,8 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
 
   // --- bind arguments to the callee's localsplus slots ---
   const int nslots = compat::code_nlocalsplus(callee);
-  std::vector<ValuePtr> slots = bind_arguments(*this, fn, callee, name, args, kwargs);
-  std::vector<ValuePtr> boxes = bind_closure(*this, fn, callee, name, nn_library, slots);
+  std::vector<ValuePtr> slots = InlineSteps::bind_arguments(*this, fn, callee, name, args, kwargs);
+  std::vector<ValuePtr> boxes = InlineSteps::bind_closure(*this, fn, callee, name, nn_library, slots);
 
   // --- the callee's Frame swapped in whole, run, and the caller's swapped back ---
   Frame callee_frame;
@@ -191,11 +192,11 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
   callee_frame.local_loaded.assign(static_cast<size_t>(nslots), 1);  // an inlined frame never reads a real frame
   callee_frame.cell_boxes = std::move(boxes);
   callee_frame.yields = genexpr ? &yielded : nullptr;
-  Frame caller = std::exchange(frame(), std::move(callee_frame));
+  Frame caller = std::exchange(running_frame(), std::move(callee_frame));
   graph::Graph::CallSave outer_call{};  // the caller's place in the inline stack (node meta), set below
   auto restore = [&] {
     graph.leave_call(std::move(outer_call));
-    frame() = std::move(caller);
+    running_frame() = std::move(caller);
     --inline_depth_;
   };
   ++inline_depth_;
@@ -222,7 +223,7 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
     restore();
     std::string reason = "call to " + name + " could not be inlined: " + e.what() + " (at " + file + ":" +
                          std::to_string(line) + ")";
-    stop_.reason = reason;
+    stop.reason = reason;
     throw Unsupported(reason);
   } catch (...) {
     restore();

@@ -20,21 +20,23 @@ bool is_parameter_list(const ValuePtr& v, const char* method) {
   return py::type::handle_of(v->obj).attr(method).is(cls.attr(method));
 }
 
-// A ParameterList's length (its `_size`, what __len__ returns), guarded equal.
-long parameter_list_size(Tracer& t, const ValuePtr& v) {
-  py::object size = py::getattr(v->obj, "_size", py::none());
-  if (!PyLong_CheckExact(size.ptr())) t.unsupported("an nn.ParameterList whose _size is not an int");
-  t.guards.add(guards::equals_match(guards::Source::attr(v->source, "_size"), size.ptr()));
-  return size.cast<long>();
-}
-
 bool is_plain_number(py::handle o) {
   return PyLong_CheckExact(o.ptr()) || PyFloat_CheckExact(o.ptr());
 }
 
 }  // namespace
 
-ValuePtr torch_size_call(Tracer& t, py::handle f, std::vector<ValuePtr>& args, Kwargs& kwargs) {
+struct Tracer::LibraryValues {
+  // A ParameterList's length (its `_size`, what __len__ returns), guarded equal.
+  static long parameter_list_size(Tracer& t, const ValuePtr& v) {
+    py::object size = py::getattr(v->obj, "_size", py::none());
+    if (!PyLong_CheckExact(size.ptr())) t.unsupported("an nn.ParameterList whose _size is not an int");
+    t.guards.add(guards::equals_match(guards::Source::attr(v->source, "_size"), size.ptr()));
+    return size.cast<long>();
+  }
+};
+
+ValuePtr Tracer::torch_size_call(Tracer& t, py::handle f, std::vector<ValuePtr>& args, Kwargs& kwargs) {
   if (!kwargs.empty() || args.size() > 1) return nullptr;
   std::vector<ValuePtr> items;
   if (!args.empty()) {
@@ -57,7 +59,7 @@ ValuePtr torch_size_call(Tracer& t, py::handle f, std::vector<ValuePtr>& args, K
   return out;
 }
 
-ValuePtr legacy_tensor_call(Tracer& t, py::handle f, std::vector<ValuePtr>& args, Kwargs& kwargs) {
+ValuePtr Tracer::legacy_tensor_call(Tracer& t, py::handle f, std::vector<ValuePtr>& args, Kwargs& kwargs) {
   std::string what = "torch." + py::str(f.attr("__name__")).cast<std::string>() + "(...)";
   if (!kwargs.empty()) t.unsupported(what + " with keyword arguments");
   py::object torch = loaded_module("torch");
@@ -74,7 +76,7 @@ ValuePtr legacy_tensor_call(Tracer& t, py::handle f, std::vector<ValuePtr>& args
                 " (only constant data or int sizes are traced)");
 }
 
-ValuePtr dist_initialized_call(Tracer& t, py::handle, std::vector<ValuePtr>& args, Kwargs& kwargs) {
+ValuePtr Tracer::dist_initialized_call(Tracer& t, py::handle, std::vector<ValuePtr>& args, Kwargs& kwargs) {
   if (!args.empty() || !kwargs.empty()) return nullptr;
   // is_initialized() is `GroupMember.WORLD is not None`, which reads distributed_c10d._world._default_pg: that
   // object is guarded by identity (None stays None), so init_process_group() or destroy_process_group() recompiles.
@@ -89,7 +91,7 @@ ValuePtr dist_initialized_call(Tracer& t, py::handle, std::vector<ValuePtr>& arg
   return Value::constant(py::bool_(!pg.is_none()));
 }
 
-ValuePtr min_max_of_tensors(Tracer& t, bool is_max, const std::vector<ValuePtr>& args) {
+ValuePtr Tracer::min_max_of_tensors(Tracer& t, bool is_max, const std::vector<ValuePtr>& args) {
   std::vector<ValuePtr> items = min_max_items(args);
   bool any = false;
   for (const auto& i : items) any = any || i->is_tensor();
@@ -120,7 +122,7 @@ ValuePtr min_max_of_tensors(Tracer& t, bool is_max, const std::vector<ValuePtr>&
   return acc;
 }
 
-ValuePtr new_tensor_call(Tracer& t, const ValuePtr& self, const std::vector<ValuePtr>& args, const Kwargs& kwargs) {
+ValuePtr Tracer::new_tensor_call(Tracer& t, const ValuePtr& self, const std::vector<ValuePtr>& args, const Kwargs& kwargs) {
   if (!self->is_tensor() || args.size() != 1) t.unsupported("Tensor.new_tensor() with other than one data argument");
   if (!args[0]->is_constant_like() || (args[0]->is_const() && !is_plain_number(args[0]->obj) &&
                                        !PyBool_Check(args[0]->obj.ptr())))
@@ -135,7 +137,7 @@ ValuePtr new_tensor_call(Tracer& t, const ValuePtr& self, const std::vector<Valu
   return t.call_torch(loaded_module("torch").attr("tensor"), args, std::move(kw), true);
 }
 
-ValuePtr identity_compare(Tracer& t, const std::string& op, const ValuePtr& a, const ValuePtr& b) {
+ValuePtr Tracer::identity_compare(Tracer& t, const std::string& op, const ValuePtr& a, const ValuePtr& b) {
   if (op != "eq" && op != "ne") return nullptr;
   auto by_identity = [](const ValuePtr& v) {
     // (A module made in the trace stands for the one object each run makes there: its identity is its real object's.)
@@ -155,26 +157,26 @@ ValuePtr identity_compare(Tracer& t, const std::string& op, const ValuePtr& a, c
   return Value::constant(py::bool_(op == "eq" ? same : !same));
 }
 
-ValuePtr parameter_list_item(Tracer& t, const ValuePtr& v, const ValuePtr& key) {
+ValuePtr Tracer::parameter_list_item(Tracer& t, const ValuePtr& v, const ValuePtr& key) {
   if (!is_parameter_list(v, "__getitem__")) return nullptr;
   if (!key->is_const() || !PyLong_CheckExact(key->obj.ptr()))
     t.unsupported("nn.ParameterList indexed by " + key->describe() + " (only an int index is traced)");
-  long n = parameter_list_size(t, v);
+  long n = LibraryValues::parameter_list_size(t, v);
   long i = key->obj.cast<long>();
   if (i < 0) i += n;
   if (i < 0 || i >= n) t.unsupported("nn.ParameterList index out of range (IndexError is raised by Python)");
   return t.load_attr(v, std::to_string(i));  // ParameterList.__getitem__: getattr(self, str(idx))
 }
 
-ValuePtr parameter_list_len(Tracer& t, const ValuePtr& v) {
+ValuePtr Tracer::parameter_list_len(Tracer& t, const ValuePtr& v) {
   if (!is_parameter_list(v, "__len__")) return nullptr;
-  return Value::constant(py::int_(parameter_list_size(t, v)));
+  return Value::constant(py::int_(LibraryValues::parameter_list_size(t, v)));
 }
 
-std::optional<std::vector<ValuePtr>> parameter_list_items(Tracer& t, const ValuePtr& v) {
+std::optional<std::vector<ValuePtr>> Tracer::parameter_list_items(Tracer& t, const ValuePtr& v) {
   if (!is_parameter_list(v, "__iter__") || !is_parameter_list(v, "__getitem__") || !is_parameter_list(v, "__len__"))
     return std::nullopt;
-  long n = parameter_list_size(t, v);
+  long n = LibraryValues::parameter_list_size(t, v);
   std::vector<ValuePtr> out;
   for (long i = 0; i < n; ++i) out.push_back(t.load_attr(v, std::to_string(i)));
   return out;

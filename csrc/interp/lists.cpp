@@ -11,100 +11,102 @@ namespace {
 
 using bytecode::Instruction;
 
-// 1 if `a` and `b` compare equal the way list.index / list.remove / `in` see them (identity first, then
-// ==), 0 if not; Unsupported when that needs a tensor's data or a user object's __eq__.
-bool equal_items(Tracer& t, const ValuePtr& a, const ValuePtr& b) {
-  if (a == b) return true;
-  if (a->is_tensor() && b->is_tensor() && a->tensor().node == b->tensor().node) return true;
-  if (a->is_constant_like() && b->is_constant_like()) {
-    int r = PyObject_RichCompareBool(a->as_python().ptr(), b->as_python().ptr(), Py_EQ);
-    if (r < 0) throw py::error_already_set();
-    return r == 1;
-  }
-  if (a->kind == VKind::Object && b->kind == VKind::Object && a->obj.is(b->obj)) return true;
-  t.unsupported("comparing " + a->describe() + " with " + b->describe() + " (needs its data)");
-}
-
-long find_item(Tracer& t, const std::vector<ValuePtr>& items, const ValuePtr& x) {
-  for (size_t i = 0; i < items.size(); ++i)
-    if (equal_items(t, items[i], x)) return static_cast<long>(i);
-  return -1;
-}
-
-long int_arg(Tracer& t, const ValuePtr& v, const char* what) {
-  if (!v->is_const() || !PyLong_Check(v->obj.ptr())) t.unsupported(std::string(what) + " with " + v->describe());
-  return v->obj.cast<long>();
-}
-
-py::object element_of(Tracer& t, const ValuePtr& v) {
-  if (!v->is_const()) t.unsupported("set element " + v->describe() + " (only constants are traced in sets)");
-  if (PyObject_Hash(v->obj.ptr()) == -1) throw py::error_already_set();
-  return v->obj;
-}
-
 void add_element(const ValuePtr& s, py::object e) {
   if (s->find_key(e) < 0) s->keys.push_back(std::move(e));
 }
 
-std::vector<py::object> elements_of(Tracer& t, const ValuePtr& v) {
-  if (v->kind == VKind::Set) return v->keys;
-  std::vector<py::object> out;
-  for (const auto& i : t.unpack_iterable(v)) out.push_back(element_of(t, i));
-  return out;
-}
-
-// Python's own result of a set method / operator on the current elements: the order sets iterate in.
-ValuePtr python_set_result(Tracer& t, py::object r) {
-  if (!PySet_Check(r.ptr()) && !PyFrozenSet_Check(r.ptr())) t.unsupported("set operation result is not a set");
-  std::vector<py::object> elements;
-  for (auto e : r) elements.push_back(py::reinterpret_borrow<py::object>(e));
-  ValuePtr out = Value::set(std::move(elements));
-  if (PyFrozenSet_Check(r.ptr())) out->obj = r;  // frozenset: also an immutable constant
-  return out;
-}
-
-void build_set(Tracer& t, const Instruction& i) {
-  std::vector<ValuePtr> parts = t.popn(static_cast<size_t>(i.arg));
-  ValuePtr s = Value::set({});
-  for (const auto& p : parts) add_element(s, element_of(t, p));
-  t.push(s);
-}
-
-ValuePtr& own_set(Tracer& t, ValuePtr& s, const char* what) {
-  if (s->kind != VKind::Set || (s->obj && !s->source)) t.unsupported(std::string(what) + " on " + s->describe());
-  return s;
-}
-
-// SET_ADD(i): set comprehension step; the set is `i` below the element.
-void set_add(Tracer& t, const Instruction& i) {
-  ValuePtr e = t.pop();
-  ValuePtr& s = own_set(t, t.peek(static_cast<size_t>(i.arg)), "SET_ADD");
-  py::object k = element_of(t, e);
-  t.will_mutate(s);
-  add_element(s, k);
-}
-
-// SET_UPDATE(i): `{*a, *b}`; the set is `i` below the iterable.
-void set_update(Tracer& t, const Instruction& i) {
-  ValuePtr src = t.pop();
-  ValuePtr& s = own_set(t, t.peek(static_cast<size_t>(i.arg)), "SET_UPDATE");
-  std::vector<py::object> es = elements_of(t, src);
-  t.will_mutate(s);
-  for (auto& e : es) add_element(s, e);
-}
-
 }  // namespace
+
+struct Tracer::ListOps {
+  // 1 if `a` and `b` compare equal the way list.index / list.remove / `in` see them (identity first, then
+  // ==), 0 if not; Unsupported when that needs a tensor's data or a user object's __eq__.
+  static bool equal_items(Tracer& t, const ValuePtr& a, const ValuePtr& b) {
+    if (a == b) return true;
+    if (a->is_tensor() && b->is_tensor() && a->tensor().node == b->tensor().node) return true;
+    if (a->is_constant_like() && b->is_constant_like()) {
+      int r = PyObject_RichCompareBool(a->as_python().ptr(), b->as_python().ptr(), Py_EQ);
+      if (r < 0) throw py::error_already_set();
+      return r == 1;
+    }
+    if (a->kind == VKind::Object && b->kind == VKind::Object && a->obj.is(b->obj)) return true;
+    t.unsupported("comparing " + a->describe() + " with " + b->describe() + " (needs its data)");
+  }
+
+  static long find_item(Tracer& t, const std::vector<ValuePtr>& items, const ValuePtr& x) {
+    for (size_t i = 0; i < items.size(); ++i)
+      if (equal_items(t, items[i], x)) return static_cast<long>(i);
+    return -1;
+  }
+
+  static long int_arg(Tracer& t, const ValuePtr& v, const char* what) {
+    if (!v->is_const() || !PyLong_Check(v->obj.ptr())) t.unsupported(std::string(what) + " with " + v->describe());
+    return v->obj.cast<long>();
+  }
+
+  static py::object element_of(Tracer& t, const ValuePtr& v) {
+    if (!v->is_const()) t.unsupported("set element " + v->describe() + " (only constants are traced in sets)");
+    if (PyObject_Hash(v->obj.ptr()) == -1) throw py::error_already_set();
+    return v->obj;
+  }
+
+  static std::vector<py::object> elements_of(Tracer& t, const ValuePtr& v) {
+    if (v->kind == VKind::Set) return v->keys;
+    std::vector<py::object> out;
+    for (const auto& i : t.unpack_iterable(v)) out.push_back(element_of(t, i));
+    return out;
+  }
+
+  // Python's own result of a set method / operator on the current elements: the order sets iterate in.
+  static ValuePtr python_set_result(Tracer& t, py::object r) {
+    if (!PySet_Check(r.ptr()) && !PyFrozenSet_Check(r.ptr())) t.unsupported("set operation result is not a set");
+    std::vector<py::object> elements;
+    for (auto e : r) elements.push_back(py::reinterpret_borrow<py::object>(e));
+    ValuePtr out = Value::set(std::move(elements));
+    if (PyFrozenSet_Check(r.ptr())) out->obj = r;  // frozenset: also an immutable constant
+    return out;
+  }
+
+  static void build_set(Tracer& t, const Instruction& i) {
+    std::vector<ValuePtr> parts = t.popn(static_cast<size_t>(i.arg));
+    ValuePtr s = Value::set({});
+    for (const auto& p : parts) add_element(s, element_of(t, p));
+    t.push(s);
+  }
+
+  static ValuePtr& own_set(Tracer& t, ValuePtr& s, const char* what) {
+    if (s->kind != VKind::Set || (s->obj && !s->source)) t.unsupported(std::string(what) + " on " + s->describe());
+    return s;
+  }
+
+  // SET_ADD(i): set comprehension step; the set is `i` below the element.
+  static void set_add(Tracer& t, const Instruction& i) {
+    ValuePtr e = t.pop();
+    ValuePtr& s = own_set(t, t.peek(static_cast<size_t>(i.arg)), "SET_ADD");
+    py::object k = element_of(t, e);
+    t.will_mutate(s);
+    add_element(s, k);
+  }
+
+  // SET_UPDATE(i): `{*a, *b}`; the set is `i` below the iterable.
+  static void set_update(Tracer& t, const Instruction& i) {
+    ValuePtr src = t.pop();
+    ValuePtr& s = own_set(t, t.peek(static_cast<size_t>(i.arg)), "SET_UPDATE");
+    std::vector<py::object> es = elements_of(t, src);
+    t.will_mutate(s);
+    for (auto& e : es) add_element(s, e);
+  }
+};
 
 ValuePtr Tracer::call_list_method(ValuePtr l, const std::string& name, std::vector<ValuePtr> args, Kwargs kwargs) {
   bool is_list = l->kind == VKind::List;
   std::string what = std::string(is_list ? "list." : "tuple.") + name;
   if (name == "count" && args.size() == 1 && kwargs.empty()) {
     long n = 0;
-    for (const auto& i : l->items) n += equal_items(*this, i, args[0]) ? 1 : 0;
+    for (const auto& i : l->items) n += ListOps::equal_items(*this, i, args[0]) ? 1 : 0;
     return Value::constant(py::int_(n));
   }
   if (name == "index" && args.size() == 1 && kwargs.empty()) {
-    long at = find_item(*this, l->items, args[0]);
+    long at = ListOps::find_item(*this, l->items, args[0]);
     if (at < 0) unsupported(what + " of a missing value (ValueError is raised by Python)");
     return Value::constant(py::int_(at));
   }
@@ -125,7 +127,7 @@ ValuePtr Tracer::call_list_method(ValuePtr l, const std::string& name, std::vect
   }
   if (name == "insert" && args.size() == 2) {
     long n = static_cast<long>(items.size());
-    long at = int_arg(*this, args[0], "list.insert");
+    long at = ListOps::int_arg(*this, args[0], "list.insert");
     if (at < 0) at = std::max(0L, at + n);
     at = std::min(at, n);
     will_mutate(l);
@@ -134,7 +136,7 @@ ValuePtr Tracer::call_list_method(ValuePtr l, const std::string& name, std::vect
   }
   if (name == "pop" && args.size() <= 1) {
     long n = static_cast<long>(items.size());
-    long at = args.empty() ? n - 1 : int_arg(*this, args[0], "list.pop");
+    long at = args.empty() ? n - 1 : ListOps::int_arg(*this, args[0], "list.pop");
     if (at < 0) at += n;
     if (at < 0 || at >= n) unsupported("list.pop out of range (IndexError is raised by Python)");
     ValuePtr v = items[static_cast<size_t>(at)];
@@ -143,7 +145,7 @@ ValuePtr Tracer::call_list_method(ValuePtr l, const std::string& name, std::vect
     return v;
   }
   if (name == "remove" && args.size() == 1) {
-    long at = find_item(*this, items, args[0]);
+    long at = ListOps::find_item(*this, items, args[0]);
     if (at < 0) unsupported("list.remove of a missing value (ValueError is raised by Python)");
     will_mutate(l);
     items.erase(items.begin() + at);
@@ -175,7 +177,7 @@ ValuePtr Tracer::call_set_method(ValuePtr s, const std::string& name, std::vecto
   if (!kwargs.empty()) unsupported("set." + name + " with keyword arguments");
   bool frozen = s->obj && !s->source;
   if ((name == "add" || name == "discard" || name == "remove") && args.size() == 1 && !frozen) {
-    py::object e = element_of(*this, args[0]);
+    py::object e = ListOps::element_of(*this, args[0]);
     int at = s->find_key(e);
     if (name == "remove" && at < 0) unsupported("set.remove of a missing element (KeyError is raised by Python)");
     will_mutate(s);
@@ -186,7 +188,7 @@ ValuePtr Tracer::call_set_method(ValuePtr s, const std::string& name, std::vecto
   if ((name == "update" || name == "clear") && !frozen) {
     std::vector<py::object> more;
     for (const auto& a : args) {
-      std::vector<py::object> es = elements_of(*this, a);
+      std::vector<py::object> es = ListOps::elements_of(*this, a);
       more.insert(more.end(), es.begin(), es.end());
     }
     will_mutate(s);
@@ -202,12 +204,12 @@ ValuePtr Tracer::call_set_method(ValuePtr s, const std::string& name, std::vecto
     py::tuple pargs(args.size());
     for (size_t i = 0; i < args.size(); ++i) {
       py::list es;
-      for (auto& e : elements_of(*this, args[i])) es.append(e);
+      for (auto& e : ListOps::elements_of(*this, args[i])) es.append(e);
       pargs[i] = es;
     }
     py::object r = s->as_python().attr(p)(*pargs);
     if (PyBool_Check(r.ptr())) return Value::constant(r);
-    return python_set_result(*this, r);
+    return ListOps::python_set_result(*this, r);
   }
   unsupported("set." + name + "() is not traced");
 }
@@ -216,7 +218,7 @@ ValuePtr Tracer::make_set(const std::vector<ValuePtr>& args, bool frozen) {
   if (args.size() > 1) unsupported("set() with more than one argument");
   ValuePtr s = Value::set({});
   if (!args.empty())
-    for (auto& e : elements_of(*this, args[0])) add_element(s, e);
+    for (auto& e : ListOps::elements_of(*this, args[0])) add_element(s, e);
   if (frozen) {  // a frozenset of constants is itself a constant
     py::list es;
     for (auto& e : s->keys) es.append(e);
@@ -251,10 +253,10 @@ ValuePtr Tracer::container_operator(const std::string& op, const ValuePtr& a, co
     }
     if (PyBool_Check(r.ptr())) return Value::constant(r);
     if (!PyAnySet_Check(r.ptr())) unsupported("operator." + op + " on " + a->describe() + " gave a non-set");
-    ValuePtr out = python_set_result(*this, r);
+    ValuePtr out = ListOps::python_set_result(*this, r);
     if (inplace && a->kind == VKind::Set) {
       ValuePtr target = a;
-      own_set(*this, target, "in-place set operator");
+      ListOps::own_set(*this, target, "in-place set operator");
       will_mutate(target);
       target->keys = out->keys;
       return target;
@@ -297,7 +299,7 @@ ValuePtr Tracer::container_operator(const std::string& op, const ValuePtr& a, co
   }
   if (base == "mul" && (seq_a || seq_b)) {
     const ValuePtr& seq = seq_a ? a : b;
-    long n = std::max(0L, int_arg(*this, seq_a ? b : a, "sequence repetition"));
+    long n = std::max(0L, ListOps::int_arg(*this, seq_a ? b : a, "sequence repetition"));
     if (n * static_cast<long>(seq->items.size()) > 100000) unsupported("sequence repetition too long to trace");
     std::vector<ValuePtr> items;
     for (long k = 0; k < n; ++k) items.insert(items.end(), seq->items.begin(), seq->items.end());
@@ -311,11 +313,11 @@ ValuePtr Tracer::container_operator(const std::string& op, const ValuePtr& a, co
   return nullptr;
 }
 
-void register_lists(HandlerTable& t) {
+void Tracer::register_lists(HandlerTable& t) {
   auto on = [&](const char* name, Handler h) { on_opcode(t, name, h); };
-  on("BUILD_SET", build_set);
-  on("SET_ADD", set_add);
-  on("SET_UPDATE", set_update);
+  on("BUILD_SET", ListOps::build_set);
+  on("SET_ADD", ListOps::set_add);
+  on("SET_UPDATE", ListOps::set_update);
 }
 
 }  // namespace cdynamo::interp

@@ -25,7 +25,7 @@ bool empty_dict_attr(py::handle obj, const char* name) {
 
 }  // namespace
 
-ValuePtr make_nn_module(Tracer& t, const ValuePtr& cls, std::vector<ValuePtr>& args, Kwargs& kwargs) {
+ValuePtr Tracer::make_nn_module(Tracer& t, const ValuePtr& cls, std::vector<ValuePtr>& args, Kwargs& kwargs) {
   // The class: read through a source (guarded), or from torch's namespace (a program constant, as torch.nn.Softmax).
   if (cls->kind != VKind::Object || cls->bound_self() || !is_torch_nn_module_class(cls->obj)) return nullptr;
   py::tuple real(args.size());
@@ -53,7 +53,7 @@ std::string describe_module_made(const ValuePtr& cls) {
   return "torch.nn." + py::str(cls->obj.attr("__name__")).cast<std::string>() + "(...)";
 }
 
-ValuePtr made_module_attr(Tracer& t, const ValuePtr& mod, const std::string& name) {
+ValuePtr Tracer::made_module_attr(Tracer& t, const ValuePtr& mod, const std::string& name) {
   py::handle inst = mod->obj;
   py::object dict = inst.attr("__dict__");
   PyObject* own = PyDict_GetItemString(dict.ptr(), name.c_str());  // borrowed, may be NULL
@@ -69,7 +69,7 @@ ValuePtr made_module_attr(Tracer& t, const ValuePtr& mod, const std::string& nam
   t.unsupported("attribute '" + name + "' of " + describe_module_made(mod->made_module()->cls));
 }
 
-ValuePtr call_made_module(Tracer& t, const ValuePtr& mod, std::vector<ValuePtr> args, Kwargs kwargs) {
+ValuePtr Tracer::call_made_module(Tracer& t, const ValuePtr& mod, std::vector<ValuePtr> args, Kwargs kwargs) {
   // Module._call_impl of a module without hooks of its own is its forward, unless a global hook is registered: those
   // dicts are guarded empty through torch.nn.modules.module's globals (as Tracer::call_module does).
   guard_no_global_module_hooks(t, "call of a module made in the trace");

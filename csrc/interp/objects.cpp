@@ -18,7 +18,7 @@ const char* const kGlobalHookDicts[] = {"_global_forward_hooks", "_global_forwar
 
 }  // namespace
 
-void guard_no_global_module_hooks(Tracer& t, const std::string& what) {
+void Tracer::guard_no_global_module_hooks(Tracer& t, const std::string& what) {
   const py::object& mm = PyRefs::get().nn_module_module;
   PyObject* mm_globals = PyModule_GetDict(mm.ptr());  // borrowed
   for (const char* d : kGlobalHookDicts) {
@@ -53,19 +53,21 @@ std::string pending_module_filing(const std::vector<AttrStore>& stores, py::hand
   return "";
 }
 
-// A bound method value: the function (guarded by identity through `type(obj).name`) and its receiver.
-ValuePtr bound_method(Tracer& t, const ValuePtr& self, py::handle func, const std::string& name) {
-  SourcePtr fsrc = guards::Source::attr(guards::Source::attr(self->source, "__class__"), name);
-  ValuePtr f = t.wrap(func, fsrc);
-  // The function's value may be the one first read through another source (Tracer::wrap: one value per function
-  // pinned by identity); its source then names where its closure and defaults are guarded.
-  return Value::bound_method(f->obj, f->source ? f->source : fsrc, self, name);
-}
-
 }  // namespace
 
+struct Tracer::ObjectAttrs {
+  // A bound method value: the function (guarded by identity through `type(obj).name`) and its receiver.
+  static ValuePtr bound_method(Tracer& t, const ValuePtr& self, py::handle func, const std::string& name) {
+    SourcePtr fsrc = guards::Source::attr(guards::Source::attr(self->source, "__class__"), name);
+    ValuePtr f = t.wrap(func, fsrc);
+    // The function's value may be the one first read through another source (Tracer::wrap: one value per function
+    // pinned by identity); its source then names where its closure and defaults are guarded.
+    return Value::bound_method(f->obj, f->source ? f->source : fsrc, self, name);
+  }
+};
+
 ValuePtr Tracer::method_of(const ValuePtr& self, py::handle func, const std::string& name) {
-  return bound_method(*this, self, func, name);
+  return ObjectAttrs::bound_method(*this, self, func, name);
 }
 
 ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
@@ -124,7 +126,7 @@ ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
   bool in_instance = inst_dict && PyDict_GetItemWithError(inst_dict, key.ptr());
   if (PyErr_Occurred()) throw py::error_already_set();
   if (descr && !in_instance) {
-    if (PyFunction_Check(descr)) return bound_method(*this, obj, descr, name);
+    if (PyFunction_Check(descr)) return ObjectAttrs::bound_method(*this, obj, descr, name);
     if (Py_IS_TYPE(descr, &PyClassMethod_Type) || Py_IS_TYPE(descr, &PyStaticMethod_Type)) {
       // Found on the class, guarded through it: a classmethod binds the class, a staticmethod nothing.
       SourcePtr csrc = guards::Source::attr(obj->source, "__class__");
@@ -195,7 +197,7 @@ ValuePtr Tracer::call_user_dunder(const ValuePtr& obj, const char* dunder, std::
   py::str key(dunder);
   PyObject* descr = _PyType_Lookup(Py_TYPE(obj->obj.ptr()), key.ptr());  // borrowed, may be NULL
   if (!descr || !PyFunction_Check(descr)) return nullptr;
-  return call(bound_method(*this, obj, descr, dunder), std::move(args), {});
+  return call(ObjectAttrs::bound_method(*this, obj, descr, dunder), std::move(args), {});
 }
 
 namespace {
@@ -206,32 +208,34 @@ struct ModuleNode {
   SourcePtr src;
 };
 
-// The module and its descendants in named_modules() order (each object once), the structure guarded
-// through each _modules dict's keys.
-std::vector<ModuleNode> walk_modules(Tracer& t, const ModuleNode& root, bool recurse) {
-  std::vector<ModuleNode> out{root};
-  std::vector<PyObject*> seen{root.mod.ptr()};
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (!recurse && i > 0) break;
-    ModuleNode node = out[i];
-    py::object mods = node.mod.attr("_modules");
-    if (!PyDict_CheckExact(mods.ptr())) t.unsupported("module without a _modules dict");
-    SourcePtr msrc = guards::Source::attr(node.src, "_modules");
-    t.guards.add(guards::dict_keys_match(msrc, mods.ptr()));
-    for (auto kv : py::reinterpret_borrow<py::dict>(mods)) {
-      if (kv.second.is_none() || !PyUnicode_Check(kv.first.ptr())) continue;
-      if (std::find(seen.begin(), seen.end(), kv.second.ptr()) != seen.end()) continue;
-      seen.push_back(kv.second.ptr());
-      std::string name = py::str(kv.first).cast<std::string>();
-      t.guards.add(guards::id_match(guards::Source::dict_item(msrc, name), kv.second.ptr()));
-      out.push_back({node.prefix.empty() ? name : node.prefix + "." + name,
-                     py::reinterpret_borrow<py::object>(kv.second), guards::Source::dict_item(msrc, name)});
-    }
-  }
-  return out;
-}
-
 }  // namespace
+
+struct Tracer::ModuleWalk {
+  // The module and its descendants in named_modules() order (each object once), the structure guarded
+  // through each _modules dict's keys.
+  static std::vector<ModuleNode> walk_modules(Tracer& t, const ModuleNode& root, bool recurse) {
+    std::vector<ModuleNode> out{root};
+    std::vector<PyObject*> seen{root.mod.ptr()};
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (!recurse && i > 0) break;
+      ModuleNode node = out[i];
+      py::object mods = node.mod.attr("_modules");
+      if (!PyDict_CheckExact(mods.ptr())) t.unsupported("module without a _modules dict");
+      SourcePtr msrc = guards::Source::attr(node.src, "_modules");
+      t.guards.add(guards::dict_keys_match(msrc, mods.ptr()));
+      for (auto kv : py::reinterpret_borrow<py::dict>(mods)) {
+        if (kv.second.is_none() || !PyUnicode_Check(kv.first.ptr())) continue;
+        if (std::find(seen.begin(), seen.end(), kv.second.ptr()) != seen.end()) continue;
+        seen.push_back(kv.second.ptr());
+        std::string name = py::str(kv.first).cast<std::string>();
+        t.guards.add(guards::id_match(guards::Source::dict_item(msrc, name), kv.second.ptr()));
+        out.push_back({node.prefix.empty() ? name : node.prefix + "." + name,
+                       py::reinterpret_borrow<py::object>(kv.second), guards::Source::dict_item(msrc, name)});
+      }
+    }
+    return out;
+  }
+};
 
 ValuePtr Tracer::module_iteration(const ValuePtr& self, py::handle func, const std::string& name,
                                   const std::vector<ValuePtr>& args,
@@ -260,14 +264,15 @@ ValuePtr Tracer::module_iteration(const ValuePtr& self, py::handle func, const s
     items.push_back(named ? Value::tuple({Value::constant(py::str(n)), v}) : v);
   };
   if (what == "children") {
-    std::vector<ModuleNode> all = walk_modules(*this, root, false);
+    std::vector<ModuleNode> all = ModuleWalk::walk_modules(*this, root, false);
     for (size_t i = 1; i < all.size(); ++i) add(all[i].prefix, wrap(all[i].mod, all[i].src));
   } else if (what == "modules") {
-    for (const auto& m : walk_modules(*this, root, true)) add(m.prefix, m.prefix.empty() ? self : wrap(m.mod, m.src));
+    for (const auto& m : ModuleWalk::walk_modules(*this, root, true))
+      add(m.prefix, m.prefix.empty() ? self : wrap(m.mod, m.src));
   } else {
     const char* dict_name = what == "parameters" ? "_parameters" : "_buffers";
     std::vector<PyObject*> seen;
-    for (const auto& m : walk_modules(*this, root, recurse)) {
+    for (const auto& m : ModuleWalk::walk_modules(*this, root, recurse)) {
       py::object d = m.mod.attr(dict_name);
       if (!PyDict_CheckExact(d.ptr())) unsupported(std::string("module without a ") + dict_name + " dict");
       SourcePtr dsrc = guards::Source::attr(m.src, dict_name);
@@ -351,19 +356,21 @@ ValuePtr Tracer::module_item(const ValuePtr& obj, const ValuePtr& key) {
 
 namespace {
 
-// A guard that `d` (a hook dict held at `src`) still equals its contents now: same hooks, same order.
-void guard_hook_dict(Tracer& t, const SourcePtr& src, py::handle d) {
-  if (py::len(d) == 0) {
-    t.guards.add(guards::length_match(src, d.ptr()));
-    return;
-  }
-  py::object copy = py::reinterpret_borrow<py::object>(py::type::handle_of(d))(d);
-  t.guards.add(guards::equals_match(src, copy.ptr()));
-}
-
 bool is_none(const ValuePtr& v) { return v->is_const() && v->obj.is_none(); }
 
 }  // namespace
+
+struct Tracer::ModuleHooks {
+  // A guard that `d` (a hook dict held at `src`) still equals its contents now: same hooks, same order.
+  static void guard_hook_dict(Tracer& t, const SourcePtr& src, py::handle d) {
+    if (py::len(d) == 0) {
+      t.guards.add(guards::length_match(src, d.ptr()));
+      return;
+    }
+    py::object copy = py::reinterpret_borrow<py::object>(py::type::handle_of(d))(d);
+    t.guards.add(guards::equals_match(src, copy.ptr()));
+  }
+};
 
 namespace {
 
@@ -433,7 +440,7 @@ ValuePtr Tracer::call_module(const ValuePtr& mod, std::vector<ValuePtr> args,
   } else {
     auto guarded = [&](const char* d) {
       py::object hooks = hooks_of(d);
-      if (!hooks.is_none()) guard_hook_dict(*this, guards::Source::attr(mod->source, d), hooks);
+      if (!hooks.is_none()) ModuleHooks::guard_hook_dict(*this, guards::Source::attr(mod->source, d), hooks);
       return hooks;
     };
     for (const char* d : {"_backward_hooks", "_backward_pre_hooks", "_forward_pre_hooks", "_forward_hooks"}) guarded(d);
@@ -482,7 +489,7 @@ ValuePtr Tracer::call_module(const ValuePtr& mod, std::vector<ValuePtr> args,
       declared && Py_IS_TYPE(declared, &PyStaticMethod_Type)  // `@staticmethod def forward(x)`: no self
           ? call(wrap(forward, guards::Source::attr(guards::Source::attr(mod->source, "__class__"), "forward")),
                  std::move(fwd_args), kwargs)
-          : call_object(bound_method(*this, mod, forward, "forward"), std::move(fwd_args), kwargs);
+          : call_object(ObjectAttrs::bound_method(*this, mod, forward, "forward"), std::move(fwd_args), kwargs);
   for (auto kv : py::reinterpret_borrow<py::dict>(size_of(post) ? post : py::dict())) {
     ValuePtr hook = wrap(kv.second, guards::Source::dict_item_key(post_src, kv.first.ptr()));
     bool with_kwargs = !post_kw.is_none() && PyDict_Contains(post_kw.ptr(), kv.first.ptr()) == 1;

@@ -27,36 +27,38 @@ void watch_dict(const ValuePtr& it, const ValuePtr& src, bool reversed) {
   it->iter().watches.push_back(std::move(w));
 }
 
-// Before FOR_ITER takes item `pos` of an iterator over a dict: Python raises when the dict's keys changed, and
-// reads values as they are now; the trace's items are those of when the iterator was made.
-void check_watches(Tracer& t, const ValuePtr& it) {
-  for (const auto& w : it->iter().watches) {
-    const Value& d = *w.dict;
-    bool same_keys = d.keys.size() == w.keys.size();
-    for (size_t i = 0; same_keys && i < d.keys.size(); ++i) same_keys = d.keys[i].ptr() == w.keys[i].ptr();
-    if (!same_keys) t.unsupported("a dict changed size or keys while being iterated (RuntimeError in Python)");
-    if (w.part == ViewPart::Keys) continue;
-    const size_t n = d.items.size(), done = std::min(it->iter().pos, n);
-    for (size_t i = 0; i < n; ++i) {
-      bool taken = w.reversed ? i >= n - done : i < done;
-      if (!taken && d.items[i] != w.values[i])
-        t.unsupported("a dict value changed while the dict's values are being iterated");
-    }
-  }
-}
-
 }  // namespace
 
-ValuePtr make_iterator(Tracer& t, const ValuePtr& seq) {
+struct Tracer::IterOps {
+  // Before FOR_ITER takes item `pos` of an iterator over a dict: Python raises when the dict's keys changed, and
+  // reads values as they are now; the trace's items are those of when the iterator was made.
+  static void check_watches(Tracer& t, const ValuePtr& it) {
+    for (const auto& w : it->iter().watches) {
+      const Value& d = *w.dict;
+      bool same_keys = d.keys.size() == w.keys.size();
+      for (size_t i = 0; same_keys && i < d.keys.size(); ++i) same_keys = d.keys[i].ptr() == w.keys[i].ptr();
+      if (!same_keys) t.unsupported("a dict changed size or keys while being iterated (RuntimeError in Python)");
+      if (w.part == ViewPart::Keys) continue;
+      const size_t n = d.items.size(), done = std::min(it->iter().pos, n);
+      for (size_t i = 0; i < n; ++i) {
+        bool taken = w.reversed ? i >= n - done : i < done;
+        if (!taken && d.items[i] != w.values[i])
+          t.unsupported("a dict value changed while the dict's values are being iterated");
+      }
+    }
+  }
+};
+
+ValuePtr Tracer::make_iterator(Tracer& t, const ValuePtr& seq) {
   if (seq->kind == VKind::Iter) return seq;  // iter(iterator) is the iterator itself
   ValuePtr it = Value::iterator(t.unpack_iterable(seq));
   watch_dict(it, seq, false);
   return it;
 }
 
-ValuePtr iterator_next(Tracer& t, const ValuePtr& it) {
+ValuePtr Tracer::iterator_next(Tracer& t, const ValuePtr& it) {
   IterOf& state = it->iter();
-  if (!state.watches.empty()) check_watches(t, it);
+  if (!state.watches.empty()) IterOps::check_watches(t, it);
   if (state.pos < state.items.size()) return state.items[state.pos++];
   return nullptr;
 }
@@ -129,35 +131,33 @@ std::vector<ValuePtr> Tracer::unpack_iterable(const ValuePtr& v) {
   unsupported("iteration over " + v->describe());
 }
 
-namespace {
-
-void get_iter(Tracer& t, const Instruction&) {
-  ValuePtr seq = t.peek(1);
-  ValuePtr it = make_iterator(t, seq);
-  t.pop();
-  t.push(it);
-}
-
-void for_iter(Tracer& t, const Instruction& i) {
-  ValuePtr it = t.peek(1);
-  if (it->kind != VKind::Iter) t.unsupported("FOR_ITER over " + it->describe());
-  if (ValuePtr item = iterator_next(t, it)) {
-    t.push(std::move(item));
-    return;
+struct Tracer::IterSteps {
+  static void get_iter(Tracer& t, const Instruction&) {
+    ValuePtr seq = t.peek(1);
+    ValuePtr it = make_iterator(t, seq);
+    t.pop();
+    t.push(it);
   }
-  t.pop();
-  if (!i.target) t.unsupported("FOR_ITER without a target");
-  // 3.12: the target is the loop's END_FOR, which the exhausted iterator skips.
-  t.pc = static_cast<size_t>(t.bc.index_of(i.target)) + compat::opargs::kForIterSkip;
-}
 
-// END_FOR (3.12: pops the iterator and its last value; 3.13: the value, a POP_TOP after it the iterator);
-// reached only by a jump the trace never takes.
-void end_for(Tracer& t, const Instruction& i) {
-  for (int n = -bytecode::stack_effect(i.opcode, i.arg, false); n > 0; --n) t.pop();
-}
+  static void for_iter(Tracer& t, const Instruction& i) {
+    ValuePtr it = t.peek(1);
+    if (it->kind != VKind::Iter) t.unsupported("FOR_ITER over " + it->describe());
+    if (ValuePtr item = iterator_next(t, it)) {
+      t.push(std::move(item));
+      return;
+    }
+    t.pop();
+    if (!i.target) t.unsupported("FOR_ITER without a target");
+    // 3.12: the target is the loop's END_FOR, which the exhausted iterator skips.
+    t.pc = static_cast<size_t>(t.bc.index_of(i.target)) + compat::opargs::kForIterSkip;
+  }
 
-}  // namespace
+  // END_FOR (3.12: pops the iterator and its last value; 3.13: the value, a POP_TOP after it the iterator);
+  // reached only by a jump the trace never takes.
+  static void end_for(Tracer& t, const Instruction& i) {
+    for (int n = -bytecode::stack_effect(i.opcode, i.arg, false); n > 0; --n) t.pop();
+  }
+};
 
 ValuePtr Tracer::call_iter_builtin(const std::string& name, const std::vector<ValuePtr>& args) {
   if (name == "enumerate" && (args.size() == 1 || args.size() == 2)) {
@@ -205,11 +205,11 @@ ValuePtr Tracer::call_iter_builtin(const std::string& name, const std::vector<Va
   return nullptr;
 }
 
-void register_iter(HandlerTable& t) {
+void Tracer::register_iter(HandlerTable& t) {
   auto on = [&](const char* name, Handler h) { on_opcode(t, name, h); };
-  on("GET_ITER", get_iter);
-  on("FOR_ITER", for_iter);
-  on("END_FOR", end_for);
+  on("GET_ITER", IterSteps::get_iter);
+  on("FOR_ITER", IterSteps::for_iter);
+  on("END_FOR", IterSteps::end_for);
 }
 
 }  // namespace cdynamo::interp

@@ -31,26 +31,6 @@ ValuePtr noop_context_enter(const ValuePtr& ctx) {
   return ctx;
 }
 
-void before_with(Tracer& t, const Instruction&) {
-  ValuePtr ctx = t.peek(1);
-  if (ValuePtr entered = noop_context_enter(ctx)) {
-    // Made in the trace: nothing outside saw it. A profiler range is not recorded (as torch._dynamo).
-    t.pop();
-    t.push(Value::grad_exit_value(py::reinterpret_borrow<py::object>(grad_exit_callable(kNoopExit)), kNoopExit));
-    t.push(entered);
-    return;
-  }
-  int target = ctx->kind == VKind::Object ? grad_context_target(ctx->obj) : -1;
-  if (target < 0)
-    t.unsupported("`with` on " + ctx->describe() +
-                  " (only torch.no_grad/enable_grad, contextlib.nullcontext and profiler record_function are traced)");
-  t.pop();
-  ValuePtr exit = Value::grad_exit_value(ctx->obj.attr("__exit__"), guards::grad_mode_enabled() ? 1 : 0);
-  t.set_grad_mode(target == 1);
-  t.push(exit);
-  t.push(Value::constant(py::none()));  // what __enter__ returns
-}
-
 // __exit__ of a `with torch.no_grad()/enable_grad()` block continued after a graph break: sets grad mode to
 // its `self` (Py_True / Py_False; Py_None: a record_function block, nothing) and returns None, so an exception
 // propagates. Borrowed arguments.
@@ -67,6 +47,28 @@ PyMethodDef grad_exit_def = {"_cdynamo_grad_exit", reinterpret_cast<PyCFunction>
                              METH_FASTCALL, "Restores grad mode on leaving a with block continued after a graph break."};
 
 }  // namespace
+
+struct Tracer::WithOps {
+  static void before_with(Tracer& t, const Instruction&) {
+    ValuePtr ctx = t.peek(1);
+    if (ValuePtr entered = noop_context_enter(ctx)) {
+      // Made in the trace: nothing outside saw it. A profiler range is not recorded (as torch._dynamo).
+      t.pop();
+      t.push(Value::grad_exit_value(py::reinterpret_borrow<py::object>(grad_exit_callable(kNoopExit)), kNoopExit));
+      t.push(entered);
+      return;
+    }
+    int target = ctx->kind == VKind::Object ? grad_context_target(ctx->obj) : -1;
+    if (target < 0)
+      t.unsupported("`with` on " + ctx->describe() +
+                    " (only torch.no_grad/enable_grad, contextlib.nullcontext and profiler record_function are traced)");
+    t.pop();
+    ValuePtr exit = Value::grad_exit_value(ctx->obj.attr("__exit__"), guards::grad_mode_enabled() ? 1 : 0);
+    t.set_grad_mode(target == 1);
+    t.push(exit);
+    t.push(Value::constant(py::none()));  // what __enter__ returns
+  }
+};
 
 py::handle grad_exit_callable(int mode) {
   static PyObject* fns[3] = {nullptr, nullptr, nullptr};  // new references kept for the process lifetime
@@ -180,8 +182,8 @@ ValuePtr Tracer::grad_decorated_call(const ValuePtr& fn, std::vector<ValuePtr>& 
   return r;
 }
 
-void register_with(HandlerTable& t) {
-  on_opcode(t, "BEFORE_WITH", before_with);
+void Tracer::register_with(HandlerTable& t) {
+  on_opcode(t, "BEFORE_WITH", WithOps::before_with);
 }
 
 }  // namespace cdynamo::interp

@@ -89,17 +89,15 @@ void Tracer::raise_builtin_exception(py::handle cls, const std::vector<ValuePtr>
   throw TracedRaise("raise " + name + " in an inlined function", exc);
 }
 
-namespace {
-
-// RAISE_VARARGS 1 of a builtin exception class or of one just made (see Tracer::call): in an inlined
-// function a TracedRaise; in the traced frame itself a graph break (Python raises).
-void raise_varargs(Tracer& t, const bytecode::Instruction& i) {
-  if (t.inline_depth() > 0 && i.arg == 1 && t.peek(1)->kind == VKind::Object && builtin_exception_class(t.peek(1)->obj))
-    t.raise_builtin_exception(t.peek(1)->obj, {});
-  t.unsupported("raise (Python raises)");
-}
-
-}  // namespace
+struct Tracer::RaiseOps {
+  // RAISE_VARARGS 1 of a builtin exception class or of one just made (see Tracer::call): in an inlined
+  // function a TracedRaise; in the traced frame itself a graph break (Python raises).
+  static void raise_varargs(Tracer& t, const bytecode::Instruction& i) {
+    if (t.inline_depth() > 0 && i.arg == 1 && t.peek(1)->kind == VKind::Object && builtin_exception_class(t.peek(1)->obj))
+      t.raise_builtin_exception(t.peek(1)->obj, {});
+    t.unsupported("raise (Python raises)");
+  }
+};
 
 bool is_builtin_exception_class(py::handle cls) { return builtin_exception_class(cls); }
 
@@ -132,53 +130,55 @@ bool is_traced_exception(const ValuePtr& v) {
          PyExceptionInstance_Check(v->obj.ptr());
 }
 
-// PUSH_EXC_INFO: exc -> previous exception, exc. The previous one is only restored by POP_EXCEPT (the trace
-// does not model sys.exc_info(), a library call it never folds), so a None stands for it.
-void push_exc_info(Tracer& t, const bytecode::Instruction&) {
-  if (t.inline_depth() == 0 || !is_traced_exception(t.peek(1))) t.unsupported("an exception handler (Python runs it)");
-  ValuePtr exc = t.pop();
-  t.push(Value::constant(py::none()));
-  t.push(exc);
-}
-
-// CHECK_EXC_MATCH: exc, cls -> exc, isinstance(exc, cls) for a class or a tuple of classes.
-void check_exc_match(Tracer& t, const bytecode::Instruction&) {
-  if (!is_traced_exception(t.peek(2))) t.unsupported("an exception handler (Python runs it)");
-  ValuePtr cls = t.peek(1);
-  py::object c;
-  if (cls->kind == VKind::Object && PyExceptionClass_Check(cls->obj.ptr())) {
-    c = cls->obj;
-  } else if (cls->kind == VKind::Tuple && !cls->obj) {
-    py::tuple tup(cls->items.size());
-    for (size_t i = 0; i < cls->items.size(); ++i) {
-      const ValuePtr& it = cls->items[i];
-      if (it->kind != VKind::Object || !PyExceptionClass_Check(it->obj.ptr()))
-        t.unsupported("except clause with " + it->describe());
-      tup[i] = it->obj;
-    }
-    c = tup;
-  } else {
-    t.unsupported("except clause with " + cls->describe());
-  }
-  t.pop();
-  int match = PyErr_GivenExceptionMatches(t.peek(1)->obj.ptr(), c.ptr());
-  t.push(Value::constant(py::bool_(match != 0)));
-}
-
-// POP_EXCEPT: drops the previous exception PUSH_EXC_INFO saved.
-void pop_except(Tracer& t, const bytecode::Instruction&) {
-  if (t.inline_depth() == 0) t.unsupported("an exception handler (Python runs it)");
-  t.pop();
-}
-
-// RERAISE: the handled exception leaves the handler again (to an outer handler or out of the function).
-void reraise(Tracer& t, const bytecode::Instruction&) {
-  if (t.inline_depth() == 0 || !is_traced_exception(t.peek(1))) t.unsupported("re-raise (Python raises)");
-  py::object exc = t.pop()->obj;
-  throw TracedRaise(std::string("re-raised ") + Py_TYPE(exc.ptr())->tp_name + " in an inlined function", exc);
-}
-
 }  // namespace
+
+struct Tracer::ExceptionOps {
+  // PUSH_EXC_INFO: exc -> previous exception, exc. The previous one is only restored by POP_EXCEPT (the trace
+  // does not model sys.exc_info(), a library call it never folds), so a None stands for it.
+  static void push_exc_info(Tracer& t, const bytecode::Instruction&) {
+    if (t.inline_depth() == 0 || !is_traced_exception(t.peek(1))) t.unsupported("an exception handler (Python runs it)");
+    ValuePtr exc = t.pop();
+    t.push(Value::constant(py::none()));
+    t.push(exc);
+  }
+
+  // CHECK_EXC_MATCH: exc, cls -> exc, isinstance(exc, cls) for a class or a tuple of classes.
+  static void check_exc_match(Tracer& t, const bytecode::Instruction&) {
+    if (!is_traced_exception(t.peek(2))) t.unsupported("an exception handler (Python runs it)");
+    ValuePtr cls = t.peek(1);
+    py::object c;
+    if (cls->kind == VKind::Object && PyExceptionClass_Check(cls->obj.ptr())) {
+      c = cls->obj;
+    } else if (cls->kind == VKind::Tuple && !cls->obj) {
+      py::tuple tup(cls->items.size());
+      for (size_t i = 0; i < cls->items.size(); ++i) {
+        const ValuePtr& it = cls->items[i];
+        if (it->kind != VKind::Object || !PyExceptionClass_Check(it->obj.ptr()))
+          t.unsupported("except clause with " + it->describe());
+        tup[i] = it->obj;
+      }
+      c = tup;
+    } else {
+      t.unsupported("except clause with " + cls->describe());
+    }
+    t.pop();
+    int match = PyErr_GivenExceptionMatches(t.peek(1)->obj.ptr(), c.ptr());
+    t.push(Value::constant(py::bool_(match != 0)));
+  }
+
+  // POP_EXCEPT: drops the previous exception PUSH_EXC_INFO saved.
+  static void pop_except(Tracer& t, const bytecode::Instruction&) {
+    if (t.inline_depth() == 0) t.unsupported("an exception handler (Python runs it)");
+    t.pop();
+  }
+
+  // RERAISE: the handled exception leaves the handler again (to an outer handler or out of the function).
+  static void reraise(Tracer& t, const bytecode::Instruction&) {
+    if (t.inline_depth() == 0 || !is_traced_exception(t.peek(1))) t.unsupported("re-raise (Python raises)");
+    py::object exc = t.pop()->obj;
+    throw TracedRaise(std::string("re-raised ") + Py_TYPE(exc.ptr())->tp_name + " in an inlined function", exc);
+  }
+};
 
 bool Tracer::enter_exception_handler(const TracedRaise& e) {
   if (inline_depth_ == 0 || pc >= bc.insts.size()) return false;
@@ -204,12 +204,12 @@ bool Tracer::enter_exception_handler(const TracedRaise& e) {
   return true;
 }
 
-void register_protocols(HandlerTable& t) {
-  on_opcode(t, "RAISE_VARARGS", raise_varargs);
-  on_opcode(t, "PUSH_EXC_INFO", push_exc_info);
-  on_opcode(t, "CHECK_EXC_MATCH", check_exc_match);
-  on_opcode(t, "POP_EXCEPT", pop_except);
-  on_opcode(t, "RERAISE", reraise);
+void Tracer::register_protocols(HandlerTable& t) {
+  on_opcode(t, "RAISE_VARARGS", RaiseOps::raise_varargs);
+  on_opcode(t, "PUSH_EXC_INFO", ExceptionOps::push_exc_info);
+  on_opcode(t, "CHECK_EXC_MATCH", ExceptionOps::check_exc_match);
+  on_opcode(t, "POP_EXCEPT", ExceptionOps::pop_except);
+  on_opcode(t, "RERAISE", ExceptionOps::reraise);
 }
 
 }  // namespace cdynamo::interp

@@ -302,7 +302,7 @@ bool tensor_method_metadata(const std::string& name) {
   return s.count(name) > 0;
 }
 
-ValuePtr tensor_attr(Tracer& t, const ValuePtr& self, const std::string& name) {
+ValuePtr Tracer::tensor_attr(Tracer& t, const ValuePtr& self, const std::string& name) {
   static const std::unordered_set<std::string> const_attrs = {"shape", "dtype", "ndim", "layout",
                                                               "requires_grad", "is_sparse", "is_quantized",
                                                               "is_mkldnn", "is_complex", "itemsize", "nbytes", "is_nested"};

@@ -41,8 +41,6 @@ void clear_classification_cache();
 bool is_trusted_module(py::handle mod);
 // Modules of the standard library (by top-level package name, sys.stdlib_module_names).
 bool is_stdlib_module(py::handle mod);
-// Tensor attribute read (shape, dtype, device, T, ...): constant or graph node; throws Unsupported.
-ValuePtr tensor_attr(Tracer& t, const ValuePtr& self, const std::string& name);
 // True if `name` is a tensor method that may be put into a graph.
 bool tensor_method_allowed(const std::string& name);
 // True if the tensor method returns metadata (ints, Size, bool) computed from guarded properties.

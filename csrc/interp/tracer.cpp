@@ -49,18 +49,18 @@ void on_opcode(HandlerTable& t, const char* name, Handler h) {
 const HandlerTable& handler_table() {
   static HandlerTable table = [] {
     HandlerTable t{};
-    register_load_store(t);
-    register_import(t);
-    register_arith(t);
-    register_call(t);
-    register_build(t);
-    register_control(t);
-    register_with(t);
-    register_iter(t);
-    register_protocols(t);
-    register_dicts(t);
-    register_functions(t);
-    register_lists(t);
+    Tracer::register_load_store(t);
+    Tracer::register_import(t);
+    Tracer::register_arith(t);
+    Tracer::register_call(t);
+    Tracer::register_build(t);
+    Tracer::register_control(t);
+    Tracer::register_with(t);
+    Tracer::register_iter(t);
+    Tracer::register_protocols(t);
+    Tracer::register_dicts(t);
+    Tracer::register_functions(t);
+    Tracer::register_lists(t);
     return t;
   }();
   return table;
@@ -84,10 +84,10 @@ Tracer::Status Tracer::run() {
   try {
     bc = bytecode::decode(code);
   } catch (const std::exception& e) {
-    status_ = Status::Unsupported;
-    stop_.reason = std::string("cannot decode bytecode: ") + e.what();
+    status = Status::Unsupported;
+    stop.reason = std::string("cannot decode bytecode: ") + e.what();
   }
-  while (status_ == Status::Running) {
+  while (status == Status::Running) {
     // Snapshot what a failing instruction may have changed, to stop cleanly *before* it.
     std::vector<ValuePtr> saved_stack = stack;
     py::object saved_kw = kw_names;
@@ -99,7 +99,7 @@ Tracer::Status Tracer::run() {
     undo_.clear();
     try {
       if (stopped) {
-        status_ = Status::Returned;
+        status = Status::Returned;
         break;
       }
       if (at_window_end(pc))
@@ -107,8 +107,8 @@ Tracer::Status Tracer::run() {
       if (static_cast<int>(pc) == break_at) unsupported(break_at_reason);
       execute_one();
     } catch (const Unsupported& e) {
-      if (stop_.reason.empty()) stop_.reason = e.what();
-      stop_.lineno = lineno_;
+      if (stop.reason.empty()) stop.reason = e.what();
+      stop.lineno = lineno_;
       failed_guards = guards.size() - saved_guards;
       stack = std::move(saved_stack);
       kw_names = saved_kw;
@@ -124,48 +124,48 @@ Tracer::Status Tracer::run() {
       compiling_folds = saved_folds;
       std::string why;
       if (pc < bc.insts.size() && breakable(pc, &why)) {
-        status_ = Status::Break;
+        status = Status::Break;
         int op = bc.insts[pc]->opcode;
         std::string name = bytecode::opname(op);
         conditional_break = name.find("POP_JUMP") == 0;
       } else {
-        status_ = Status::Unsupported;
-        if (!why.empty()) stop_.reason += " (" + why + ")";
+        status = Status::Unsupported;
+        if (!why.empty()) stop.reason += " (" + why + ")";
       }
     } catch (py::error_already_set& e) {
-      status_ = Status::Unsupported;
-      stop_.reason = std::string("Python error during tracing: ") + e.what();
-      stop_.lineno = lineno_;
+      status = Status::Unsupported;
+      stop.reason = std::string("Python error during tracing: ") + e.what();
+      stop.lineno = lineno_;
       internal_error = true;
       // An error of the user's request (a mark_dynamic constraint that cannot hold) reaches the caller.
       if (dynamic() && is_user_error(e.value()))
         user_error = py::make_tuple(e.type(), e.value(), e.trace());
     } catch (const std::exception& e) {
-      status_ = Status::Unsupported;
-      stop_.reason = std::string("internal error: ") + e.what();
-      stop_.lineno = lineno_;
+      status = Status::Unsupported;
+      stop.reason = std::string("internal error: ") + e.what();
+      stop.lineno = lineno_;
       internal_error = true;
     }
   }
   // A break inside `with torch.no_grad()`: the graph ends in the frame's entry mode (a balanced graph, as
   // backends expect); the rewritten frame then switches to the mode at the break (grad_mode_after_graph).
-  if (status_ == Status::Break && guards::grad_mode_enabled() != restore_grad_mode.entry) {
+  if (status == Status::Break && guards::grad_mode_enabled() != restore_grad_mode.entry) {
     grad_mode_after_graph = guards::grad_mode_enabled() ? 1 : 0;
     graph.call_function(PyRefs::get().torch.attr("_C").attr("_set_grad_enabled"),
                         {graph::Arg::constant(py::bool_(restore_grad_mode.entry))}, {}, py::none());
   }
-  if (status_ != Status::Returned) {
-    stop_.filename = py::str(code->co_filename).cast<std::string>();
+  if (status != Status::Returned) {
+    stop.filename = py::str(code->co_filename).cast<std::string>();
     try {
-      py::object line = loaded_module("linecache").attr("getline")(stop_.filename, stop_.lineno);
-      stop_.line = py::str(line).cast<std::string>();
-      while (!stop_.line.empty() && (stop_.line.back() == '\n' || stop_.line.back() == ' ')) stop_.line.pop_back();
-      size_t s = stop_.line.find_first_not_of(' ');
-      stop_.line = s == std::string::npos ? "" : stop_.line.substr(s);
+      py::object line = loaded_module("linecache").attr("getline")(stop.filename, stop.lineno);
+      stop.line = py::str(line).cast<std::string>();
+      while (!stop.line.empty() && (stop.line.back() == '\n' || stop.line.back() == ' ')) stop.line.pop_back();
+      size_t s = stop.line.find_first_not_of(' ');
+      stop.line = s == std::string::npos ? "" : stop.line.substr(s);
     } catch (py::error_already_set&) {
     }
   }
-  return status_;
+  return status;
 }
 
 bool Tracer::may_hold_attributes(const ValuePtr& c) const {
@@ -239,6 +239,7 @@ void Tracer::realize(const ValuePtr& v) {
 }
 
 namespace {
+
 // How instruction kinds look at the values on top of the stack, for identity guards: only moving values
 // (locals, stack shuffles, tuples and lists built from them, the return value) does not depend on which
 // objects they are.
@@ -266,15 +267,6 @@ bool inlined_callee(const ValuePtr& fn) {
   PyObject* f = fn->obj.ptr();
   if (PyFunction_Check(f)) return !fn->bound_self() || !fn->is_modelled();
   return !fn->bound_self() && module_instance(f);
-}
-
-// The callee of CALL n: above a NULL, or (3.11's method form, a comprehension's `f(iter)`) the item below
-// the arguments and `self`; nullptr when the stack is too short.
-const ValuePtr* call_callee(const Tracer& t, int nargs) {
-  size_t at = static_cast<size_t>(nargs) + 2;
-  if (t.stack.size() < at) return nullptr;
-  const ValuePtr& below = t.stack[t.stack.size() - at];
-  return below && below->kind == VKind::Null ? &t.stack[t.stack.size() - at + 1] : &below;
 }
 
 // Builtins whose call looks at an object's type (guarded at wrap), or its attributes (guarded through
@@ -348,112 +340,124 @@ bool python_len(const ValuePtr& v) {
   return len && PyFunction_Check(len);
 }
 
-// Number of top-of-stack values `inst` may look at by identity (-1: all); notes writes to objects.
-int identity_uses(Tracer& t, const bytecode::Instruction& inst) {
-  const Use use = use_table()[static_cast<size_t>(inst.opcode & 0xff)];
-  switch (use) {
-    case Use::Move: return 0;
-    // Attribute reads are guarded through the attribute's own source, given the type; one written earlier in
-    // the trace through another object is guarded by aliasing (Tracer::load_attr). After a container of
-    // the frame was written (which could be an object's __dict__), the object is pinned.
-    case Use::AttrRead:
-      if (!t.stack.empty() && t.stack.back()->kind == VKind::Record) return 0;  // its fields, by name
-      return t.items_written ? 1 : 0;
-    case Use::One: return 1;
-    case Use::Two: return 2;
-    case Use::Is:
-      // `obj is None` (or any constant): an object wrapped lazily is a plain instance, never a constant, so
-      // its guarded type decides.
-      if (t.stack.size() >= 2 && (t.stack[t.stack.size() - 1]->is_const() || t.stack[t.stack.size() - 2]->is_const()))
-        return 0;
-      return 2;
-    // An attribute store pins nothing (reads of that attribute through other objects are guarded by aliasing,
-    // Tracer::load_attr); a deletion or a subscript store pins its target (and key). Writes to what the trace
-    // made itself (no Source) cannot reach an object of the frame.
-    case Use::StoreAttr: return 0;
-    case Use::DeleteAttr:
-    case Use::WriteItem: {
-      size_t target_depth = use == Use::DeleteAttr ? 1 : 2;
-      if (t.stack.size() < target_depth || t.may_hold_attributes(t.stack[t.stack.size() - target_depth]))
-        t.items_written = true;
-      return static_cast<int>(target_depth);
-    }
-    case Use::CallN: {
-      // CALL_KW (3.13) has its names tuple above the arguments.
-      static const int call_kw = bytecode::opcode_by_name("CALL_KW");  // -1 before 3.13
-      const int kw = inst.opcode == call_kw ? 1 : 0;
-      const ValuePtr* callee = call_callee(t, inst.arg + kw);
-      const ValuePtr& fn = callee ? *callee : nullptr;
-      // A ModelOutput's own methods (to_tuple, get, keys, ...) move its fields out.
-      if (fn && fn->kind == VKind::Method && fn->bound_self() && fn->bound_self()->kind == VKind::Record) return 0;
-      if (fn && fn->kind == VKind::Object && fn->obj) {
-        PyObject* f = fn->obj.ptr();
-        if (inlined_callee(fn)) return 0;
-        if (f == reinterpret_cast<PyObject*>(&PyType_Type)) return 0;  // type(obj): its class, guarded
-        // Objects the trace makes: a plain class's __init__ is inlined, a ModelOutput's fields are the
-        // arguments, moved.
-        if (PyType_Check(f) && !fn->bound_self() && (is_record_class(fn->obj) || (fn->source && is_plain_class(fn->obj))))
-          return 0;
-        static const TypeOnlyBuiltins builtins;
-        if (f == builtins.isinstance || f == builtins.issubclass) return 0;
-        // getattr(obj, name[, default]) is an attribute read (see Use::AttrRead).
-        if (!kw && (inst.arg == 2 || inst.arg == 3) && f == PyRefs::get().getattr_fn.ptr() && !t.items_written)
-          return 0;
-        // hasattr(obj, name): the same read, its answer guarded by HASATTR / NO_HASATTR on the object's source.
-        if (!kw && inst.arg == 2 && f == builtins.hasattr && !t.items_written) return 0;
-        // len() of a modelled tuple / list / dict counts its items without looking at them; len() of a user
-        // object whose class defines __len__ in Python inlines it (what that reads is guarded there).
-        if (!kw && inst.arg == 1 && f == builtins.len &&
-            (modelled_container(t.stack.back()) || python_len(t.stack.back())))
-          return 0;
-      }
-      return inst.arg + 2 + kw;
-    }
-    case Use::ArgN: return inst.arg;
-    case Use::Arg2N: {
-      // BUILD_MAP: with constant keys the values are only moved into the dict.
-      size_t n = 2 * static_cast<size_t>(inst.arg);
-      if (t.stack.size() < n) return -1;
-      for (size_t k = t.stack.size() - n; k < t.stack.size(); k += 2)
-        if (!t.stack[k]->is_const()) return static_cast<int>(n);
-      return 0;
-    }
-    case Use::ArgN1: return inst.arg + 1;
-    // d[k] / seq[i] with a constant key moves one item out; `k in d` looks at the keys only. (`x in seq`
-    // compares items, by identity for plain objects: pinned.)
-    case Use::Subscript:
-      if (t.stack.size() < 2) return -1;
-      return modelled_container(t.stack[t.stack.size() - 2]) && t.stack.back()->is_const() ? 0 : 2;
-    case Use::Contains:
-      if (t.stack.size() < 2) return -1;
-      return t.stack.back()->kind == VKind::Dict && t.stack[t.stack.size() - 2]->is_const() ? 0 : 2;
-    case Use::Iterate: {
-      // Iterating (or unpacking) a modelled tuple / list / dict, or an iterator over one, moves its items.
-      const ValuePtr& top = t.stack.empty() ? nullptr : t.stack.back();
-      return modelled_container(top) || (top && top->kind == VKind::Iter) ? 0 : 1;
-    }
-    case Use::Spread: return !t.stack.empty() && modelled_container(t.stack.back()) ? 0 : 1;
-    // 3.12's list-to-tuple (f(*args) building its tuple) moves the items as LIST_TO_TUPLE did; unary + is One.
-    case Use::Intrinsic1:
-      if (inst.arg == compat::opargs::kIntrinsicListToTuple)
-        return !t.stack.empty() && modelled_container(t.stack.back()) ? 0 : 1;
-      return 1;
-    case Use::CallEx: {
-      // f(*args, **kwargs) of a callee the trace inlines, as for CALL.
-      // The callable is above its NULL through 3.12, below it on 3.13.
-      size_t depth = (inst.arg & 1) ? 3 : 2;
-      if (t.stack.size() > depth) {
-        const ValuePtr& at = t.stack[t.stack.size() - depth];
-        if (inlined_callee(at && at->kind == VKind::Null ? t.stack[t.stack.size() - depth - 1] : at)) return 0;
-      }
-      return (inst.arg & 1) ? 4 : 3;
-    }
-    case Use::Format: return (inst.arg & 0x04) ? 2 : 1;
-    case Use::All: return -1;
-  }
-  return -1;
-}
 }  // namespace
+
+struct Tracer::IdentityUses {
+  // The callee of CALL n: above a NULL, or (3.11's method form, a comprehension's `f(iter)`) the item below
+  // the arguments and `self`; nullptr when the stack is too short.
+  static const ValuePtr* call_callee(const Tracer& t, int nargs) {
+    size_t at = static_cast<size_t>(nargs) + 2;
+    if (t.stack.size() < at) return nullptr;
+    const ValuePtr& below = t.stack[t.stack.size() - at];
+    return below && below->kind == VKind::Null ? &t.stack[t.stack.size() - at + 1] : &below;
+  }
+
+  // Number of top-of-stack values `inst` may look at by identity (-1: all); notes writes to objects.
+  static int identity_uses(Tracer& t, const bytecode::Instruction& inst) {
+    const Use use = use_table()[static_cast<size_t>(inst.opcode & 0xff)];
+    switch (use) {
+      case Use::Move: return 0;
+      // Attribute reads are guarded through the attribute's own source, given the type; one written earlier in
+      // the trace through another object is guarded by aliasing (Tracer::load_attr). After a container of
+      // the frame was written (which could be an object's __dict__), the object is pinned.
+      case Use::AttrRead:
+        if (!t.stack.empty() && t.stack.back()->kind == VKind::Record) return 0;  // its fields, by name
+        return t.items_written ? 1 : 0;
+      case Use::One: return 1;
+      case Use::Two: return 2;
+      case Use::Is:
+        // `obj is None` (or any constant): an object wrapped lazily is a plain instance, never a constant, so
+        // its guarded type decides.
+        if (t.stack.size() >= 2 && (t.stack[t.stack.size() - 1]->is_const() || t.stack[t.stack.size() - 2]->is_const()))
+          return 0;
+        return 2;
+      // An attribute store pins nothing (reads of that attribute through other objects are guarded by aliasing,
+      // Tracer::load_attr); a deletion or a subscript store pins its target (and key). Writes to what the trace
+      // made itself (no Source) cannot reach an object of the frame.
+      case Use::StoreAttr: return 0;
+      case Use::DeleteAttr:
+      case Use::WriteItem: {
+        size_t target_depth = use == Use::DeleteAttr ? 1 : 2;
+        if (t.stack.size() < target_depth || t.may_hold_attributes(t.stack[t.stack.size() - target_depth]))
+          t.items_written = true;
+        return static_cast<int>(target_depth);
+      }
+      case Use::CallN: {
+        // CALL_KW (3.13) has its names tuple above the arguments.
+        static const int call_kw = bytecode::opcode_by_name("CALL_KW");  // -1 before 3.13
+        const int kw = inst.opcode == call_kw ? 1 : 0;
+        const ValuePtr* callee = call_callee(t, inst.arg + kw);
+        const ValuePtr& fn = callee ? *callee : nullptr;
+        // A ModelOutput's own methods (to_tuple, get, keys, ...) move its fields out.
+        if (fn && fn->kind == VKind::Method && fn->bound_self() && fn->bound_self()->kind == VKind::Record) return 0;
+        if (fn && fn->kind == VKind::Object && fn->obj) {
+          PyObject* f = fn->obj.ptr();
+          if (inlined_callee(fn)) return 0;
+          if (f == reinterpret_cast<PyObject*>(&PyType_Type)) return 0;  // type(obj): its class, guarded
+          // Objects the trace makes: a plain class's __init__ is inlined, a ModelOutput's fields are the
+          // arguments, moved.
+          if (PyType_Check(f) && !fn->bound_self() && (is_record_class(fn->obj) || (fn->source && is_plain_class(fn->obj))))
+            return 0;
+          static const TypeOnlyBuiltins builtins;
+          if (f == builtins.isinstance || f == builtins.issubclass) return 0;
+          // getattr(obj, name[, default]) is an attribute read (see Use::AttrRead).
+          if (!kw && (inst.arg == 2 || inst.arg == 3) && f == PyRefs::get().getattr_fn.ptr() && !t.items_written)
+            return 0;
+          // hasattr(obj, name): the same read, its answer guarded by HASATTR / NO_HASATTR on the object's source.
+          if (!kw && inst.arg == 2 && f == builtins.hasattr && !t.items_written) return 0;
+          // len() of a modelled tuple / list / dict counts its items without looking at them; len() of a user
+          // object whose class defines __len__ in Python inlines it (what that reads is guarded there).
+          if (!kw && inst.arg == 1 && f == builtins.len &&
+              (modelled_container(t.stack.back()) || python_len(t.stack.back())))
+            return 0;
+        }
+        return inst.arg + 2 + kw;
+      }
+      case Use::ArgN: return inst.arg;
+      case Use::Arg2N: {
+        // BUILD_MAP: with constant keys the values are only moved into the dict.
+        size_t n = 2 * static_cast<size_t>(inst.arg);
+        if (t.stack.size() < n) return -1;
+        for (size_t k = t.stack.size() - n; k < t.stack.size(); k += 2)
+          if (!t.stack[k]->is_const()) return static_cast<int>(n);
+        return 0;
+      }
+      case Use::ArgN1: return inst.arg + 1;
+      // d[k] / seq[i] with a constant key moves one item out; `k in d` looks at the keys only. (`x in seq`
+      // compares items, by identity for plain objects: pinned.)
+      case Use::Subscript:
+        if (t.stack.size() < 2) return -1;
+        return modelled_container(t.stack[t.stack.size() - 2]) && t.stack.back()->is_const() ? 0 : 2;
+      case Use::Contains:
+        if (t.stack.size() < 2) return -1;
+        return t.stack.back()->kind == VKind::Dict && t.stack[t.stack.size() - 2]->is_const() ? 0 : 2;
+      case Use::Iterate: {
+        // Iterating (or unpacking) a modelled tuple / list / dict, or an iterator over one, moves its items.
+        const ValuePtr& top = t.stack.empty() ? nullptr : t.stack.back();
+        return modelled_container(top) || (top && top->kind == VKind::Iter) ? 0 : 1;
+      }
+      case Use::Spread: return !t.stack.empty() && modelled_container(t.stack.back()) ? 0 : 1;
+      // 3.12's list-to-tuple (f(*args) building its tuple) moves the items as LIST_TO_TUPLE did; unary + is One.
+      case Use::Intrinsic1:
+        if (inst.arg == compat::opargs::kIntrinsicListToTuple)
+          return !t.stack.empty() && modelled_container(t.stack.back()) ? 0 : 1;
+        return 1;
+      case Use::CallEx: {
+        // f(*args, **kwargs) of a callee the trace inlines, as for CALL.
+        // The callable is above its NULL through 3.12, below it on 3.13.
+        size_t depth = (inst.arg & 1) ? 3 : 2;
+        if (t.stack.size() > depth) {
+          const ValuePtr& at = t.stack[t.stack.size() - depth];
+          if (inlined_callee(at && at->kind == VKind::Null ? t.stack[t.stack.size() - depth - 1] : at)) return 0;
+        }
+        return (inst.arg & 1) ? 4 : 3;
+      }
+      case Use::Format: return (inst.arg & 0x04) ? 2 : 1;
+      case Use::All: return -1;
+    }
+    return -1;
+  }
+};
 
 void Tracer::execute_one() {
   if (pc >= bc.insts.size()) unsupported("fell off the end of the bytecode");
@@ -464,7 +468,7 @@ void Tracer::execute_one() {
   if (!h) unsupported(std::string("opcode ") + bytecode::opname(inst.opcode) + " is not supported yet");
   // Identity guards of the values this instruction looks at are installed once it has run: an instruction
   // that stops the trace (a graph break) runs as Python and needs none.
-  int uses = identity_uses(*this, inst);
+  int uses = IdentityUses::identity_uses(*this, inst);
   size_t nuse = uses < 0 || static_cast<size_t>(uses) > stack.size() ? stack.size() : static_cast<size_t>(uses);
   std::vector<ValuePtr> used(stack.end() - static_cast<long>(nuse), stack.end());
   size_t before = pc;
@@ -472,7 +476,7 @@ void Tracer::execute_one() {
   // Dynamic shapes: what the instruction may change before it fails, to run it again on plain numbers.
   std::vector<ValuePtr> stack_before = dynamic() ? stack : std::vector<ValuePtr>{};
   py::object kw_before = kw_names;
-  std::string reason_before = stop_.reason;
+  std::string reason_before = stop.reason;
   size_t undo_before = undo_.size(), stores_before = attr_stores.size(), mutated_before = mutated.size();
   try {
     h(*this, inst);
@@ -506,7 +510,7 @@ void Tracer::execute_one() {
     if (!any) throw;
     stack = std::move(stack_before);
     kw_names = kw_before;
-    stop_.reason = reason_before;
+    stop.reason = reason_before;
     graph.rollback(nodes);
     pc = before;
     h(*this, inst);
@@ -741,14 +745,14 @@ ValuePtr& Tracer::peek(size_t depth) {
 }
 
 void Tracer::unsupported(const std::string& reason) {
-  stop_.reason = reason;
-  stop_.lineno = lineno_;
+  stop.reason = reason;
+  stop.lineno = lineno_;
   throw Unsupported(reason);
 }
 
 void Tracer::op_raised(const std::string& reason) {
-  stop_.reason = reason;
-  stop_.lineno = lineno_;
+  stop.reason = reason;
+  stop.lineno = lineno_;
   throw OpRaised(reason);
 }
 

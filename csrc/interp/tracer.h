@@ -1,4 +1,4 @@
-// tracer.h — owns the symbolic interpreter state (stack, locals, graph, guards, inputs) and its run loop.
+// tracer.h — owns `Tracer`, the symbolic interpreter: its run loop and the private machinery over its Frame and Trace.
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -17,32 +17,11 @@
 #include "graph/graph.h"
 #include "guards/guard.h"
 #include "interp/frame.h"
+#include "interp/output.h"
+#include "interp/trace.h"
 #include "interp/value.h"
 
 namespace cdynamo::interp {
-
-// An attribute assignment on an object of the frame (or, with a null `obj`, an assignment to a global of
-// the frame), replayed as Python after the graph, in program order.
-struct AttrStore {
-  ValuePtr obj;  // has a Source; null for a global
-  std::string name;
-  ValuePtr value;
-};
-
-// A graph input: where it comes from, its placeholder, and the value seen at compile time.
-struct Input {
-  SourcePtr source;
-  graph::Node* node = nullptr;
-  py::object value;
-};
-
-// Where the trace stopped when it could not continue.
-struct StopInfo {
-  std::string reason;
-  std::string filename;
-  int lineno = -1;
-  std::string line;  // source text of lineno
-};
 
 class Tracer;
 // Keyword arguments of a call, in call order: (name, value).
@@ -50,19 +29,6 @@ using Kwargs = std::vector<std::pair<std::string, ValuePtr>>;
 using Handler = void (*)(Tracer&, const bytecode::Instruction&);
 using HandlerTable = std::array<Handler, 256>;
 
-// Handler families (ops_*.cpp) register themselves into the table.
-void register_load_store(HandlerTable& t);
-void register_import(HandlerTable& t);
-void register_arith(HandlerTable& t);
-void register_call(HandlerTable& t);
-void register_build(HandlerTable& t);
-void register_control(HandlerTable& t);
-void register_with(HandlerTable& t);
-void register_iter(HandlerTable& t);
-void register_dicts(HandlerTable& t);
-void register_functions(HandlerTable& t);
-void register_lists(HandlerTable& t);
-void register_protocols(HandlerTable& t);
 // The class attribute `name` of a user object (borrowed, may be NULL): of an object made in the trace, or of
 // one of the frame that is not a class, a module or an nn.Module; NULL for any other value (protocols.cpp).
 PyObject* user_class_attr(const ValuePtr& v, const char* name);
@@ -112,49 +78,7 @@ bool marked_constant_result(py::handle f);
 // -2 where a break may stop but the instruction cannot be restarted there, -1 where no break may stop.
 // The one list tracer.cpp (breakable) and codegen/graph_break.cpp share.
 int restart_operands(const bytecode::Instruction& i);
-// torch.nn modules made in the trace (made_modules.cpp): `cls(*args, **kwargs)` of a stateless torch.nn module class
-// on constants, built now (nullptr when it is not such a call); its attributes (constants of its __dict__, its class's
-// functions as bound methods); its call (forward inlined, global module hooks guarded empty).
-ValuePtr make_nn_module(Tracer& t, const ValuePtr& cls, std::vector<ValuePtr>& args,
-                       std::vector<std::pair<std::string, ValuePtr>>& kwargs);
-std::string describe_module_made(const ValuePtr& cls);
-ValuePtr made_module_attr(Tracer& t, const ValuePtr& mod, const std::string& name);
-ValuePtr call_made_module(Tracer& t, const ValuePtr& mod, std::vector<ValuePtr> args,
-                         std::vector<std::pair<std::string, ValuePtr>> kwargs);
-// A module call (of the frame's module or one made in the trace) runs its forward directly only while torch.nn's
-// global module hooks are all empty: refuses (naming `what`) when one is registered, else guards each dict empty
-// through torch.nn.modules.module's globals (objects.cpp).
-void guard_no_global_module_hooks(Tracer& t, const std::string& what);
-// Library constructs traced by what they do (library_values.cpp). The *_call functions are library rules (the builtin
-// rule contract, builtins.cpp's library_rules(): nullptr for argument shapes they do not model):
-// torch.Size(iterable) (a constant, or a Tuple of class torch.Size holding symbolic sizes); the legacy CPU tensor
-// classes torch.FloatTensor(...) ... torch.BoolTensor(...) (from data: torch.tensor of that dtype; from sizes:
-// torch.empty); torch.distributed.is_initialized() (folded, the default group's presence guarded).
-ValuePtr torch_size_call(Tracer& t, py::handle f, std::vector<ValuePtr>& args, Kwargs& kwargs);
-ValuePtr legacy_tensor_call(Tracer& t, py::handle f, std::vector<ValuePtr>& args, Kwargs& kwargs);
-ValuePtr dist_initialized_call(Tracer& t, py::handle f, std::vector<ValuePtr>& args, Kwargs& kwargs);
-// max(a, b, ...) / min(...) / max(list) whose items are tensors: the item Python's comparisons pick, as
-// torch.where(item > acc, item, acc) nodes (one-element tensors of one shape and dtype); nullptr when no item is a
-// tensor.
-ValuePtr min_max_of_tensors(Tracer& t, bool is_max, const std::vector<ValuePtr>& args);
-// Tensor.new_tensor(data, dtype=, device=, requires_grad=) of constant data: torch.tensor with self's dtype and device.
-ValuePtr new_tensor_call(Tracer& t, const ValuePtr& self, const std::vector<ValuePtr>& args, const Kwargs& kwargs);
-// a == b / a != b between objects whose classes compare by identity (object's own __eq__ / __ne__: nn.Modules): the
-// identity answer, both objects pinned; nullptr for any other operands.
-ValuePtr identity_compare(Tracer& t, const std::string& op, const ValuePtr& a, const ValuePtr& b);
-// nn.ParameterList of the frame (torch.nn's own __getitem__ / __len__ / __iter__): p[i] (read as attribute str(i)),
-// len(p) and its items, its size guarded; nullptr / nullopt when `v` is not one.
-ValuePtr parameter_list_item(Tracer& t, const ValuePtr& v, const ValuePtr& key);
-ValuePtr parameter_list_len(Tracer& t, const ValuePtr& v);
-std::optional<std::vector<ValuePtr>> parameter_list_items(Tracer& t, const ValuePtr& v);
-// iter(seq) as GET_ITER makes it (ops_iter.cpp): an Iter over the items known now (a dict's keys watched for changes);
-// an Iter is its own iterator. iterator_next: the next item of Iter `it` (advancing it), nullptr when exhausted.
-ValuePtr make_iterator(Tracer& t, const ValuePtr& seq);
-ValuePtr iterator_next(Tracer& t, const ValuePtr& it);
-// slice(start, stop[, step]) of constant bounds as a constant; not constant: unsupported (ops_build.cpp).
-ValuePtr slice_of(Tracer& t, const ValuePtr& start, const ValuePtr& stop, const ValuePtr& step = nullptr);
-// Pushes the Cell of cell/free slot `slot` (LOAD_CLOSURE; 3.13: LOAD_FAST of such a slot), made on first capture.
-void push_closure_cell(Tracer& t, int slot);
+std::string describe_module_made(const ValuePtr& cls);  // the class a made module names (made_modules.cpp)
 
 // The module `name` from sys.modules, imported only when missing: an import through the running frame's
 // __import__ fails in a frame whose builtins lack it (a function made with globals without __builtins__).
@@ -172,80 +96,109 @@ py::object plain_number(py::handle example);
 // plain_number without mapping a data-dependent error to Unsupported (throws py::error_already_set).
 py::object plain_number_now(py::handle example);
 
-// The symbolic interpreter: the running Frame (its base: code, fv, bc, stack, locals, pc, ...; swapped whole around
-// an inlined call) and the state of the whole trace.
-class Tracer : public Frame {
+// The symbolic interpreter of one trace. Its state is in four parts, each a private base: the running Frame (code, fv,
+// bc, stack, locals, pc, ...; swapped whole around an inlined call), the TraceOptions the hook set before run(), the
+// Trace (graph, guards, inputs, side effects: shared by every frame of the trace) and the Output (how it ended).
+// Its public interface is what the hook and codegen need: build, set options, run, read the result. The opcode
+// handlers (ops_*.cpp), the call / attribute / library machinery and the helpers they share are private members:
+// a file's handlers and rules are static members of one private nested class declared below and defined in that
+// file; handler_table(), which registers them, is the one friend.
+class Tracer : private Frame, private TraceOptions, private Trace, private Output {
  public:
-  // Returned: traced to RETURN_VALUE. Break: stopped before bc.insts[pc] with the stack as it was before
-  // that instruction (a graph break: the instruction runs as Python, then a continuation). Unsupported:
-  // the frame cannot be captured at all (it runs as plain Python).
-  enum class Status { Running, Returned, Break, Unsupported };
-
+  using Status = interp::Status;
   // `code` and the FrameView are borrowed for the Tracer's lifetime.
   Tracer(PyCodeObject* code, const guards::FrameView& fv);
-
+  // What the hook decides before run() (dynamic shapes, a continuation's layout, an earlier attempt's lessons).
+  TraceOptions& options() { return *this; }
+  const TraceOptions& options() const { return *this; }
   // Interprets from the first instruction until RETURN_VALUE or an unsupported construct.
-  // Never throws; the outcome is in status()/stop_info().
+  // Never throws; the outcome is in output().
   Status run();
-  Status status() const { return status_; }
-  const StopInfo& stop_info() const { return stop_; }
-  // The trace ended Unsupported because of an error of the tracer itself (not a construct it refuses).
-  bool internal_error = false;
+  // After run(): how the trace ended; the frame where it stopped (its stack and locals before the breaking
+  // instruction, or the return value); the trace (graph, guards, inputs, side effects). The hook finishes the trace
+  // through trace() (state guards, the graph's output, lifted inputs) before codegen reads it.
+  const Output& output() const { return *this; }
+  const Frame& frame() const { return *this; }
+  Trace& trace() { return *this; }
+  const Trace& trace() const { return *this; }
 
-  // --- state used by handlers and by codegen ---
-  graph::Graph graph;
-  guards::GuardSet guards;
-  std::vector<Input> inputs;
-  // Per input (set by translate before codegen): 1 if the graph call gets it from the guard check (a source read
-  // through the frame's objects), so the rewritten code does not load it.
-  std::vector<char> lifted_inputs;
-  std::vector<AttrStore> attr_stores;  // pending `obj.name = value` side effects, in program order
-  // Lists, dicts and sets from the frame (with a Source and `obj`) whose contents the trace changed, in
-  // first-change order: codegen writes their final contents back into the real objects after the graph.
-  std::vector<ValuePtr> mutated;
-  // The value of each list / dict / set object read from the frame: one object seen through two sources
-  // (an argument and a global) is one value, so a change made through one is seen through the other.
-  std::unordered_map<PyObject*, ValuePtr> frame_containers;
-  // The same for plain Python instances (lazy identity): one object read through two sources is one value.
-  std::unordered_map<PyObject*, ValuePtr> frame_objects;
-  bool conditional_break = false;    // Break on POP_JUMP_*_IF_TRUE/FALSE of a tensor (top of stack)
+ private:
+  friend const HandlerTable& handler_table();
+  // Handler families (ops_*.cpp) register themselves into the table (called by handler_table()).
+  static void register_load_store(HandlerTable& t);
+  static void register_import(HandlerTable& t);
+  static void register_arith(HandlerTable& t);
+  static void register_call(HandlerTable& t);
+  static void register_build(HandlerTable& t);
+  static void register_control(HandlerTable& t);
+  static void register_with(HandlerTable& t);
+  static void register_iter(HandlerTable& t);
+  static void register_dicts(HandlerTable& t);
+  static void register_functions(HandlerTable& t);
+  static void register_lists(HandlerTable& t);
+  static void register_protocols(HandlerTable& t);
+  // The free functions of a file (handlers, library rules, their helpers) are static members of a private nested
+  // class defined in that file only (two or three where the file keeps them in separate groups).
+  struct ArithOps; struct BuildOps; struct CallOps; struct ControlOps; struct FunctionOps; struct ImportOps;
+  struct IterOps; struct IterSteps; struct LoadStoreOps; struct WithOps; struct DictOps; struct ListOps;
+  struct RaiseOps; struct ExceptionOps; struct BuiltinRules; struct CallSupport; struct CallSteps;
+  struct LibraryValues; struct ObjectAttrs; struct ModuleWalk; struct ModuleHooks; struct InlineSteps;
+  struct IdentityUses; struct ConstantResults;
+
+  // torch.nn modules made in the trace (made_modules.cpp): `cls(*args, **kwargs)` of a stateless torch.nn module
+  // class on constants, built now (nullptr when it is not such a call); its attributes (constants of its __dict__, its
+  // class's functions as bound methods); its call (forward inlined, global module hooks guarded empty).
+  static ValuePtr make_nn_module(Tracer& t, const ValuePtr& cls, std::vector<ValuePtr>& args,
+                                std::vector<std::pair<std::string, ValuePtr>>& kwargs);
+  static ValuePtr made_module_attr(Tracer& t, const ValuePtr& mod, const std::string& name);
+  static ValuePtr call_made_module(Tracer& t, const ValuePtr& mod, std::vector<ValuePtr> args,
+                                  std::vector<std::pair<std::string, ValuePtr>> kwargs);
+  // A module call (of the frame's module or one made in the trace) runs its forward directly only while torch.nn's
+  // global module hooks are all empty: refuses (naming `what`) when one is registered, else guards each dict empty
+  // through torch.nn.modules.module's globals (objects.cpp).
+  static void guard_no_global_module_hooks(Tracer& t, const std::string& what);
+  // Library constructs traced by what they do (library_values.cpp). The *_call functions are library rules (the builtin
+  // rule contract, builtins.cpp's library_rules(): nullptr for argument shapes they do not model):
+  // torch.Size(iterable) (a constant, or a Tuple of class torch.Size holding symbolic sizes); the legacy CPU tensor
+  // classes torch.FloatTensor(...) ... torch.BoolTensor(...) (from data: torch.tensor of that dtype; from sizes:
+  // torch.empty); torch.distributed.is_initialized() (folded, the default group's presence guarded).
+  static ValuePtr torch_size_call(Tracer& t, py::handle f, std::vector<ValuePtr>& args, Kwargs& kwargs);
+  static ValuePtr legacy_tensor_call(Tracer& t, py::handle f, std::vector<ValuePtr>& args, Kwargs& kwargs);
+  static ValuePtr dist_initialized_call(Tracer& t, py::handle f, std::vector<ValuePtr>& args, Kwargs& kwargs);
+  // max(a, b, ...) / min(...) / max(list) whose items are tensors: the item Python's comparisons pick, as
+  // torch.where(item > acc, item, acc) nodes (one-element tensors of one shape and dtype); nullptr when no item is a
+  // tensor.
+  static ValuePtr min_max_of_tensors(Tracer& t, bool is_max, const std::vector<ValuePtr>& args);
+  // Tensor.new_tensor(data, dtype=, device=, requires_grad=) of constant data: torch.tensor with self's dtype and
+  // device.
+  static ValuePtr new_tensor_call(Tracer& t, const ValuePtr& self, const std::vector<ValuePtr>& args,
+                                 const Kwargs& kwargs);
+  // a == b / a != b between objects whose classes compare by identity (object's own __eq__ / __ne__: nn.Modules): the
+  // identity answer, both objects pinned; nullptr for any other operands.
+  static ValuePtr identity_compare(Tracer& t, const std::string& op, const ValuePtr& a, const ValuePtr& b);
+  // nn.ParameterList of the frame (torch.nn's own __getitem__ / __len__ / __iter__): p[i] (read as attribute str(i)),
+  // len(p) and its items, its size guarded; nullptr / nullopt when `v` is not one.
+  static ValuePtr parameter_list_item(Tracer& t, const ValuePtr& v, const ValuePtr& key);
+  static ValuePtr parameter_list_len(Tracer& t, const ValuePtr& v);
+  static std::optional<std::vector<ValuePtr>> parameter_list_items(Tracer& t, const ValuePtr& v);
+  // iter(seq) as GET_ITER makes it (ops_iter.cpp): an Iter over the items known now (a dict's keys watched for
+  // changes); an Iter is its own iterator. iterator_next: the next item of Iter `it` (advancing it), nullptr when
+  // exhausted.
+  static ValuePtr make_iterator(Tracer& t, const ValuePtr& seq);
+  static ValuePtr iterator_next(Tracer& t, const ValuePtr& it);
+  // slice(start, stop[, step]) of constant bounds as a constant; not constant: unsupported (ops_build.cpp).
+  static ValuePtr slice_of(Tracer& t, const ValuePtr& start, const ValuePtr& stop,
+                           const ValuePtr& step = nullptr);
+  // Pushes the Cell of cell/free slot `slot` (LOAD_CLOSURE; 3.13: LOAD_FAST of such a slot), made on first capture.
+  static void push_closure_cell(Tracer& t, int slot);
+  // Tensor attribute read (shape, dtype, device, T, ...): constant or graph node; throws Unsupported (torch_rules.cpp).
+  static ValuePtr tensor_attr(Tracer& t, const ValuePtr& self, const std::string& name);
+
   int steps = 0;                     // jumps taken (bounds loops unrolled at trace time)
-  // Whether a container of the frame (or an item of an object) was written in this trace: from then on an
-  // attribute read pins the object's identity (the container could be its __dict__).
-  bool items_written = false;
-  // Free-variable slots whose cell only this frame uses (a continuation's closure over the cells of the
-  // frame it continues): assignments to them are traced like local stores and written back at a break.
-  std::vector<char> owned_free;
-  // For a continuation of a long function: per instruction, >= 0 where its window ends (a tail call to the
-  // next part of the function starts); the trace stops there with a graph break.
-  std::vector<int> window_end;
-  // Tensor operations inside a frame's try block: allowed while tracing (ops_in_try records them); the
-  // graph then must fail cleanly (a failed call reruns the frame as Python, which reaches the handler), or
-  // the frame is traced again with them refused.
-  bool allow_ops_in_try = true;
-  // At a break inside `with torch.no_grad()`: the grad mode there (1 enabled, 0 disabled), which differs
-  // from the frame's; the rewritten frame sets it after the graph. -1 otherwise.
-  int grad_mode_after_graph = -1;
-  // Guards the instruction that stopped the trace added before it failed (a callee inlined part way); the
-  // frame is then traced again with `break_at` set to that instruction, so that the entry holds only the
-  // guards of what the graph really did (a failed inline's reads do not recompile the frame).
-  size_t failed_guards = 0;
-  int break_at = -1;
-  std::string break_at_reason;
-  bool ops_in_try = false;
   // torch.compiler.is_compiling() calls in torch's own code this trace folded to True: code after them may rely on a
   // compile-only path (torch.optim's _stack_if_compiling stacks what its compiled caller made tensors), so no graph
   // break may follow one: the frame runs as Python instead, where the query is False throughout.
   int compiling_folds = 0;
-  // Dynamic shapes (cdynamo._dynamic): the callback's `dynamic` argument (None, True or False), and for a trace with
-  // fake tensors its TraceShapes (ShapeEnv + FakeTensorMode); empty for a static trace (meta examples).
-  py::object cb_dynamic = py::none();
-  py::object shapes;
-  bool dynamic() const { return static_cast<bool>(shapes); }
-  // A static trace met an input that is dynamic now: translate traces the frame again with fake tensors.
-  bool restart_dynamic = false;
-  // (type, value, traceback) of an error the compile must raise to the caller (ConstraintViolationError), or empty.
-  py::object user_error;
   // The plain Python number a SymNum stands for now (the ShapeEnv records the guard that keeps it so); a Tuple
   // holding SymNums with them replaced; any other value unchanged.
   ValuePtr specialize(const ValuePtr& v);
@@ -265,12 +218,6 @@ class Tracer : public Frame {
   // example is `result`: a constant when it holds no symbol; else SymNum values read by graph nodes.
   ValuePtr metadata_value(const ValuePtr& self, const std::string& name, const std::vector<ValuePtr>& args,
                           py::handle result);
-  // Tensors the graph holds as constants (get_attr targets, assume_constant_result): set on the GraphModule's root.
-  std::vector<std::pair<std::string, py::object>> graph_attrs;
-  bool at_window_end(size_t index) const { return index < window_end.size() && window_end[index] >= 0; }
-  bool owns_free(int slot) const {
-    return static_cast<size_t>(slot) < owned_free.size() && owned_free[static_cast<size_t>(slot)];
-  }
 
   // --- helpers for handlers ---
   void push(ValuePtr v) { stack.push_back(std::move(v)); }
@@ -568,17 +515,14 @@ class Tracer : public Frame {
     Payload payload;  // a cell's content (CellOf; only a cell's payload is restored)
   };
   std::vector<Undo> undo_;  // inlined torch library frame: its globals are program constants
- public:
   // The Cell of `slot`, or nullptr when the slot was never captured.
   ValuePtr cell_of(int slot) const {
     return static_cast<size_t>(slot) < cell_boxes.size() ? cell_boxes[static_cast<size_t>(slot)] : nullptr;
   }
-  Status status_ = Status::Running;
   // (stored-through value, read-through value) pairs whose aliasing is already guarded (load_attr).
   std::set<std::pair<const Value*, const Value*>> alias_checked_;
-  StopInfo stop_;
   // The running frame (this Tracer's Frame base), for swapping a callee's in and out whole.
-  Frame& frame() { return *this; }
+  Frame& running_frame() { return *this; }
 };
 
 // Process-wide Python objects the interpreter needs (imported once, never freed).

@@ -1,6 +1,6 @@
 # test_architecture.py — checks the structure rules of docs/architecture.md "Structure of the core" on the source tree
 # (scripts/arch_metrics.py): no import cycle among python/cdynamo modules or csrc/ folders, no cdynamo module imported
-# by name from C++, no C++ function over 150 lines.
+# by name from C++, no C++ function over 150 lines, at most 12 public members in each interpreter state class.
 import importlib.util
 import os
 
@@ -48,3 +48,11 @@ def test_no_cpp_function_over_150_lines(metrics):
     rows, over = metrics.longest_functions(5)
     assert rows and rows[0][0] > 50  # the scan found function bodies
     assert over == 0, f"functions over 150 lines: {[r for r in rows if r[0] > 150]}"
+
+
+def test_tracer_like_classes_have_few_public_members(metrics):
+    for spec in metrics.TRACER_LIKE:
+        path, cls = spec.split(":")
+        count = metrics.public_members(os.path.join(ROOT, "csrc", path), cls)
+        assert count is not None, f"{cls} not found in csrc/{path}"
+        assert 0 < count <= 12, f"{cls} has {count} public members"
