@@ -266,6 +266,13 @@ bool Guard::check_value(PyObject* v, std::string* why) const {
         ok = !h || (PyDict_Check(h) && PyDict_GET_SIZE(h) == 0);
       }
       if (!ok) reason = "a hook was registered";
+      if (ok) {  // NO_HOOKS also means no instance-level forward (`module.forward = f`: _call_impl calls it)
+        static PyObject* forward = PyUnicode_InternFromString("forward");  // owned for the process
+        PyObject* f = PyDict_GetItemWithError(d, forward);                 // borrowed
+        if (!f && PyErr_Occurred()) PyErr_Clear();
+        ok = f == nullptr;
+        if (!ok) reason = "an instance-level forward was set";
+      }
       break;
     }
     case GuardKind::HasAttr: {

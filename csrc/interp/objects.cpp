@@ -427,6 +427,13 @@ ValuePtr Tracer::call_module(const ValuePtr& mod, std::vector<ValuePtr> args,
   if (mod->source && !is_trampoline_module(*mod->source))  // the module export / optimize(module) traces: no scope
     scope.emplace(graph, graph.enter_module(f.ptr(), reinterpret_cast<PyObject*>(Py_TYPE(f.ptr())),
                                             module_path(*mod->source, fv)));
+  // A forward set on the instance (`module.forward = f`, as accelerate's hooks set it) is what _call_impl calls: not
+  // traced, the call runs as Python. Its absence is guarded below (NO_HOOKS, or the instance dict's key).
+  py::str forward_name("forward");
+  PyObject** dict_ptr = _PyObject_GetDictPtr(f.ptr());
+  PyObject* inst_dict = dict_ptr && *dict_ptr && PyDict_Check(*dict_ptr) ? *dict_ptr : nullptr;  // borrowed
+  if (inst_dict && PyDict_Contains(inst_dict, forward_name.ptr()) != 0)
+    unsupported("call of a module whose forward was set on the instance (module.forward = ...)");
   auto hooks_of = [&](const char* d) { return py::getattr(f, d, py::none()); };
   auto size_of = [](const py::object& hooks) { return hooks.is_none() ? size_t{0} : py::len(hooks); };
   for (const char* d : {"_backward_pre_hooks", "_backward_hooks"})
@@ -444,6 +451,7 @@ ValuePtr Tracer::call_module(const ValuePtr& mod, std::vector<ValuePtr> args,
       return hooks;
     };
     for (const char* d : {"_backward_hooks", "_backward_pre_hooks", "_forward_pre_hooks", "_forward_hooks"}) guarded(d);
+    guards.add(guards::dict_contains(guards::Source::attr(mod->source, "__dict__"), forward_name.ptr(), false));
     if (size_of(pre)) pre_kw = guarded("_forward_pre_hooks_with_kwargs");
     if (size_of(post)) {
       post_kw = guarded("_forward_hooks_with_kwargs");

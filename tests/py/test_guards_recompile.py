@@ -769,3 +769,112 @@ def test_hasattr_does_not_pin_an_object_made_anew_each_call():
     h = _Holder(False)
     torch.testing.assert_close(opt(x, h), f(x, h))
     assert cnt.frame_count == 2
+
+
+class _FwdInner(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x) * 2
+
+
+class _FwdOuter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = _FwdInner()
+
+    def forward(self, x):
+        return torch.relu(self.inner(x)) + 1
+
+
+@pytest.mark.parametrize("hooked", [False, True])
+def test_instance_level_forward_is_called_like_eager(hooked):
+    """`module.forward = f` on the instance (accelerate's hooks set one) is what Module._call_impl calls: a second
+    instance with one, or the same instance given one after the compile, fails NO_HOOKS (or, with hooks, the
+    __dict__ key guard) and gets eager's result; the call with one runs as Python. torch._dynamo recompiles too."""
+    outers = [_FwdOuter(), _FwdOuter()]
+    if hooked:
+        for o in outers:
+            o.inner.register_forward_hook(lambda mod, args, out: out + 0.5)
+    fwd, cnt = compiled(_FwdOuter.forward)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(fwd(outers[0], x), outers[0](x))
+        outers[1].inner.forward = lambda y: y * 1000  # another instance with its own forward
+        torch.testing.assert_close(fwd(outers[1], x), outers[1](x))
+        outers[0].inner.forward = lambda y: y - 7  # the compiled instance given one afterwards
+        torch.testing.assert_close(fwd(outers[0], x), outers[0](x))
+        del outers[0].inner.forward
+        torch.testing.assert_close(fwd(outers[0], x), outers[0](x))
+    assert cnt.frame_count >= 1
+
+
+class _Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = _FwdInner()
+        self.scale = 2.0
+        self.drop = torch.nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(self.inner(x)) * self.scale
+
+
+def _set_scale(m):
+    m.scale = 3.0
+
+
+def _train(m):
+    m.train()
+
+
+def _hook(m):
+    m.inner.register_forward_hook(lambda mod, args, out: out + 100)
+
+
+def _swap_submodule(m):
+    m.inner.lin = torch.nn.Identity()
+
+
+class _FwdInner2(_FwdInner):
+    def forward(self, x):
+        return self.lin(x) * 7
+
+
+def _swap_class(m):
+    m.inner.__class__ = _FwdInner2
+
+
+def _param_to_buffer(m):
+    w = m.inner.lin.weight
+    del m.inner.lin.weight
+    m.inner.lin.register_buffer("weight", w.detach() * 3)
+
+
+def _no_bias(m):
+    m.inner.lin.bias = None
+
+
+def _frozen(m):
+    m.inner.lin.weight.requires_grad_(False)
+
+
+@pytest.mark.parametrize("change", [_set_scale, _train, _hook, _swap_submodule, _swap_class, _param_to_buffer,
+                                    _no_bias, _frozen], ids=lambda f: f.__name__.strip("_"))
+def test_second_instance_that_differs_recompiles(change):
+    """Two instances of one module class share an entry only while everything the trace read from the first holds
+    for the second: each difference below is a guard failure, a second graph and eager's result."""
+    a, b = _Scaled(), _Scaled()
+    for m in (a, b):
+        m.eval()
+    change(b)
+    fwd, cnt = compiled(_Scaled.forward)
+    x = torch.randn(2, 4)
+    for m in (a, b, a, b):
+        torch.manual_seed(0)
+        got = fwd(m, x)
+        torch.manual_seed(0)
+        torch.testing.assert_close(got, m(x))
+    assert cnt.frame_count == 2
