@@ -24,6 +24,9 @@ struct CacheEntry {
   std::vector<std::string> injected;  // names put into `globals` (compiled fns, resume fns)
   int nargs = 0;               // argument slots passed positionally
   uint64_t serial = 0;         // creation order (entries are kept most recently used first)
+  // The nn.Module the frame's first local held when the entry was compiled (a module method's `self`), identity only
+  // (borrowed, never dereferenced: it may be gone): the recompile limit counts entries per instance (translate.cpp).
+  const void* compiled_for_self = nullptr;
   bool warned_rerun = false;   // warned that the graph raised where the frame, run as Python, did not
   std::string description;     // for logs: what the entry does
   // Compiled for this callback and its backend (strong references): another backend's call compiles anew,

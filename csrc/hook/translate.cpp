@@ -91,13 +91,24 @@ int config_int(const char* name, int missing) {
 
 int recompile_limit() { return config_int("recompile_limit", 8); }
 
+bool is_module_instance(PyObject* o) {
+  PyObject* module_cls = interp::PyRefs::get().nn_module.ptr();  // borrowed (process lifetime)
+  return PyType_Check(module_cls) && PyType_IsSubtype(Py_TYPE(o), reinterpret_cast<PyTypeObject*>(module_cls));
+}
+
 // Whether `e` was compiled for the nn.Modules this frame's locals hold now, for each local that is a module the
-// entry pins by identity (an ID_MATCH on the local itself: a module method's `self`). torch._dynamo's rule for
-// ID-matched locals: the recompile limit counts only those entries, so every instance of a module class runs its own
-// compiled forward (FSDP2 calls each block's forward as a frame of its own) while one instance that keeps failing
-// guards still stops at the limit; accumulated_recompile_limit bounds all entries of the code. Other pinned objects
-// (a plain object made anew on every call) keep counting against one limit.
+// entry pins by identity (an ID_MATCH on the local itself), and for the frame's `self` module, pinned or not.
+// torch._dynamo's rule for ID-matched locals: the recompile limit counts only those entries, so every instance of a
+// module class runs its own compiled forward (FSDP2 calls each block's forward as a frame of its own) while one
+// instance that keeps failing guards still stops at the limit; accumulated_recompile_limit bounds all entries of
+// the code. cdynamo applies it to `self` also where the entry does not pin it (modules are guarded by type and
+// structure, so blocks share entries): blocks that each need their own entry (GPT-2's attention reads its
+// `layer_idx`) each get the limit, where torch._dynamo stops compiling after 8 of them. Other pinned objects (a plain
+// object made anew on every call) keep counting against one limit.
 bool same_pinned_locals(const CacheEntry& e, const guards::FrameView& fv) {
+  if (e.compiled_for_self && fv.localsplus[0] && fv.localsplus[0] != e.compiled_for_self &&
+      is_module_instance(fv.localsplus[0]))
+    return false;
   PyObject* module_cls = interp::PyRefs::get().nn_module.ptr();  // borrowed (process lifetime)
   if (!PyType_Check(module_cls)) return true;
   for (const guards::Guard& g : e.guards.guards()) {
@@ -223,6 +234,10 @@ std::shared_ptr<CacheEntry> add_entry(CodeExtra* extra, compat::Frame* frame, gu
   e->guards = std::move(guards);
   e->globals = py::reinterpret_borrow<py::object>(compat::frame_globals(frame));
   e->nargs = compat::code_total_args(compat::frame_code(frame));
+  if (e->nargs > 0) {
+    PyObject* self = frame_view(frame).localsplus[0];  // borrowed
+    if (self && is_module_instance(self)) e->compiled_for_self = self;
+  }
   static uint64_t serial = 0;
   e->serial = ++serial;
   // First, as the most recently used, unless another call walks the list by index now (eval_frame.cpp's find_entry).

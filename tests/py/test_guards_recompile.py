@@ -878,3 +878,29 @@ def test_second_instance_that_differs_recompiles(change):
         torch.manual_seed(0)
         torch.testing.assert_close(got, m(x))
     assert cnt.frame_count == 2
+
+
+class _IdxBlock(_Block):
+    def __init__(self, idx):
+        super().__init__()
+        self.idx = idx
+
+    def forward(self, x):  # an int attribute (as GPT-2 attention's layer_idx): each block needs an entry of its own
+        return torch.relu(self.lin(x)) + self.idx
+
+
+def test_recompile_limit_counts_per_self_instance_when_not_pinned():
+    # The blocks' `self` is not pinned, yet each block fails the others' EQUALS_MATCH on `idx`: the limit counts the
+    # entries compiled for each instance, so all 12 run compiled (torch._dynamo stops after 8 and runs the rest as
+    # Python), and accumulated_recompile_limit still bounds them all.
+    blocks = [_IdxBlock(i) for i in range(12)]
+    x = torch.randn(2, 4)
+    for total, graphs in ((256, 12), (5, 5)):
+        cdynamo.reset()
+        fwd, cnt = compiled(_IdxBlock.forward)
+        with cdynamo.config.patch(recompile_limit=8, accumulated_recompile_limit=total), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for _ in range(2):
+                for b in blocks:
+                    torch.testing.assert_close(fwd(b, x), b(x))
+        assert cnt.frame_count == graphs
