@@ -141,10 +141,10 @@ TEST(Continuations, BarBreaksOnTheBranchWithTwoContinuations) {
 
   FakeFrame frame(co, g, {a, b});
   interp::Tracer t(co, frame.fv);
-  ASSERT_EQ(t.run(), interp::Tracer::Status::Break) << t.stop_info().reason;
-  EXPECT_TRUE(t.conditional_break) << t.stop_info().reason;
-  EXPECT_NE(t.stop_info().reason.find("tensor"), std::string::npos);
-  EXPECT_EQ(t.graph.op_count(), 5);  // abs, add, truediv, sum, lt
+  ASSERT_EQ(t.run(), interp::Tracer::Status::Break) << t.output().stop.reason;
+  EXPECT_TRUE(t.output().conditional_break) << t.output().stop.reason;
+  EXPECT_NE(t.output().stop.reason.find("tensor"), std::string::npos);
+  EXPECT_EQ(t.trace().graph.op_count(), 5);  // abs, add, truediv, sum, lt
 
   std::vector<interp::ValuePtr> values = codegen::break_values(t);
   std::vector<graph::Node*> outs = codegen::collect_outputs(values);
@@ -152,8 +152,9 @@ TEST(Continuations, BarBreaksOnTheBranchWithTwoContinuations) {
   int counter = 0;
   codegen::BreakCode bc = codegen::graph_break(t, "__compiled_fn_test", outs, counter);
   ASSERT_EQ(bc.resumes.size(), 2u);
-  int if_offset = t.bc.insts[t.pc + 1]->offset;
-  int else_offset = t.bc.insts[static_cast<size_t>(t.bc.index_of(t.bc.insts[t.pc]->target))]->offset;
+  int if_offset = t.frame().bc.insts[t.frame().pc + 1]->offset;
+  const bytecode::Bytecode& code = t.frame().bc;
+  int else_offset = code.insts[static_cast<size_t>(code.index_of(code.insts[t.frame().pc]->target))]->offset;
   EXPECT_EQ(bc.resumes[0].name, "__resume_at_" + std::to_string(if_offset) + "_c1");
   EXPECT_EQ(bc.resumes[1].name, "__resume_at_" + std::to_string(else_offset) + "_c2");
   EXPECT_EQ(counter, 2);
@@ -196,9 +197,9 @@ TEST(Continuations, CallBreakPassesTheCallResultOnTheStack) {
   py::object x = torch.attr("ones")(3);
   FakeFrame frame(co, g, {x});
   interp::Tracer t(co, frame.fv);
-  ASSERT_EQ(t.run(), interp::Tracer::Status::Break) << t.stop_info().reason;
-  EXPECT_FALSE(t.conditional_break);
-  EXPECT_EQ(std::string(bytecode::opname(t.bc.insts[t.pc]->opcode)), "CALL");
+  ASSERT_EQ(t.run(), interp::Tracer::Status::Break) << t.output().stop.reason;
+  EXPECT_FALSE(t.output().conditional_break);
+  EXPECT_EQ(std::string(bytecode::opname(t.frame().bc.insts[t.frame().pc]->opcode)), "CALL");
   std::vector<graph::Node*> outs = codegen::collect_outputs(codegen::break_values(t));
   int counter = 0;
   codegen::BreakCode bc = codegen::graph_break(t, "__compiled_fn_test", outs, counter);
