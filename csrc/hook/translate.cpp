@@ -109,13 +109,11 @@ bool same_pinned_locals(const CacheEntry& e, const guards::FrameView& fv) {
   if (e.compiled_for_self && fv.localsplus[0] && fv.localsplus[0] != e.compiled_for_self &&
       is_module_instance(fv.localsplus[0]))
     return false;
-  PyObject* module_cls = interp::PyRefs::get().nn_module.ptr();  // borrowed (process lifetime)
-  if (!PyType_Check(module_cls)) return true;
   for (const guards::Guard& g : e.guards.guards()) {
     const guards::Source* s = g.source.get();
     if (g.kind != guards::GuardKind::IdMatch || !s || s->kind != guards::Source::Kind::Local || s->base) continue;
     PyObject* now = fv.localsplus[s->index];  // borrowed
-    if (!now || !PyType_IsSubtype(Py_TYPE(now), reinterpret_cast<PyTypeObject*>(module_cls))) continue;
+    if (!now || !is_module_instance(now)) continue;
     if (now != g.expected) return false;  // identities only: `expected` may be borrowed
   }
   return true;
