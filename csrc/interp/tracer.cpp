@@ -300,6 +300,10 @@ const std::vector<Use>& use_table() {
          "LOAD_FAST_LOAD_FAST", "STORE_FAST_STORE_FAST", "STORE_FAST_LOAD_FAST", "TO_BOOL"},
         Use::Move);
     set({"LOAD_ATTR", "LOAD_METHOD"}, Use::AttrRead);
+    // 3.12's super().name: [super, class, self] are the arguments of the super() call that 3.11 makes with
+    // CALL 0 (callee and NULL only), then an attribute read of the proxy: nothing is looked at by identity
+    // (self's type and the class cell are guarded where they were read).
+    set({"LOAD_SUPER_ATTR"}, Use::Move);
     // Building argument tuples and dicts (`f(self, *args, **kw)`) moves the items of tuples, lists and dicts.
     set({"LIST_EXTEND", "DICT_UPDATE", "DICT_MERGE", "LIST_TO_TUPLE"}, Use::Spread);
     set({"GET_ITER", "FOR_ITER", "UNPACK_SEQUENCE", "UNPACK_EX"}, Use::Iterate);
