@@ -105,6 +105,17 @@ def test_default_policy_leaves_other_backends_whole():
     assert cnt.frame_count == 1
 
 
+@pytest.mark.parametrize("layers,compiles", [(2, 1), (3, 3)])
+def test_two_equal_layers_are_compiled_whole_by_default(layers, compiles):
+    # Three compiles (before, one layer, after) cost more than one of a graph with two layers: regions start at 3
+    # equal calls by default (config.regions_min_calls).
+    cnt = CompileCounterWithBackend("eager")
+    assert config.regions_min_calls == 3
+    with config.patch(compile_regions=True):
+        cdynamo.optimize(cnt)(_model(n=layers))(_x())
+    assert cnt.frame_count == compiles
+
+
 def test_min_calls():
     cnt = CompileCounterWithBackend("eager")
     with config.patch(compile_regions=True, regions_min_calls=5):
@@ -173,7 +184,7 @@ def test_input_metadata_splits_regions(differ):
         layer.double() if differ == "dtype" else layer.requires_grad_(False)
     cnt = CompileCounterWithBackend("aot_eager")
     x = torch.randn(3, 16)
-    with config.patch(compile_regions=True):
+    with config.patch(compile_regions=True, regions_min_calls=2):
         got, got_g = _train_step(model, cdynamo.optimize(cnt)(model), x)
     ref, ref_g = _train_step(model, model, x)
     assert cnt.frame_count == 3  # layers 0-1, layers 2-3, the stack and sum after them
@@ -361,7 +372,7 @@ def test_hf_regions_equal_eager_and_dynamo(name):
     model.eval()
     cnt = CompileCounterWithBackend("aot_eager")
     before = _stats().get("region_graphs", 0)
-    with config.patch(compile_regions=True), torch.no_grad():
+    with config.patch(compile_regions=True, regions_min_calls=2), torch.no_grad():
         fn = cdynamo.optimize(cnt)(model)
         got = [_main(fn(**make_inputs(s))) for s in range(2)]
         ref = [_main(model(**make_inputs(s))) for s in range(2)]
@@ -382,7 +393,7 @@ def test_hf_regions_training_gradients_equal_eager(name):
         if isinstance(m, torch.nn.Dropout):
             m.p = 0.0
     cnt = CompileCounterWithBackend("aot_eager")
-    with config.patch(compile_regions=True):
+    with config.patch(compile_regions=True, regions_min_calls=2):
         fn = cdynamo.optimize(cnt)(model)
         model.zero_grad(set_to_none=True)
         _main(fn(**make_inputs(0))).float().pow(2).mean().backward()
