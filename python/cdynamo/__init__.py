@@ -10,8 +10,6 @@ from . import config, exc, utils
 from ._allowed import allow_in_graph, disallow_in_graph, graph_break
 from .backends.registry import list_backends, lookup_backend, register_backend
 from .eval_frame import OptimizedModule, assume_constant_result, compile, disable, optimize, reset, run, skip
-from ._explain import ExplainOutput, explain
-from ._export import ExportResult, export
 from ._dynamic import mark_dynamic, mark_static, maybe_mark_dynamic
 from . import _core, _services
 
@@ -30,7 +28,16 @@ __all__ = [
 ]
 
 
+# Imported on first use, so that `import cdynamo` stays cheap (issue 30): explain() and export() bring in the
+# export machinery (torch.fx's pytree codegen) that a plain compile never needs.
+_LAZY = {"explain": "._explain", "ExplainOutput": "._explain", "export": "._export", "ExportResult": "._export"}
+
+
 def __getattr__(name):
     if name in ("testing", "_C"):
         return importlib.import_module(f"{__name__}.{name}")
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'cdynamo' has no attribute {name!r}")

@@ -1,10 +1,11 @@
 # _callback.py — owns the Callback object the C++ frame hook calls (compile_graph, on_compiled, on_recompile,
 # on_fallback), the Python-side counters (this module's and cdynamo.utils'), and the once-per-code fallback warnings.
 import collections
+import sys
 import time
 import warnings
 
-from . import _core, _ddp, _dead_code, _dealias, _dynamic, _logging, _regions, _trace, _verify, config, utils
+from . import _core, _dealias, _dynamic, _logging, _trace, _verify, config, utils
 from .exc import BackendCompilerFailed, CdynamoWarning
 
 GuardFail = collections.namedtuple("GuardFail", ["reason", "orig_code"])
@@ -41,6 +42,14 @@ def _mark_static_inputs(gm, indices):
         if 0 <= i < len(placeholders):
             placeholders[i].meta.setdefault("tensor_dict", {})["_dynamo_static_input_type"] = "unguarded"
 
+
+
+def _regions_wanted(backend):
+    """Whether a backend's graphs are compiled by region (_regions.py): ``config.compile_regions`` True (any
+    backend), False (none), None (the backends marked ``_cdynamo_regions = True``: inductor and
+    compile(mode=/options=))."""
+    flag = config.compile_regions
+    return bool(getattr(backend, "_cdynamo_regions", False)) if flag is None else flag
 
 class Callback:
     """What the C++ hook calls while a thread runs inside an optimized callable.
@@ -82,6 +91,7 @@ class Callback:
         if _logging.is_enabled("graph"):
             _logging.emit("graph", _logging.format_graph(info, gm))
         if config.dead_code_elimination:
+            from . import _dead_code  # on first compile (import cdynamo stays cheap)
             removed = _dead_code.eliminate(gm)
             if removed:
                 info["op_count"] = max(0, int(info.get("op_count", 0) or 0) - removed)
@@ -126,11 +136,17 @@ class Callback:
         """The backend's callable for ``gm``: inside a DDP forward, one per DDP gradient bucket (_ddp.py); else by
         region when the policy wants it and the graph has repeated module calls (_regions.py; each distinct segment
         goes through ``_call_backend``); else the whole graph."""
-        ddp = _ddp.active_module()
-        if ddp is not None:
-            return _ddp.compile_split(ddp, gm, example_inputs, info.get("static_inputs"), self._call_backend,
-                                      utils.counters["stats"])
-        if _regions.wanted(self.backend):
+        # _ddp and _regions are imported only where they may apply (torch.distributed initialized; a backend or
+        # config that asks for regions), so an eager compile imports neither.
+        if "torch.distributed" in sys.modules and sys.modules["torch.distributed"].is_available() \
+                and sys.modules["torch.distributed"].is_initialized():
+            from . import _ddp
+            ddp = _ddp.active_module()
+            if ddp is not None:
+                return _ddp.compile_split(ddp, gm, example_inputs, info.get("static_inputs"), self._call_backend,
+                                          utils.counters["stats"])
+        if _regions_wanted(self.backend):
+            from . import _regions
             compiled = _regions.compile_regions(gm, example_inputs, self._call_backend)
             if compiled is not None:
                 return compiled

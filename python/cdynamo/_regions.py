@@ -28,13 +28,6 @@ _STATE_WORDS = ("grad_enabled", "autocast", "inference_mode", "manual_seed", "rn
                 "_enter", "_exit", "functorch")
 
 
-def wanted(backend):
-    """Whether a backend's graphs are compiled by region: ``config.compile_regions`` True (any backend), False
-    (none), None (the backends marked ``_cdynamo_regions = True``: inductor and compile(mode=/options=))."""
-    flag = config.compile_regions
-    return bool(getattr(backend, "_cdynamo_regions", False)) if flag is None else flag
-
-
 # ---- finding the calls ----
 
 def _calls(nodes):

@@ -55,6 +55,23 @@ def test_import_cdynamo_imports_no_heavy_module():
     assert out["after"] == []
 
 
+# cdynamo's own modules that a plain eager compile never needs: explain/export, regions, DDP splitting.
+_LAZY_OWN = ("cdynamo._explain", "cdynamo._export", "cdynamo._regions", "cdynamo._split", "cdynamo._ddp")
+
+
+def test_import_and_eager_compile_leave_cdynamos_optional_modules_unimported():
+    out = _run(f"LAZY = {_LAZY_OWN!r}\n", _THREE_OPS, """
+        at_import = sorted(m for m in LAZY if m in sys.modules)
+        cdynamo.optimize("eager")(fn)(x, y)
+        at_compile = sorted(m for m in LAZY if m in sys.modules)
+        names_work = cdynamo.explain is cdynamo._explain.explain and cdynamo.ExportResult.__name__ == "ExportResult"
+        print(json.dumps({"import": at_import, "compile": at_compile, "names": names_work,
+                          "explain": "cdynamo._explain" in sys.modules}))
+    """)
+    assert out["import"] == [] and out["compile"] == []
+    assert out["names"] and out["explain"]  # the public names still resolve, importing their module then
+
+
 _THREE_OPS = """
     def fn(x, y):
         a = torch.sin(x)
