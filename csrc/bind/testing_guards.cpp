@@ -41,7 +41,8 @@ guards::ShapeSlot::Kind slot_kind(const std::string& k) {
   if (k == "stride") return guards::ShapeSlot::Kind::Stride;
   if (k == "storage_offset") return guards::ShapeSlot::Kind::StorageOffset;
   if (k == "int") return guards::ShapeSlot::Kind::Int;
-  throw py::value_error("slot kind must be size, stride, storage_offset or int, not '" + k + "'");
+  if (k == "float") return guards::ShapeSlot::Kind::Float;
+  throw py::value_error("slot kind must be size, stride, storage_offset, int or float, not '" + k + "'");
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "guards/shape_guard.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -247,7 +248,9 @@ bool Guard::check_value(PyObject* v, std::string* why) const {
       break;
     case GuardKind::EqualsMatch: {
       ok = Py_TYPE(v) == Py_TYPE(expected);
-      if (ok) {
+      if (ok && PyFloat_CheckExact(v) && std::isnan(PyFloat_AS_DOUBLE(v))) {
+        ok = std::isnan(PyFloat_AS_DOUBLE(expected));  // any nan is the nan the trace saw (torch._dynamo: isnan)
+      } else if (ok) {
         int eq = PyObject_RichCompareBool(v, expected, Py_EQ);
         if (eq < 0) PyErr_Clear();
         ok = eq == 1;

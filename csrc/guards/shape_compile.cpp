@@ -104,6 +104,8 @@ class ShapeCompiler {
       int64_t i = int_operand(node, operand(0), "slot index");
       if (i < 0 || static_cast<uint64_t>(i) >= p_.slots_.size())
         bad(node, "slot index out of range (" + std::to_string(p_.slots_.size()) + " slots)");
+      if (p_.slots_[static_cast<size_t>(i)].kind == ShapeSlot::Kind::Float)
+        bad(node, "a float slot is read by the fallback only");
       used_.push_back(static_cast<uint32_t>(i));
       return push(ShapeOp::Code::Slot, i, +1);
     }

@@ -2,6 +2,7 @@
 // Python's semantics and overflow checks, the fallback call and the failure reasons.
 #include "guards/shape_guard.h"
 
+#include <bit>
 #include <climits>
 
 #include "guards/tensor_match.h"
@@ -11,6 +12,18 @@ namespace cdynamo::guards {
 namespace {
 
 using Code = ShapeOp::Code;
+
+// repr() of a float as Python prints it (shortest round-trip digits, nan, inf).
+std::string py_repr_double(double d) {
+  char* s = PyOS_double_to_string(d, 'r', 0, Py_DTSF_ADD_DOT_0, nullptr);  // PyMem-allocated, or NULL
+  if (!s) {
+    PyErr_Clear();
+    return std::to_string(d);
+  }
+  std::string out(s);
+  PyMem_Free(s);
+  return out;
+}
 
 // Python's a // b and a % b on int64; false (with *err set) on b == 0 or INT64_MIN // -1.
 bool floordiv(int64_t a, int64_t b, int64_t* out, ShapeResult* err) {
@@ -122,7 +135,8 @@ std::string ShapeProgram::slot_name(const ShapeSlot& s) {
     case ShapeSlot::Kind::Size: return base + ".size()[" + std::to_string(s.dim) + "]";
     case ShapeSlot::Kind::Stride: return base + ".stride()[" + std::to_string(s.dim) + "]";
     case ShapeSlot::Kind::StorageOffset: return base + ".storage_offset()";
-    case ShapeSlot::Kind::Int: return base;
+    case ShapeSlot::Kind::Int:
+    case ShapeSlot::Kind::Float: return base;
   }
   return base;
 }
@@ -164,6 +178,13 @@ bool ShapeProgram::read_slots(const FrameView& fv, int64_t* values, std::string*
           *out = static_cast<int64_t>(x);
           break;
         }
+        case ShapeSlot::Kind::Float:
+          if (!PyFloat_CheckExact(v)) {
+            problem = "not a float";
+            break;
+          }
+          *out = std::bit_cast<int64_t>(PyFloat_AS_DOUBLE(v));
+          break;
       }
       if (problem && why) *why = slot_name(s) + " cannot be read: " + problem;
     }
@@ -176,7 +197,11 @@ bool ShapeProgram::read_slots(const FrameView& fv, int64_t* values, std::string*
 
 std::string ShapeProgram::values_of(const std::vector<uint32_t>& slots, const int64_t* values) const {
   std::string s;
-  for (uint32_t i : slots) s += (s.empty() ? "" : ", ") + slot_name(slots_[i]) + " = " + std::to_string(values[i]);
+  for (uint32_t i : slots) {
+    const bool f = slots_[i].kind == ShapeSlot::Kind::Float;
+    std::string v = f ? py_repr_double(std::bit_cast<double>(values[i])) : std::to_string(values[i]);
+    s += (s.empty() ? "" : ", ") + slot_name(slots_[i]) + " = " + v;
+  }
   return s.empty() ? s : " (" + s + ")";
 }
 
@@ -206,7 +231,8 @@ bool ShapeProgram::check(const FrameView& fv, std::string* why) const {
   // The relations not lowered: a Python call on a fresh list of the slot values.
   PyObject* list = PyList_New(static_cast<Py_ssize_t>(slots_.size()));  // new
   for (size_t i = 0; list && i < slots_.size(); ++i) {
-    PyObject* x = PyLong_FromLongLong(values[i]);  // new, stolen by the list
+    PyObject* x = slots_[i].kind == ShapeSlot::Kind::Float ? PyFloat_FromDouble(std::bit_cast<double>(values[i]))
+                                                           : PyLong_FromLongLong(values[i]);  // new, stolen
     if (!x) {
       Py_CLEAR(list);
       break;

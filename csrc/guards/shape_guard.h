@@ -17,8 +17,10 @@ namespace cdynamo::guards {
 struct ShapeSlot {
   SourcePtr source;
   // Size / Stride: tensor.size(dim) / tensor.stride(dim) (0 <= dim < ndim); StorageOffset: tensor.storage_offset();
-  // Int: the value itself, an exact int (not a bool, not an int subclass) that fits int64.
-  enum class Kind : uint8_t { Size, Stride, StorageOffset, Int } kind = Kind::Size;
+  // Int: the value itself, an exact int (not a bool, not an int subclass) that fits int64. Float: an exact float,
+  // its bits kept in the int64 slot; no program reads it, the fallback gets it as a float (a float input's
+  // relations are checked there).
+  enum class Kind : uint8_t { Size, Stride, StorageOffset, Int, Float } kind = Kind::Size;
   int dim = 0;
 };
 
@@ -93,7 +95,7 @@ class ShapeProgram {
 // with Python's int semantics (floordiv rounds to -inf, mod takes the divisor's sign, and / or short-circuit);
 // an int64 overflow, a division by zero or a negative exponent makes the guard fail.
 // `fallback`: borrowed, None or a callable taking a list of the slot values (ints) and returning a truthy
-// value (the relations not lowered to programs); it runs after the programs pass; an exception it raises
+// value (the relations not lowered to programs; a Float slot's value is a float); it runs after the programs pass; an exception it raises
 // fails the guard. `texts`: one readable relation per program, then (only with a fallback) any number
 // describing what the fallback checks. Throws std::invalid_argument (ValueError) on a malformed program,
 // a slot index out of range, a bad slot, a fallback that is not callable, or a wrong number of texts.

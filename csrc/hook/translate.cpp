@@ -300,6 +300,7 @@ void add_shape_guards(interp::Tracer& t) {
     slot.kind = kind == "size"     ? guards::ShapeSlot::Kind::Size
                 : kind == "stride" ? guards::ShapeSlot::Kind::Stride
                 : kind == "offset" ? guards::ShapeSlot::Kind::StorageOffset
+                : kind == "float"  ? guards::ShapeSlot::Kind::Float
                                    : guards::ShapeSlot::Kind::Int;
     slot.dim = sl[2].cast<int>();
     shape_slots.push_back(std::move(slot));

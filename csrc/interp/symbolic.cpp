@@ -113,12 +113,14 @@ ValuePtr Tracer::sym_builtin(py::handle f, const std::vector<ValuePtr>& args) {
   struct Entry {
     bool in_math;  // math.<name>, else builtins.<name>
     const char* name;
-    const char* torch_fn;  // torch's symbolic version
+    const char* torch_fn;  // torch's symbolic version, or nullptr: the function itself (the number's __round__ ...)
     size_t nargs;
   };
   static const Entry table[] = {{false, "int", "sym_int", 1},   {false, "float", "sym_float", 1},
                                 {false, "max", "sym_max", 2},   {false, "min", "sym_min", 2},
-                                {true, "sqrt", "_sym_sqrt", 1}};
+                                {true, "sqrt", "_sym_sqrt", 1}, {false, "round", nullptr, 1},
+                                {false, "round", nullptr, 2},   {true, "floor", nullptr, 1},
+                                {true, "ceil", nullptr, 1},     {true, "trunc", nullptr, 1}};
   for (const auto& e : table) {
     if (args.size() != e.nargs) continue;
     py::object real = (e.in_math ? refs.math : refs.builtins).attr(e.name);  // PyRefs: imported once
@@ -128,7 +130,7 @@ ValuePtr Tracer::sym_builtin(py::handle f, const std::vector<ValuePtr>& args) {
       return args[0];  // int() of a SymInt is itself
     for (const auto& a : args)
       if (!a->is_sym() && !is_plain_number(a)) return nullptr;
-    return sym_operator(refs.torch.attr(e.torch_fn), args);
+    return sym_operator(e.torch_fn ? py::object(refs.torch.attr(e.torch_fn)) : real, args);
   }
   if (args.size() == 1 && f.is(refs.builtins.attr("abs"))) return sym_operator(refs.operator_mod.attr("abs"), args);
   return nullptr;

@@ -880,6 +880,15 @@ ValuePtr Tracer::wrap_dynamic_scalar(py::handle value, const SourcePtr& src, con
   py::object example = shapes.attr(make)(value, shape_source_name(*src));  // the value itself while static
   if (Py_TYPE(example.ptr()) == Py_TYPE(value.ptr())) return nullptr;
   guards.add(guards::type_match(src, value.ptr()));
+  if (PyTuple_Check(example.ptr())) {
+    // A float, as torch._dynamo passes it: the graph input is a 0-d float64 tensor (the call makes it from the
+    // float), its item() a backed SymFloat (a branch on it is guarded on the input's value, after the trace).
+    py::tuple pair = py::reinterpret_borrow<py::tuple>(example);
+    graph::Node* in = graph.placeholder(placeholder_name(*src), pair[0]);
+    inputs.push_back(Input{src, in, py::reinterpret_borrow<py::object>(value)});
+    graph::Node* item = graph.call_method("item", {graph::Arg::ref(in)}, {}, pair[1]);
+    return Value::sym_num(item, pair[1], src);
+  }
   graph::Node* n = graph.placeholder(placeholder_name(*src), example);
   inputs.push_back(Input{src, n, py::reinterpret_borrow<py::object>(value)});
   return Value::sym_num(n, example, src);
@@ -983,8 +992,8 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
     return Value::tensor(n, example, value.attr("device"), src);
   }
   // An int argument, or a float argument or float in a list or dict of the frame (an optimizer's lr): symbolic
-  // once it changed between compiles (or under compile(dynamic=True)). A float's example is an unbacked SymFloat:
-  // the graph does not depend on its value (a branch on it is a graph break).
+  // once it changed between compiles (or under compile(dynamic=True)). A float is a 0-d tensor input and its item(),
+  // a backed SymFloat (wrap_dynamic_scalar).
   if (PyLong_CheckExact(v) && src->kind == guards::Source::Kind::Local) {
     if (ValuePtr s = wrap_dynamic_scalar(value, src, "symint")) return s;
   } else if (PyFloat_CheckExact(v) && dynamic_float_source(*src)) {

@@ -119,6 +119,9 @@ class Callback:
             err = TypeError(f"backend returned {type(compiled).__name__}, expected a callable")
             counters["backend_failures"] += 1
             raise BackendCompilerFailed(self.backend_name, err)
+        floats = _dynamic.float_input_positions(example_inputs)
+        if floats:  # float arguments the graph takes as 0-d tensors, as torch._dynamo passes them
+            compiled = _dynamic.floats_as_tensors(compiled, floats)
         if reference is not None:
             try:
                 _verify.check(compiled, example_inputs, reference, self.backend_name)
@@ -159,7 +162,18 @@ class Callback:
             _dynamic.drop_dead_sym_nodes(gm)  # before the plan: it maps placeholders to example inputs
         todo = _dealias.plan(gm, example_inputs)
         if todo is None:
-            return self.backend(gm, list(example_inputs))
+            try:
+                return self.backend(gm, list(example_inputs))
+            except Exception as e:
+                # aot_autograd could not turn a float input's item() uses into tensor ops and asks for a restart
+                # with that float specialised, which only torch._dynamo's own loop does: the graph runs as captured.
+                if type(e).__name__ != "TensorifyScalarRestartAnalysis" or \
+                        not _dynamic.float_input_positions(example_inputs):
+                    raise
+                utils.counters["stats"]["float_input_not_tensorified"] += 1
+                _logging.emit("graph_breaks", "graph runs as captured, not compiled by the backend: a float input's "
+                              "uses could not be made tensor ops (TensorifyScalarRestartAnalysis)")
+                return gm.forward
         kind, pairs = todo
         utils.counters["stats"][f"aliased_input_mutation_{kind}"] += 1
         if kind == "eager":

@@ -81,10 +81,30 @@ def _covers_storage(t):
             and t.numel() * t.element_size() == t.untyped_storage().nbytes())
 
 
+def _geometry(t):
+    """(sizes, strides, offset) of ``t``: ints, and for a fake tensor of a dynamic graph SymInts."""
+    return tuple(t.shape), tuple(t.stride()), t.storage_offset()
+
+
+def _plain_geometry(t):
+    """Whether each size, stride and the offset of ``t`` is an int or a SymInt that is one symbol (one value the call
+    can pass as a graph input, as torch._dynamo passes sizes: a SymInt placeholder per symbol)."""
+    sizes, strides, offset = _geometry(t)
+    for v in sizes + strides + (offset,):
+        if isinstance(v, torch.SymInt):
+            import sympy
+            if not isinstance(v.node.expr, sympy.Symbol):
+                return False
+        elif not isinstance(v, int):
+            return False
+    return True
+
+
 def plan(gm, example_inputs):
-    """None when nothing to do; else ("eager", None) or ("rewrite", [(view_index, base_index), ...]). Fake examples
-    (dynamic shapes) never get "rewrite": the as_strided sizes of a dropped view would be symbols no graph input
-    carries (aot_autograd raises "is not tracked with proxy"), so such a graph runs as captured."""
+    """None when nothing to do; else ("eager", None) or ("rewrite", [(view_index, base_index), ...]). With fake
+    examples (dynamic shapes) a dropped view's symbolic sizes, strides and offset become SymInt inputs of the
+    rewritten graph (each a symbol of its own: otherwise aot_autograd raises "is not tracked with proxy", and the
+    graph runs as captured)."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(example_inputs) or len(example_inputs) < 2:
         return None
@@ -108,7 +128,9 @@ def plan(gm, example_inputs):
         if not mutated.intersection(g):
             continue
         base = next((i for i in g if _covers_storage(example_inputs[i])), None)
-        if dynamic or base is None or any(example_inputs[i].dtype != example_inputs[base].dtype for i in g):
+        if base is None or any(example_inputs[i].dtype != example_inputs[base].dtype for i in g):
+            return ("eager", None)
+        if dynamic and not all(_plain_geometry(example_inputs[i]) for i in g if i != base):
             return ("eager", None)
         pairs.extend((i, base) for i in g if i != base)
     return ("rewrite", sorted(pairs)) if pairs else None
@@ -116,38 +138,74 @@ def plan(gm, example_inputs):
 
 def rewrite(gm, example_inputs, pairs):
     """A copy of ``gm`` whose placeholders named by ``pairs`` are as_strided views of their base placeholder, the
-    example inputs for it, and the (index, size, stride, offset) of each dropped view for the call-time check."""
+    example inputs for it, and the (index, size, stride, offset) of each dropped view for the call-time check. A
+    symbolic size, stride or offset of a dropped view is a SymInt input of the copy (one per symbol, after the
+    kept inputs), read from the view at each call: ``kept`` then ends with ("sym", view index, "size" | "stride" |
+    "offset", dim) items, and ``checks`` holds None in its place."""
     new = copy.deepcopy(gm)
     placeholders = [n for n in new.graph.nodes if n.op == "placeholder"]
-    last = placeholders[-1]
+    last = last_placeholder = placeholders[-1]
     checks = []
+    sym_inputs, sym_nodes, sym_examples = [], {}, []
+
+    def node_of(value, i, kind, dim):
+        nonlocal last, last_placeholder
+        if not isinstance(value, torch.SymInt):
+            return value
+        expr = value.node.expr
+        if expr not in sym_nodes:
+            with new.graph.inserting_after(last_placeholder):  # placeholders stay before the views
+                p = new.graph.placeholder(f"sym_{len(sym_nodes)}")
+            p.meta["example_value"] = p.meta["val"] = value
+            if last is last_placeholder:
+                last = p
+            last_placeholder = sym_nodes[expr] = p
+            sym_inputs.append(("sym", i, kind, dim))
+            sym_examples.append(value)
+        return sym_nodes[expr]
+
     for i, b in pairs:
         v = example_inputs[i]
-        size, stride, offset = tuple(v.shape), tuple(v.stride()), v.storage_offset()
+        size, stride, offset = _geometry(v)
+        size = tuple(node_of(x, i, "size", d) for d, x in enumerate(size))
+        stride = tuple(node_of(x, i, "stride", d) for d, x in enumerate(stride))
+        offset = node_of(offset, i, "offset", 0)
         with new.graph.inserting_after(last):
             view = new.graph.call_function(torch.as_strided, (placeholders[b], size, stride, offset))
         view.meta.update(placeholders[i].meta)
         placeholders[i].replace_all_uses_with(view)
         new.graph.erase_node(placeholders[i])
         last = view
-        checks.append((i, b, size, stride, offset))
+        plain = lambda xs: tuple(None if isinstance(x, torch.fx.Node) else x for x in xs)  # noqa: E731
+        checks.append((i, b, plain(size), plain(stride), None if isinstance(offset, torch.fx.Node) else offset))
     new.graph.lint()
     new.recompile()
     dropped = {i for i, _ in pairs}
     kept = [i for i in range(len(example_inputs)) if i not in dropped]
-    return new, [example_inputs[i] for i in kept], kept, checks
+    return new, [example_inputs[i] for i in kept] + sym_examples, kept + sym_inputs, checks
 
 
 def wrap(compiled, gm, kept, checks):
     """The callable the frame calls with every original input: the compiled graph on the kept inputs while each
     dropped view is where it was at compile time, else ``gm`` (the captured graph) as it is."""
+    def same(now, then):  # None: symbolic, passed as an input
+        return len(now) == len(then) and all(t is None or n == t for n, t in zip(now, then))
+
+    def read(args, k):
+        if isinstance(k, int):
+            return args[k]
+        _, i, kind, dim = k
+        v = args[i]
+        return v.shape[dim] if kind == "size" else v.stride()[dim] if kind == "stride" else v.storage_offset()
+
     def call(*args):
         for i, b, size, stride, offset in checks:
             v, base = args[i], args[b]
-            if (v.storage_offset() != offset or tuple(v.stride()) != stride or tuple(v.shape) != size
+            if ((offset is not None and v.storage_offset() != offset) or not same(v.stride(), stride)
+                    or not same(v.shape, size)
                     or v.untyped_storage().data_ptr() != base.untyped_storage().data_ptr()
                     or not _covers_storage(base)):
                 return gm.forward(*args)
-        return compiled(*[args[i] for i in kept])
+        return compiled(*[read(args, k) for k in kept])
     call._cdynamo_dealiased = True
     return call

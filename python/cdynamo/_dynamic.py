@@ -10,6 +10,7 @@ between compiles (``config.automatic_dynamic_shapes``), a dimension marked with 
 ``s0 == s1`` in a ``cat``) is guarded after it.
 """
 import dataclasses
+import math
 import weakref
 
 import torch
@@ -30,6 +31,25 @@ def _code_key(code):
 
 def clear_state():
     _frame_state.clear()
+
+
+def float_input_positions(example_inputs):
+    """Positions of ``example_inputs`` that stand for a float argument passed as a 0-d float64 tensor."""
+    return [i for i, ex in enumerate(example_inputs) if getattr(ex, "_cdynamo_float_input", False)]
+
+
+def floats_as_tensors(compiled, positions):
+    """``compiled`` called with the floats at ``positions`` as 0-d float64 tensors, as torch._dynamo passes them."""
+    tensor, f64 = torch.tensor, torch.float64
+
+    def call(*args):
+        args = list(args)
+        for i in positions:
+            args[i] = tensor(args[i], dtype=f64)
+        return compiled(*args)
+
+    call._cdynamo_compiled = compiled
+    return call
 
 
 @dataclasses.dataclass
@@ -282,6 +302,7 @@ class TraceShapes:
                                   allow_dynamic_output_shape_ops=config.capture_dynamic_output_shape_ops)
         self.fake_mode = FakeTensorMode(shape_env=self.shape_env, allow_non_fake_inputs=True)
         self._marked = []  # (source name, dim, its size on the fake) for each mark_dynamic dimension
+        self._floats = {}  # id(fake) -> (fake, symbol) of each float input passed as a 0-d tensor (symfloat)
 
     def fake(self, t, name):
         """The fake example of tensor input ``name`` (its dynamic dimensions symbolic)."""
@@ -348,13 +369,25 @@ class TraceShapes:
         return self.shape_env.create_unspecified_symint_and_symbol(value, _Source(name), DimDynamic.DYNAMIC)
 
     def symfloat(self, value, name):
-        """For dynamic float input ``name``: an unbacked SymFloat (the graph cannot depend on its value: a guard on
-        it raises, which the trace turns into a graph break), or the float itself while it is static."""
-        if not _scalar_dynamic(self.code, self.cb_dynamic, name, value):
+        """For dynamic float input ``name``, as torch._dynamo passes one (``specialize_float=False``): a pair of the
+        graph input, a 0-d float64 fake tensor (the call hands the graph ``torch.tensor(value)``, see
+        ``float_input_positions``), and its ``item()``, a backed SymFloat whose source is ``name``: a branch on it is
+        a guard on the input (``L['t'] <= 0.5``), not a graph break. The float itself while it is static, or nan
+        (specialised, as torch._dynamo does: a symbol's guards cannot hold for nan)."""
+        if not _scalar_dynamic(self.code, self.cb_dynamic, name, value) or math.isnan(value):
             return value
-        s = self.shape_env.create_unbacked_symfloat()
-        self.shape_env.pending_fresh_unbacked_symbols.clear()
-        return s
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        with unset_fake_temporarily():
+            real = torch.tensor(value, dtype=torch.float64)
+        # A 0-d CPU float64 tensor with a source gets a backed symbol for its value (fake tensors' item() memo).
+        fake = self.fake_mode.from_tensor(real, source=_Source(name))
+        sym = fake.item()
+        if not isinstance(sym, torch.SymFloat):
+            return value
+        self._floats[id(fake)] = (fake, sym.node.expr)
+        fake._cdynamo_float_input = True  # the call passes the float as a tensor (float_input_positions)
+        return fake, sym
 
     def unbacked_scalar(self, t):
         """The example of ``t.item()``: an unbacked SymFloat / SymInt / SymBool by ``t``'s dtype. The symbol is bound
@@ -415,9 +448,16 @@ class TraceShapes:
                 symbol_slot[expr] = k
             return k
 
+        float_slot = {}  # float symbol -> its slot (a float input: read as a float, checked in Python)
         for i, (name, ex) in enumerate(inputs):
             size_mask = stride_mask = 0
-            if isinstance(ex, torch.Tensor):
+            if isinstance(ex, torch.Tensor) and id(ex) in self._floats and self._floats[id(ex)][0] is ex:
+                sym = self._floats[id(ex)][1]
+                float_slot[sym] = len(slots)
+                slots.append((i, "float", 0))
+                slot_exprs.append(sym)
+                texts_of_slot.append(name)
+            elif isinstance(ex, torch.Tensor):
                 for d, s in enumerate(ex.shape):
                     if isinstance(s, torch.SymInt):
                         size_mask |= 1 << d
@@ -433,7 +473,7 @@ class TraceShapes:
                 add_slot(i, "int", 0, ex, name)
             masks.append((size_mask, stride_mask))
 
-        names = {sym: texts_of_slot[k] for sym, k in symbol_slot.items()}
+        names = {sym: texts_of_slot[k] for sym, k in list(symbol_slot.items()) + list(float_slot.items())}
 
         def show(expr):
             return str(expr.xreplace({sym: sympy.Symbol(n) for sym, n in names.items()}))
@@ -451,7 +491,7 @@ class TraceShapes:
         # Each slot whose value is not the symbol it defines: its value relates to the symbols (duck sizing,
         # strides of a contiguous tensor, a dimension specialised to a constant).
         for k, expr in enumerate(slot_exprs):
-            if symbol_slot.get(expr) == k:
+            if symbol_slot.get(expr) == k or float_slot.get(expr) == k:
                 continue
             prog = lower(expr, symbol_slot)
             text = f"{texts_of_slot[k]} == {show(expr)}"
@@ -473,9 +513,16 @@ class TraceShapes:
                 exprs.append(("le", ("slot", k), ("int", int(hi))))
                 texts.append(f"{texts_of_slot[k]} <= {int(hi)}")
         # What the trace decided about the symbols (branches, broadcasting, specialisations).
+        float_exprs, float_texts = [], []
         for g in self.shape_env.guards:
             expr = g.expr
             if expr is sympy.true:
+                continue
+            if float_slot and any(s in float_slot for s in expr.free_symbols):
+                # About a float input (a branch on it, a specialisation): checked in Python on its value.
+                if all(s in float_slot or s in symbol_slot for s in expr.free_symbols):
+                    float_exprs.append(expr)
+                    float_texts.append(show(expr))
                 continue
             if any(s not in symbol_slot for s in expr.free_symbols):
                 # About a value computed from tensor data (.item()): not an input's property, nothing to check
@@ -484,8 +531,12 @@ class TraceShapes:
             need(expr, show(expr))
 
         fallback = None
-        if leftover:
-            fallback = _make_fallback(leftover, symbol_slot)
+        if leftover or float_slot:
+            # torch._dynamo's implicit guard on a float input: not nan (a symbol's relations cannot hold for nan).
+            float_texts += [f"not math.isnan({texts_of_slot[k]})" for k in float_slot.values()]
+            fallback = _make_fallback(leftover, symbol_slot, float_exprs, {**symbol_slot, **float_slot},
+                                      list(float_slot.values()))
+            texts += float_texts
         return GuardSpec(slots, exprs, fallback, texts, masks)
 
 
@@ -510,12 +561,20 @@ def _no_capture(fn):
     return _core.no_capture(fn)
 
 
-def _make_fallback(leftover, symbol_slot):
-    """A check of the expressions ``lower`` could not turn into programs, by sympy substitution (slow, rare)."""
+def _make_fallback(leftover, symbol_slot, float_exprs=(), all_slots=None, float_slots=()):
+    """A check of the expressions ``lower`` could not turn into programs, by sympy substitution (slow, rare), and of
+    the relations on float inputs (``float_exprs`` over the symbols of ``all_slots``; ``float_slots`` must not be
+    nan), by a Python function printed from them (one call, no sympy)."""
     import sympy
+
+    float_check = _float_check(float_exprs, all_slots or {}, float_slots) if float_slots or float_exprs else None
 
     @_no_capture
     def check(values):
+        if float_check is not None and not float_check(values):
+            return False
+        if not leftover:
+            return True
         env = {sym: sympy.Integer(values[k]) for sym, k in symbol_slot.items()}
         for item in leftover:
             if isinstance(item, tuple):
@@ -527,3 +586,19 @@ def _make_fallback(leftover, symbol_slot):
         return True
 
     return check
+
+
+def _float_check(exprs, slot_of, float_slots):
+    """A Python function of the slot values that is true when every one of ``exprs`` holds and no slot of
+    ``float_slots`` is nan; printed as torch._dynamo prints its shape guards (floats with 17 digits, exact)."""
+    import sympy
+    from torch.utils._sympy.printers import PythonPrinter
+
+    rename = {sym: sympy.Symbol(f"_v[{k}]") for sym, k in slot_of.items()}
+    printer = PythonPrinter()
+    terms = [f"({printer.doprint(e.xreplace(rename))})" for e in exprs]
+    terms += [f"not _isnan(_v[{k}])" for k in float_slots]
+    src = "def _check(_v):\n    return " + " and ".join(terms or ["True"]) + "\n"
+    scope = {"math": math, "torch": torch, "_isnan": math.isnan}
+    exec(compile(src, "<cdynamo float guard>", "exec"), scope)
+    return scope["_check"]

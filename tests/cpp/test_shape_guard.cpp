@@ -261,6 +261,32 @@ TEST(ShapeGuard, FallbackSeesSlotValuesAndItsErrorsFailTheGuard) {
   EXPECT_EQ(check(1, 1), "SHAPE_ENV: s0 >= 2 failed (L['x'].size()[0] = 1)");  // programs run first
 }
 
+TEST(ShapeGuard, FloatSlotsReachTheFallbackAsFloatsAndNoProgramReadsThem) {
+  std::vector<ShapeSlot> slots = {{Source::local(0, "t"), ShapeSlot::Kind::Float, 0}};
+  py::list bad;
+  bad.append(eval_py("('ge', ('slot', 0), ('int', 2))"));
+  EXPECT_THROW(ShapeProgram(slots, bad.ptr(), Py_None, {"t >= 2"}), std::invalid_argument);
+  py::list none;
+  py::object fallback = eval_py("lambda v: type(v[0]) is float and v[0] <= 0.5 and v[0] == v[0]");
+  GuardSet g;
+  g.add(shape_guard(slots, none.ptr(), fallback.ptr(), {"L['t'] <= 0.5", "not math.isnan(L['t'])"}));
+  auto check = [&](py::object value) {
+    Frame f;
+    f.slots = {value.ptr()};
+    std::string why;
+    bool ok = g.check(f.view(), &why);
+    EXPECT_EQ(PyErr_Occurred(), nullptr);
+    return ok ? std::string("ok") : why;
+  };
+  EXPECT_EQ(check(py::float_(0.5)), "ok");
+  EXPECT_EQ(check(py::float_(0.25)), "ok");
+  EXPECT_EQ(check(py::float_(0.5000000000000001)),
+            "SHAPE_ENV: L['t'] <= 0.5; not math.isnan(L['t']) failed (L['t'] = 0.5000000000000001)");
+  EXPECT_EQ(check(eval_py("float('nan')")),
+            "SHAPE_ENV: L['t'] <= 0.5; not math.isnan(L['t']) failed (L['t'] = nan)");
+  EXPECT_EQ(check(py::int_(0)), "SHAPE_ENV: L['t'] cannot be read: not a float");
+}
+
 TEST(TensorMatchDynamic, MaskedDimensionsAcceptAnySizeOthersStillFail) {
   py::object ex = torch().attr("randn")(2, 3, 4);
   auto mk = [&](uint64_t sizes, uint64_t strides) {
