@@ -269,3 +269,71 @@ def test_ambient_autocast_dtype_at_trace_time():
         expected = f(x)
         got = cdynamo.optimize("eager")(f)(x)
     assert got[1] == expected[1] and got[0].dtype == expected[0].dtype
+
+
+def test_inference_mode_with_requires_grad_input():
+    _check(_body(torch.inference_mode), torch.randn(3, requires_grad=True))
+
+
+def test_autocast_off_under_ambient_autocast():
+    # The caller's autocast is the frame's entry state (guarded); the block turns it off and the break splits it.
+    f = _matmul_body(CONTEXTS["autocast_off"])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _check(f, torch.randn(4, 4))
+
+
+def test_context_held_in_a_local_across_the_break():
+    def f(x):
+        ac = torch.autocast("cpu", dtype=torch.bfloat16)
+        with ac:
+            a = x @ x
+            torch._dynamo.graph_break()
+            b = a @ x
+        return a, b, x @ x
+    _check(f, torch.randn(4, 4))
+
+
+def test_raise_caught_in_the_frame_is_traced():
+    def f(x):
+        x = x + 1
+        try:
+            raise ValueError("a")
+        except ValueError:
+            x = x + 100
+        return x.sin()
+
+    def g(x):  # not caught by this handler: the frame raises as in eager
+        x = x + 1
+        try:
+            raise ValueError("a")
+        except KeyError:
+            x = x + 100
+        return x.sin()
+
+    assert _check(f, torch.randn(3)) == 1
+    with pytest.raises(ValueError):
+        cdynamo.optimize("eager")(g)(torch.randn(3))
+
+
+def test_break_inside_try_or_finally_is_not_captured():
+    def tryf(x):
+        x = x + 1
+        try:
+            x = x * 2
+            torch._dynamo.graph_break()
+            x = x - 1
+        except RuntimeError:
+            x = x + 100
+        return x.sin()
+
+    def finf(x):
+        x = x + 1
+        try:
+            x = x * 2
+            torch._dynamo.graph_break()
+        finally:
+            x = x - 1
+        return x.sin()
+
+    assert _check(tryf, torch.randn(3)) == 0
+    assert _check(finf, torch.randn(3)) == 0
