@@ -1,6 +1,6 @@
-// ops_with.cpp — owns `with` blocks the graph can hold: torch.no_grad() / torch.enable_grad() (BEFORE_WITH, the torch
-// contexts of torch_contexts.cpp,
-// the context objects' construction, the grad-mode switches recorded in the graph), contextlib.nullcontext and
+// ops_with.cpp — owns `with` blocks the graph can hold: torch.no_grad() / torch.enable_grad() (BEFORE_WITH, the
+// context objects' construction, the grad-mode switches recorded in the graph), the torch contexts of
+// torch_contexts.cpp (BEFORE_WITH on them), contextlib.nullcontext and
 // profiler record_function blocks (no-ops; torch._dynamo ignores the profiler range too), and functions decorated
 // with @torch.no_grad() / @torch.enable_grad().
 #include "bytecode/bytecode.h"

@@ -171,7 +171,8 @@ struct Tracer::ExceptionOps {
 
   // POP_EXCEPT: drops the previous exception PUSH_EXC_INFO saved.
   static void pop_except(Tracer& t, const bytecode::Instruction&) {
-    if (!t.peek(1)->is_const() || !t.peek(1)->obj.is_none()) t.unsupported("an exception handler (Python runs it)");
+    if (t.inline_depth() == 0 && (!t.peek(1)->is_const() || !t.peek(1)->obj.is_none()))
+      t.unsupported("an exception handler (Python runs it)");  // the frame's own: only after a traced PUSH_EXC_INFO
     t.pop();
   }
 
