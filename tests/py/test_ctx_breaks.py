@@ -337,3 +337,29 @@ def test_break_inside_try_or_finally_is_not_captured():
 
     assert _check(tryf, torch.randn(3)) == 0
     assert _check(finf, torch.randn(3)) == 0
+
+
+def _helper_with_break(x):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        a = x @ x
+        torch._dynamo.graph_break()
+        return a @ x
+
+
+def test_break_inside_context_of_an_inlined_function():
+    # The break is inside the callee's block: the contexts the failed inline entered are left again (the real state
+    # while tracing and at run time is eager's); graph counts are not compared (each frontend splits the caller
+    # at the call in its own way).
+    def f(x):
+        y = x + 1
+        z = _helper_with_break(y)
+        return z, y @ y
+
+    x = torch.randn(4, 4)
+    before = _state()
+    expected = f(x)
+    got = cdynamo.optimize("eager")(f)(x)
+    assert _state() == before
+    for e, g in zip(expected, got):
+        assert e.dtype == g.dtype
+        torch.testing.assert_close(g, e)
