@@ -193,10 +193,11 @@ bytecode::Bytecode clone_reachable(const OriginInfo& src, size_t entry, std::vec
 }
 
 // Builds `__resume_at_<offset>_<n>(stack..., locals...)` from the origin code: a prologue that rebuilds the
-// stack (NULLs where the original stack had them) and jumps into a copy of the origin's bytecode at
+// stack (NULLs where the original stack had them (null_at 1); where it had the __exit__ of a torch context block
+// (null_at 2), that context made by calling enter_at[i] and entered, as the block's BEFORE_WITH does) and jumps into a copy of the origin's bytecode at
 // `target`; `passed` are origin slots. Records where its parts came from (resume_info).
 Resume make_resume(const Origin& o, size_t target, const std::vector<char>& null_at, const std::vector<int>& passed,
-                   int& counter);
+                   int& counter, const std::vector<py::object>& enter_at = {});
 
 // The code of the chain continuation at `cut` (origin index), made once per origin and cut while one of
 // the continuations calling it lives: the origin's body from the cut (up to its next cuts), taking the
@@ -261,7 +262,7 @@ void check_unbound_cells(const Origin& o, bytecode::Bytecode& body, std::vector<
 }
 
 Resume make_resume(const Origin& o, size_t target, const std::vector<char>& null_at, const std::vector<int>& passed,
-                   int& counter) {
+                   int& counter, const std::vector<py::object>& enter_at) {
   const bytecode::Bytecode& src = o.info->bc;
   Resume r;
   r.name = "__resume_at_" + std::to_string(src.insts[target]->offset) + "_c" + std::to_string(++counter);
@@ -349,9 +350,19 @@ Resume make_resume(const Origin& o, size_t target, const std::vector<char>& null
   if (!derefs.empty()) pro("COPY_FREE_VARS", static_cast<int>(derefs.size()));
   pro("RESUME", 0);
   int k = 0;
-  for (char is_null : null_at) {
-    if (is_null) pro("PUSH_NULL", 0);
-    else pro("LOAD_FAST", k++);
+  for (size_t s = 0; s < null_at.size(); ++s) {
+    if (null_at[s] == 1) {
+      pro("PUSH_NULL", 0);
+    } else if (null_at[s] == 2) {  // [NULL] make [NULL] CALL 0; BEFORE_WITH; POP_TOP: the block's __exit__ stays
+      if (compat::opargs::kNullBeforeCallable) pro("PUSH_NULL", 0);
+      pro("LOAD_CONST", e.const_index(enter_at.at(s)));
+      if (!compat::opargs::kNullBeforeCallable) pro("PUSH_NULL", 0);
+      for (const auto& [op, arg] : Emitter::call_sequence(0)) body.insert(at++, op, arg)->pos = entry->pos;
+      pro("BEFORE_WITH", 0);
+      pro("POP_TOP", 0);
+    } else {
+      pro("LOAD_FAST", k++);
+    }
   }
   pro("JUMP_FORWARD", 0)->target = entry;
 
@@ -386,7 +397,7 @@ Resume make_resume(const Origin& o, size_t target, const std::vector<char>& null
 void emit_deep_stack(Rebuilder& rb, const Tracer& t, size_t ndeep) {
   for (size_t i = 0; i < ndeep; ++i) {
     const ValuePtr& v = t.frame().stack[i];
-    if (v->kind == VKind::Null) continue;  // recreated by the continuation's prologue
+    if (v->kind == VKind::Null || v->ctx_exit()) continue;  // recreated by the continuation's prologue
     rb.push(v);
   }
 }
@@ -440,7 +451,10 @@ struct BreakEmitter {
   Emitter e;
   int tmp = -1;                    // the local holding the graph's outputs, or -1 when no graph runs
   size_t ndeep = 0;                // stack items below the breaking instruction's operands
-  std::vector<char> deep_null;     // per deep item: a NULL (not passed to the continuation)
+  std::vector<char> deep_null;     // per deep item: 1 a NULL, 2 a torch context's __exit__ (neither passed to the
+                                   // continuation: its prologue makes them), 0 otherwise
+  std::vector<py::object> deep_enter;  // per deep item: for a torch context's __exit__, what makes the context
+  std::vector<int> ctx_exits;      // locals holding the __exit__ of the contexts entered around the instruction
   size_t grad_range_start = 0;
   std::optional<Rebuilder> rb;
 
@@ -458,6 +472,8 @@ struct BreakEmitter {
   void conditional();
   void instruction(int consumed);
   void rebuild_operands(bool is_call);
+  void enter_contexts();
+  void leave_contexts();
   void finish_grad_block();
 };
 
@@ -491,6 +507,18 @@ void BreakEmitter::begin(const std::string& compiled_name, const std::vector<gra
   // from it (the breaking instruction, the continuation) leaves with the frame's mode again (finish_grad_block).
   if (t.output().grad_mode_after_graph >= 0) rb->set_grad_mode(t.output().grad_mode_after_graph == 1);
   grad_range_start = e.bc.insts.size();
+  deep_null.resize(ndeep);
+  deep_enter.resize(ndeep);
+  for (size_t i = 0; i < ndeep; ++i) {
+    const ValuePtr& v = t.frame().stack[i];
+    deep_null[i] = v->kind == VKind::Null ? 1 : v->ctx_exit() ? 2 : 0;
+    if (const interp::CtxExitOf* x = v->ctx_exit()) {
+      deep_enter[i] = x->spec->make;
+      ctx_exits.push_back(e.add_local("___ctx_exit" + std::to_string(ctx_exits.size())));
+      e.load_const(py::none());  // unbound until entered: the handler (finish_grad_block) skips None
+      e.emit("STORE_FAST", ctx_exits.back());
+    }
+  }
   for (int slot = 0; slot < static_cast<int>(t.frame().locals.size()); ++slot) {
     if (!rebuilt_slot(t, slot)) continue;
     bool cell = is_deref_slot(t.frame().code, slot);  // written into the frame's cell (which closures share)
@@ -502,8 +530,33 @@ void BreakEmitter::begin(const std::string& compiled_name, const std::vector<gra
       e.emit(cell ? "DELETE_DEREF" : "DELETE_FAST", slot);
     }
   }
-  deep_null.resize(ndeep);
-  for (size_t i = 0; i < ndeep; ++i) deep_null[i] = t.frame().stack[i]->kind == VKind::Null;
+}
+
+// Inside torch context blocks the breaking instruction runs in them, as in eager: each made again and entered,
+// outermost first (its __exit__ kept in a local), then left after the instruction; the continuation enters them
+// again in its prologue.
+void BreakEmitter::enter_contexts() {
+  size_t k = 0;
+  for (size_t i = 0; i < ndeep; ++i) {
+    if (deep_null[i] != 2) continue;
+    e.load_callable(deep_enter[i]);
+    e.call(0);
+    e.emit("BEFORE_WITH");
+    e.emit("POP_TOP");
+    e.emit("STORE_FAST", ctx_exits[k++]);
+  }
+}
+
+void BreakEmitter::leave_contexts() {
+  if (ctx_exits.empty()) return;
+  e.load_callable(interp::ctx_exit_all_callable());
+  for (int slot : ctx_exits) e.emit("LOAD_FAST", slot);
+  e.call(static_cast<int>(ctx_exits.size()));
+  e.emit("POP_TOP");
+  for (int slot : ctx_exits) {  // left: an exception from the continuation must not leave them again
+    e.load_const(py::none());
+    e.emit("STORE_FAST", slot);
+  }
 }
 
 // Stack now: [NULL, fn, deep..., extra...] (3.13: [fn, NULL, ...]); adds the locals (origin slots, held in the
@@ -542,7 +595,7 @@ void BreakEmitter::conditional() {
   for (int b = 0; b < 2; ++b) {
     size_t tgt = origin.index(targets[b]);
     std::vector<int> passed = passed_locals(t, origin, tgt);
-    Resume r = make_resume(origin, tgt, deep_null, passed, counter);
+    Resume r = make_resume(origin, tgt, deep_null, passed, counter, deep_enter);
     size_t first = e.bc.insts.size();
     emit_resume_fn(e, r, origin);
     if (b == 1) j->target = e.bc.insts[first].get();
@@ -599,10 +652,13 @@ void BreakEmitter::instruction(int consumed) {
   } else {
     null_at.insert(null_at.end(), static_cast<size_t>(pushed), 0);
   }
-  Resume r = make_resume(origin, next, null_at, passed, counter);
+  std::vector<py::object> enter_at = deep_enter;
+  enter_at.resize(null_at.size());
+  Resume r = make_resume(origin, next, null_at, passed, counter, enter_at);
   emit_resume_fn(e, r, origin);
   emit_deep_stack(*rb, t, ndeep);
   rebuild_operands(is_call);
+  enter_contexts();
   if (tmp >= 0) e.emit("DELETE_FAST", tmp);
   rb->release();
   if (is_call_kw) {
@@ -623,17 +679,26 @@ void BreakEmitter::instruction(int consumed) {
     e.bc.append(inst.opcode, inst.arg);
   }
   e.bc.insts.back()->pos = inst.pos;
+  leave_contexts();
   call_resume(pushed, passed);
   out.resumes.push_back(std::move(r));
 }
 
-// Inside a grad-mode block: an exception from the rest of the rewritten frame sets the frame's mode back, re-raised.
+// Inside a grad-mode block: an exception from the rest of the rewritten frame sets the frame's mode back, re-raised;
+// inside torch context blocks, it leaves those the frame entered and has not left.
 void BreakEmitter::finish_grad_block() {
-  if (t.output().grad_mode_after_graph < 0 || e.bc.insts.size() <= grad_range_start) return;
+  const bool grad = t.output().grad_mode_after_graph >= 0;
+  if ((!grad && ctx_exits.empty()) || e.bc.insts.size() <= grad_range_start) return;
   bytecode::Instruction* first = e.bc.insts[grad_range_start].get();
   bytecode::Instruction* last = e.bc.insts.back().get();
   const size_t handler_at = e.bc.insts.size();  // stack: [exception]
-  rb->set_grad_mode(t.output().grad_mode_after_graph == 0);
+  if (!ctx_exits.empty()) {
+    e.load_callable(interp::ctx_exit_all_callable());
+    for (int slot : ctx_exits) e.emit("LOAD_FAST", slot);
+    e.call(static_cast<int>(ctx_exits.size()));
+    e.emit("POP_TOP");
+  }
+  if (grad) rb->set_grad_mode(t.output().grad_mode_after_graph == 0);
   bytecode::Instruction* handler = e.bc.insts[handler_at].get();
   e.emit("RERAISE", 0);
   e.bc.exception_table.push_back({first, last, handler, 0, false});

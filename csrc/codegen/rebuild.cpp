@@ -480,6 +480,13 @@ void Rebuilder::push_slice(const ValuePtr& v) {
 }
 
 void Rebuilder::push_object(const ValuePtr& v, int above) {
+  if (const interp::TorchCtxOf* c = v->torch_ctx()) {  // a torch context made in the trace: made again, unentered
+    e_.load_callable(c->spec->make);
+    e_.call(0);
+    return;
+  }
+  if (v->ctx_exit())  // entered again by a continuation's prologue (codegen/graph_break.cpp), never rebuilt
+    throw interp::Unsupported("the __exit__ of a torch context block outside the stack slot of its block");
   if (const interp::GradExitOf* g = v->grad_exit()) {  // a traced with block's __exit__: the restorer of the mode it left
     e_.load_const(interp::grad_exit_callable(g->mode));
     return;

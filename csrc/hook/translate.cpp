@@ -10,6 +10,7 @@
 #include "codegen/codegen.h"
 #include "codegen/resume_info.h"
 #include "interp/services.h"
+#include "guards/tensor_match.h"
 #include "interp/tracer.h"
 #include "interp/skip_files.h"
 #include "hook/eval_frame.h"
@@ -481,7 +482,8 @@ void trace(FrameCompile& c) {
   py::object cb_dynamic = py::getattr(py::handle(c.cb), "dynamic", py::none());
   const interp::Services& services = interp::services();
   py::handle code_obj(reinterpret_cast<PyObject*>(c.code));
-  bool fake_trace = services.frame_is_dynamic(code_obj, cb_dynamic).cast<bool>();
+  // Autocast casts CPU (and fake CPU) tensors, never meta ones: under an enabled autocast the trace uses fake tensors.
+  bool fake_trace = services.frame_is_dynamic(code_obj, cb_dynamic).cast<bool>() || (guards::autocast_state() & 3) != 0;
   auto run = [&](int break_at, const std::string& reason) {
     c.tracer = std::make_unique<interp::Tracer>(c.code, fv);
     interp::Tracer& t = *c.tracer;

@@ -284,6 +284,10 @@ struct Tracer::CallSteps {
           break;
       }
     }
+    if (fn->ctx_exit()) {  // leaving a traced torch context block normally
+      t.exit_torch_context(fn);
+      return Value::constant(py::none());
+    }
     if (const GradExitOf* g = fn->grad_exit()) {  // leaving a traced `with` block normally: __exit__(None, None, None)
       if (g->mode != kNoopExit) t.set_grad_mode(g->mode == 1);
       return Value::constant(py::none());
@@ -306,6 +310,25 @@ struct Tracer::CallSteps {
     return Value::object(f(*real, **kw));
   }
 
+  // `with torch.set_grad_enabled(b):` (b a constant bool; the call right before BEFORE_WITH, or returned at once by a
+  // function the `with` calls for its context): its block is that of torch.enable_grad() / no_grad()
+  // (set_grad_enabled switches at construction, its __enter__ does nothing, its __exit__ restores the mode before
+  // it; nothing runs in between). nullptr for any other call.
+  static ValuePtr set_grad_enabled_block(Tracer& t, py::handle f, const std::vector<ValuePtr>& args,
+                                         const Kwargs& kwargs) {
+    static PyObject* cls = py::object(loaded_module("torch").attr("set_grad_enabled")).release().ptr();  // owned
+    if (f.ptr() != cls || t.pc + 1 >= t.bc.insts.size()) return nullptr;
+    const std::string next = bytecode::opname(t.bc.insts[t.pc + 1]->opcode);
+    const bool returned_to_with = next == "RETURN_VALUE" && !t.call_enters_with_.empty() && t.call_enters_with_.back();
+    if (next != "BEFORE_WITH" && !returned_to_with) return nullptr;
+    const ValuePtr* mode = args.size() == 1 && kwargs.empty()                          ? &args[0]
+                           : args.empty() && kwargs.size() == 1 && kwargs[0].first == "mode" ? &kwargs[0].second
+                                                                                            : nullptr;
+    if (!mode || !(*mode)->is_const() || !PyBool_Check((*mode)->obj.ptr())) return nullptr;
+    auto& refs = PyRefs::get();
+    return Value::object(((*mode)->obj.ptr() == Py_True ? refs.torch.attr("enable_grad") : refs.torch.attr("no_grad"))());
+  }
+
   // Python objects the trace knows by what they are (before torch's trace rules classify the callable): bound methods,
   // autograd.Function.apply, context classes, builtin exceptions before `raise`, dict / namedtuple / user classes /
   // records, the builtin rules (builtins.cpp), id(), set(), the iteration builtins and constant folding of a
@@ -319,10 +342,13 @@ struct Tracer::CallSteps {
     if (fn->kind == VKind::Object)
       if (ValuePtr r = t.autograd_function_apply(fn, args, kwargs)) return r;
     if (is_grad_context_class(f) && args.empty() && kwargs.empty()) return Value::object(f());
+    if (ValuePtr c = set_grad_enabled_block(t, f, args, kwargs)) return c;
+    if (ValuePtr c = t.torch_context_call(f, args, kwargs)) return c;
     if (is_noop_context_class(f)) return make_noop_context(t, f, args, kwargs);
-    if (t.inline_depth() > 0 && kwargs.empty() && is_builtin_exception_class(f) && t.pc + 1 < t.bc.insts.size() &&
-        t.bc.insts[t.pc + 1]->opcode == bytecode::opcode_by_name("RAISE_VARARGS") && t.bc.insts[t.pc + 1]->arg == 1)
-      t.raise_builtin_exception(f, args);  // `raise IndexError("...")` in an inlined function
+    if ((t.inline_depth() > 0 || t.in_user_try(t.pc)) && kwargs.empty() && is_builtin_exception_class(f) &&
+        t.pc + 1 < t.bc.insts.size() && t.bc.insts[t.pc + 1]->opcode == bytecode::opcode_by_name("RAISE_VARARGS") &&
+        t.bc.insts[t.pc + 1]->arg == 1)
+      t.raise_builtin_exception(f, args);  // `raise IndexError("...")` in an inlined function or a try of the frame
     if (f.is(unbound_cell_check()) && args.size() == 2 && args[0]->kind == VKind::Cell) {
       // A continuation's check before it reads or deletes a cell of the function it continues (codegen/graph_break.cpp).
       if (!args[0]->cell().content) t.unsupported("a read or del of a deleted variable (UnboundLocalError)");

@@ -192,11 +192,13 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
   callee_frame.local_loaded.assign(static_cast<size_t>(nslots), 1);  // an inlined frame never reads a real frame
   callee_frame.cell_boxes = std::move(boxes);
   callee_frame.yields = genexpr ? &yielded : nullptr;
+  call_enters_with_.push_back(pc + 1 < bc.insts.size() && bytecode::opname(bc.insts[pc + 1]->opcode) == std::string("BEFORE_WITH"));
   Frame caller = std::exchange(running_frame(), std::move(callee_frame));
   graph::Graph::CallSave outer_call{};  // the caller's place in the inline stack (node meta), set below
   auto restore = [&] {
     graph.leave_call(std::move(outer_call));
     running_frame() = std::move(caller);
+    call_enters_with_.pop_back();
     --inline_depth_;
   };
   ++inline_depth_;

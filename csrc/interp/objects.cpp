@@ -86,6 +86,10 @@ ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
         py::object d = py::reinterpret_borrow<py::object>(descr);
         if (PyFunction_Check(descr)) return Value::object(d);
         if (is_constant_object(d)) return Value::constant(d);
+        // A member of an enum class of torch's C++ bindings (torch.nn.attention.SDPBackend.MATH): immutable.
+        if (Py_TYPE(descr) == reinterpret_cast<PyTypeObject*>(o.ptr()) &&
+            py::hasattr(o, "__members__") && std::string(Py_TYPE(o.ptr())->tp_name).rfind("pybind11", 0) == 0)
+          return Value::constant(d);
       }
     }
   }

@@ -94,6 +94,10 @@ struct Tracer::LoadStoreOps {
       t.push(constant_tuple(t, c));
       return;
     }
+    if (py::isinstance(c, PyRefs::get().functools_partial)) {  // a continuation's prologue: what makes a torch context
+      t.push(Value::object(py::reinterpret_borrow<py::object>(c)));
+      return;
+    }
     if (PyCode_Check(c.ptr())) {  // for MAKE_FUNCTION
       t.push(Value::object(py::reinterpret_borrow<py::object>(c)));
       return;

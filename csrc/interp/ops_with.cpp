@@ -1,5 +1,6 @@
-// ops_with.cpp — owns `with` blocks the graph can hold: torch.no_grad() / torch.enable_grad() (BEFORE_WITH,
-// the context objects' construction, the grad-mode switches recorded in the graph), contextlib.nullcontext and
+// ops_with.cpp — owns `with` blocks the graph can hold: torch.no_grad() / torch.enable_grad() (BEFORE_WITH, the
+// context objects' construction, the grad-mode switches recorded in the graph), the torch contexts of
+// torch_contexts.cpp (BEFORE_WITH on them), contextlib.nullcontext and
 // profiler record_function blocks (no-ops; torch._dynamo ignores the profiler range too), and functions decorated
 // with @torch.no_grad() / @torch.enable_grad().
 #include "bytecode/bytecode.h"
@@ -51,6 +52,15 @@ PyMethodDef grad_exit_def = {"_cdynamo_grad_exit", reinterpret_cast<PyCFunction>
 struct Tracer::WithOps {
   static void before_with(Tracer& t, const Instruction&) {
     ValuePtr ctx = t.peek(1);
+    if (const TorchCtxOf* c = ctx->torch_ctx()) {  // torch.autocast / inference_mode / sdpa_kernel (torch_contexts.cpp)
+      ValuePtr exit = t.enter_torch_context(ctx);
+      t.pop();
+      t.push(exit);
+      if (c->spec->kind == TorchCtxKind::Autocast) t.push(ctx);  // autocast.__enter__ returns the object
+      else if (c->spec->kind == TorchCtxKind::SdpaKernel) t.push(t.make_dict({}, {}));  // the generator yields {}
+      else t.push(Value::constant(py::none()));
+      return;
+    }
     if (ValuePtr entered = noop_context_enter(ctx)) {
       // Made in the trace: nothing outside saw it. A profiler range is not recorded (as torch._dynamo).
       t.pop();

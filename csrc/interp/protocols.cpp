@@ -91,9 +91,10 @@ void Tracer::raise_builtin_exception(py::handle cls, const std::vector<ValuePtr>
 
 struct Tracer::RaiseOps {
   // RAISE_VARARGS 1 of a builtin exception class or of one just made (see Tracer::call): in an inlined
-  // function a TracedRaise; in the traced frame itself a graph break (Python raises).
+  // function, or under a try statement of the traced frame, a TracedRaise (its handler is traced when it catches
+  // it: Tracer::enter_exception_handler); elsewhere in the traced frame a graph break (Python raises).
   static void raise_varargs(Tracer& t, const bytecode::Instruction& i) {
-    if (t.inline_depth() > 0 && i.arg == 1 && t.peek(1)->kind == VKind::Object && builtin_exception_class(t.peek(1)->obj))
+    if ((t.inline_depth() > 0 || t.in_user_try(t.pc)) && i.arg == 1 && t.peek(1)->kind == VKind::Object && builtin_exception_class(t.peek(1)->obj))
       t.raise_builtin_exception(t.peek(1)->obj, {});
     t.unsupported("raise (Python raises)");
   }
@@ -134,9 +135,11 @@ bool is_traced_exception(const ValuePtr& v) {
 
 struct Tracer::ExceptionOps {
   // PUSH_EXC_INFO: exc -> previous exception, exc. The previous one is only restored by POP_EXCEPT (the trace
-  // does not model sys.exc_info(), a library call it never folds), so a None stands for it.
+  // does not model sys.exc_info(), a library call it never folds), so a None stands for it. A handler is reached
+  // only through Tracer::enter_exception_handler (an inlined function's, or the traced frame's own for a raise under
+  // its try statement), which pushes the traced exception.
   static void push_exc_info(Tracer& t, const bytecode::Instruction&) {
-    if (t.inline_depth() == 0 || !is_traced_exception(t.peek(1))) t.unsupported("an exception handler (Python runs it)");
+    if (!is_traced_exception(t.peek(1))) t.unsupported("an exception handler (Python runs it)");
     ValuePtr exc = t.pop();
     t.push(Value::constant(py::none()));
     t.push(exc);
@@ -168,20 +171,21 @@ struct Tracer::ExceptionOps {
 
   // POP_EXCEPT: drops the previous exception PUSH_EXC_INFO saved.
   static void pop_except(Tracer& t, const bytecode::Instruction&) {
-    if (t.inline_depth() == 0) t.unsupported("an exception handler (Python runs it)");
+    if (t.inline_depth() == 0 && (!t.peek(1)->is_const() || !t.peek(1)->obj.is_none()))
+      t.unsupported("an exception handler (Python runs it)");  // the frame's own: only after a traced PUSH_EXC_INFO
     t.pop();
   }
 
   // RERAISE: the handled exception leaves the handler again (to an outer handler or out of the function).
   static void reraise(Tracer& t, const bytecode::Instruction&) {
-    if (t.inline_depth() == 0 || !is_traced_exception(t.peek(1))) t.unsupported("re-raise (Python raises)");
+    if (!is_traced_exception(t.peek(1))) t.unsupported("re-raise (Python raises)");
     py::object exc = t.pop()->obj;
     throw TracedRaise(std::string("re-raised ") + Py_TYPE(exc.ptr())->tp_name + " in an inlined function", exc);
   }
 };
 
 bool Tracer::enter_exception_handler(const TracedRaise& e) {
-  if (inline_depth_ == 0 || pc >= bc.insts.size()) return false;
+  if (pc >= bc.insts.size()) return false;
   const bytecode::ExceptionEntry* entry = nullptr;  // 3.11+ tables do not overlap: the first is the innermost
   for (const auto& x : bc.exception_table)
     if (covers(x, pc)) {

@@ -96,6 +96,7 @@ Tracer::Status Tracer::run() {
     size_t saved_mutated = mutated.size();
     size_t saved_guards = guards.size();
     int saved_folds = compiling_folds;
+    size_t saved_open = open_ctx_.size();
     undo_.clear();
     try {
       if (stopped) {
@@ -105,7 +106,13 @@ Tracer::Status Tracer::run() {
       if (at_window_end(pc))
         unsupported("end of a continuation window (a very long function is continued in parts)");
       if (static_cast<int>(pc) == break_at) unsupported(break_at_reason);
-      execute_one();
+      try {
+        execute_one();
+      } catch (const TracedRaise& e) {
+        // Raised under a try statement of the traced frame (RAISE_VARARGS, protocols.cpp): its handler, when it
+        // catches it, is traced; otherwise Python raises (a break before the instruction).
+        if (!enter_exception_handler(e)) throw;
+      }
     } catch (const Unsupported& e) {
       if (stop.reason.empty()) stop.reason = e.what();
       stop.lineno = lineno_;
@@ -122,6 +129,7 @@ Tracer::Status Tracer::run() {
       undo_.clear();
       mutated.resize(saved_mutated);
       compiling_folds = saved_folds;
+      close_torch_contexts(saved_open, false);  // blocks the failed instruction entered (an inlined call's)
       std::string why;
       if (pc < bc.insts.size() && breakable(pc, &why)) {
         status = Status::Break;
@@ -146,6 +154,16 @@ Tracer::Status Tracer::run() {
       stop.lineno = lineno_;
       internal_error = true;
     }
+  }
+  // A break inside torch context blocks: the graph leaves them (a balanced graph); the rewritten frame enters them
+  // again around the breaking instruction and the continuation in its prologue. Whatever the outcome, the real
+  // contexts entered while tracing are left here, innermost first.
+  try {
+    close_torch_contexts(0, status == Status::Break);
+  } catch (py::error_already_set& e) {
+    status = Status::Unsupported;
+    stop.reason = std::string("Python error leaving a torch context after tracing: ") + e.what();
+    internal_error = true;
   }
   // A break inside `with torch.no_grad()`: the graph ends in the frame's entry mode (a balanced graph, as
   // backends expect); the rewritten frame then switches to the mode at the break (grad_mode_after_graph).
@@ -637,7 +655,8 @@ bool Tracer::breakable(size_t index, std::string* why) const {
       *why = "graph breaks in methods that call super() without arguments are not supported yet";
       return false;
     }
-  // Inside a try/with block only the body of `with torch.no_grad()/enable_grad()`: its __exit__ (stack slot
+  // Inside a try/with block only the body of `with torch.no_grad()/enable_grad()` or of a torch context of
+  // torch_contexts.cpp (entered again by the continuation's prologue): its __exit__ (stack slot
   // depth-1) is rebuilt as a grad-mode restorer and the continuation keeps the block's cleanup. The frame's
   // handlers must all be with statements' (their cleanup and its re-raise trampoline, COPY 3; POP_EXCEPT;
   // RERAISE 1): a try statement may enclose the block and catch what the breaking instruction raises.
@@ -646,13 +665,25 @@ bool Tracer::breakable(size_t index, std::string* why) const {
   };
   for (const auto& e : bc.exception_table) {
     if (!covers(e, index)) continue;
-    bool grad_with = with_cleanup(e) && e.depth >= 1 && static_cast<size_t>(e.depth) <= stack.size() &&
-                     stack[static_cast<size_t>(e.depth - 1)]->grad_exit() &&
+    const bool on_stack = with_cleanup(e) && e.depth >= 1 && static_cast<size_t>(e.depth) <= stack.size();
+    const ValuePtr* exit = on_stack ? &stack[static_cast<size_t>(e.depth - 1)] : nullptr;
+    bool grad_with = exit && ((*exit)->grad_exit() || (*exit)->ctx_exit()) &&
                      std::all_of(bc.exception_table.begin(), bc.exception_table.end(), with_handler);
     if (!grad_with) {
       *why = "inside a try/with block";
       return false;
     }
+  }
+  // inference_mode saves and restores grad mode itself: the rewritten frame's grad-mode switch at the break would
+  // not compose with it.
+  bool inference = false, grad_block = false;
+  for (const auto& v : stack) {
+    if (const CtxExitOf* x = v->ctx_exit()) inference |= x->spec->kind == TorchCtxKind::Inference;
+    if (const GradExitOf* g = v->grad_exit()) grad_block |= g->mode != kNoopExit;
+  }
+  if (inference && grad_block) {
+    *why = "inside torch.inference_mode() nested with a grad-mode block";
+    return false;
   }
   if (loop_depth(index)) {
     *why = "inside a loop: the frame runs as Python";

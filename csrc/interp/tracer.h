@@ -66,6 +66,9 @@ bool set_kwarg(std::vector<std::pair<std::string, ValuePtr>>& kwargs, const std:
 bool is_namedtuple_class(py::handle cls);
 // True for torch.no_grad / torch.enable_grad (classes whose `with` blocks are traced; ops_with.cpp).
 bool is_grad_context_class(py::handle fn);
+// The function a rewritten frame calls as f(exit_1, ..., exit_n) to leave the torch contexts it entered around a
+// breaking instruction: each `__exit__` not None, innermost first, with (None, None, None) (torch_contexts.cpp).
+py::handle ctx_exit_all_callable();
 // Context classes whose `with` the trace treats as a no-op: torch.autograd.profiler.record_function
 // (torch.profiler's too; the range is not recorded, as torch._dynamo) and contextlib.nullcontext. Their objects
 // are made at trace time from constant arguments (the constructors only store them).
@@ -515,6 +518,22 @@ class Tracer : private Frame, private TraceOptions, private Trace, private Outpu
     Payload payload;  // a cell's content (CellOf; only a cell's payload is restored)
   };
   std::vector<Undo> undo_;  // inlined torch library frame: its globals are program constants
+  // Torch contexts (torch_contexts.cpp): the CtxExitOf values of the `with` blocks on them entered and not left,
+  // outermost first; each one's real context is entered while tracing (shape propagation sees its state).
+  std::vector<ValuePtr> open_ctx_;
+  // Per inlined call, innermost last: whether the instruction after the calling one is BEFORE_WITH (a factory of
+  // the context a `with` enters, `lambda: torch.set_grad_enabled(False)`).
+  std::vector<char> call_enters_with_;
+  // torch.autocast(...) / inference_mode(...) / sdpa_kernel(...) (or a functools.partial of one) called on constants:
+  // the context value, or nullptr when `f` is none of them.
+  ValuePtr torch_context_call(py::handle f, const std::vector<ValuePtr>& args, const Kwargs& kwargs);
+  // BEFORE_WITH on a TorchCtxOf value: its enter recorded in the graph and made for real; returns the __exit__.
+  ValuePtr enter_torch_context(const ValuePtr& ctx);
+  // The traced __exit__(None, None, None) of a block entered by enter_torch_context.
+  void exit_torch_context(const ValuePtr& exit);
+  // Leaves the real contexts of open_ctx_ past the first `keep`, innermost first, recording their exits in the
+  // graph when `record` (a graph ending at a break inside them is balanced).
+  void close_torch_contexts(size_t keep, bool record);
   // The Cell of `slot`, or nullptr when the slot was never captured.
   ValuePtr cell_of(int slot) const {
     return static_cast<size_t>(slot) < cell_boxes.size() ? cell_boxes[static_cast<size_t>(slot)] : nullptr;

@@ -157,6 +157,29 @@ struct GradExitOf {
   int mode = 0;
 };
 
+// A torch context whose state the graph records (interp/torch_contexts.cpp): torch.autocast and its device
+// forms, torch.inference_mode, torch.nn.attention.sdpa_kernel, made in the trace from constant arguments.
+enum class TorchCtxKind { Autocast, Inference, SdpaKernel };
+struct TorchCtxSpec {
+  TorchCtxKind kind = TorchCtxKind::Autocast;
+  py::object make;        // functools.partial(factory, *args, **kwargs): a fresh, unentered context object
+  py::tuple enter_args;   // Autocast: _enter_autocast's arguments; Inference: (mode,); SdpaKernel: (backends, prio)
+  py::tuple exit_args;    // SdpaKernel: (the backends before the block, prio); empty for the others
+};
+// The context object itself (an Object; `obj` is the object made at trace time, never handed out: rebuilt from
+// `spec->make`).
+struct TorchCtxOf {
+  std::shared_ptr<const TorchCtxSpec> spec;
+};
+// The __exit__ of a `with` on a TorchCtxOf value (an Object whose `obj` is a stand-in): the graph node the block
+// entered with (its result is what the exit node takes) and the real context entered while tracing. At a graph
+// break the continuation enters `spec->make()` again in its prologue (codegen/graph_break.cpp).
+struct CtxExitOf {
+  std::shared_ptr<const TorchCtxSpec> spec;
+  graph::Node* enter_node = nullptr;
+  py::object real;  // what the trace-time enter returned (the real context entered now)
+};
+
 // What an Object value stands for when the trace models it itself rather than through a plain Python object
 // (its `obj` is then only a stand-in: functools.partial, a super object or None, a slot wrapper, ...).
 
@@ -212,7 +235,7 @@ struct ExceptionOf {};
 
 using Payload = std::variant<std::monostate, TensorOf, IterOf, CellOf, InstanceOf, DictViewOf, BoundOf, FunctionOf,
                              GradExitOf, PartialOf, SuperOf, SlotOf, ExceptionOf, SymOf, SliceOf, ModuleMadeOf,
-                             DefaultDictOf>;
+                             DefaultDictOf, TorchCtxOf, CtxExitOf>;
 
 struct Value {
   VKind kind = VKind::Const;
@@ -263,6 +286,9 @@ struct Value {
   const CellOf& cell() const;
   // The __exit__ of a traced with block, or nullptr.
   const GradExitOf* grad_exit() const { return kind == VKind::Object ? std::get_if<GradExitOf>(&payload) : nullptr; }
+  // A torch context made in the trace, and the __exit__ of a `with` on one (torch_contexts.cpp), or nullptr.
+  const TorchCtxOf* torch_ctx() const { return kind == VKind::Object ? std::get_if<TorchCtxOf>(&payload) : nullptr; }
+  const CtxExitOf* ctx_exit() const { return kind == VKind::Object ? std::get_if<CtxExitOf>(&payload) : nullptr; }
   // The modelled payload, or nullptr when the value is not one.
   const PartialOf* partial() const { return kind == VKind::Object ? std::get_if<PartialOf>(&payload) : nullptr; }
   const SuperOf* super_of() const { return kind == VKind::Object ? std::get_if<SuperOf>(&payload) : nullptr; }
