@@ -41,6 +41,11 @@ PyRefs& PyRefs::get() {
   return *refs;
 }
 
+bool PyRefs::is_module_instance(PyObject* o) const {
+  PyObject* module_cls = nn_module.ptr();  // borrowed (process lifetime)
+  return PyType_Check(module_cls) && PyType_IsSubtype(Py_TYPE(o), reinterpret_cast<PyTypeObject*>(module_cls));
+}
+
 void on_opcode(HandlerTable& t, const char* name, Handler h) {
   int op = bytecode::opcode_by_name(name);
   if (op >= 0) t[static_cast<size_t>(op)] = h;
@@ -272,11 +277,6 @@ bool modelled_container(const ValuePtr& v) {
   return v && (v->kind == VKind::Tuple || v->kind == VKind::List || v->kind == VKind::Dict || v->kind == VKind::Record);
 }
 
-// An instance of torch.nn.Module, by its type (no Python code runs).
-bool module_instance(PyObject* o) {
-  PyObject* module_cls = PyRefs::get().nn_module.ptr();  // borrowed (process lifetime)
-  return PyType_Check(module_cls) && PyType_IsSubtype(Py_TYPE(o), reinterpret_cast<PyTypeObject*>(module_cls));
-}
 
 // A callee the trace inlines, so that its arguments are only bound to parameters: a Python function (or a
 // method bound to a value), or an nn.Module (its forward). Its own instructions pin what they use.
@@ -284,7 +284,7 @@ bool inlined_callee(const ValuePtr& fn) {
   if (!fn || fn->kind != VKind::Object || !fn->obj) return false;
   PyObject* f = fn->obj.ptr();
   if (PyFunction_Check(f)) return !fn->bound_self() || !fn->is_modelled();
-  return !fn->bound_self() && module_instance(f);
+  return !fn->bound_self() && PyRefs::get().is_module_instance(f);
 }
 
 // Builtins whose call looks at an object's type (guarded at wrap), or its attributes (guarded through

@@ -553,6 +553,8 @@ struct PyRefs {
   // Standard-library objects the trace recognises: copy.deepcopy, os.environ, abc.ABCMeta, copyreg.dispatch_table.
   py::object copy_deepcopy, os_environ, abc_meta, copyreg_dispatch;
   static PyRefs& get();
+  // Whether `o` (borrowed) is a torch.nn.Module instance, by its type: no Python code runs.
+  bool is_module_instance(PyObject* o) const;
 };
 
 }  // namespace cdynamo::interp
