@@ -92,11 +92,6 @@ int config_int(const char* name, int missing) {
 
 int recompile_limit() { return config_int("recompile_limit", 8); }
 
-bool is_module_instance(PyObject* o) {
-  PyObject* module_cls = interp::PyRefs::get().nn_module.ptr();  // borrowed (process lifetime)
-  return PyType_Check(module_cls) && PyType_IsSubtype(Py_TYPE(o), reinterpret_cast<PyTypeObject*>(module_cls));
-}
-
 // Whether `e` was compiled for the nn.Modules this frame's locals hold now, for each local that is a module the
 // entry pins by identity (an ID_MATCH on the local itself), and for the frame's `self` module, pinned or not.
 // torch._dynamo's rule for ID-matched locals: the recompile limit counts only those entries, so every instance of a
@@ -108,13 +103,13 @@ bool is_module_instance(PyObject* o) {
 // object made anew on every call) keep counting against one limit.
 bool same_pinned_locals(const CacheEntry& e, const guards::FrameView& fv) {
   if (e.compiled_for_self && fv.localsplus[0] && fv.localsplus[0] != e.compiled_for_self &&
-      is_module_instance(fv.localsplus[0]))
+      interp::PyRefs::get().is_module_instance(fv.localsplus[0]))
     return false;
   for (const guards::Guard& g : e.guards.guards()) {
     const guards::Source* s = g.source.get();
     if (g.kind != guards::GuardKind::IdMatch || !s || s->kind != guards::Source::Kind::Local || s->base) continue;
     PyObject* now = fv.localsplus[s->index];  // borrowed
-    if (!now || !is_module_instance(now)) continue;
+    if (!now || !interp::PyRefs::get().is_module_instance(now)) continue;
     if (now != g.expected) return false;  // identities only: `expected` may be borrowed
   }
   return true;
@@ -235,7 +230,7 @@ std::shared_ptr<CacheEntry> add_entry(CodeExtra* extra, compat::Frame* frame, gu
   e->nargs = compat::code_total_args(compat::frame_code(frame));
   if (e->nargs > 0) {
     PyObject* self = frame_view(frame).localsplus[0];  // borrowed
-    if (self && is_module_instance(self)) e->compiled_for_self = self;
+    if (self && interp::PyRefs::get().is_module_instance(self)) e->compiled_for_self = self;
   }
   static uint64_t serial = 0;
   e->serial = ++serial;
@@ -353,6 +348,33 @@ namespace {
 
 using EntryPtr = std::shared_ptr<CacheEntry>;
 
+void mark_read(const graph::Arg& a, std::unordered_set<const graph::Node*>* read) {
+  if (a.kind == graph::Arg::Kind::NodeRef) read->insert(a.node);
+  for (const graph::Arg& item : a.items) mark_read(item, read);
+}
+
+// The graph's call nodes, less the item() of a placeholder that no node reads (a float argument's conversion,
+// Tracer::wrap_dynamic_scalar): a frame whose only call is that conversion has nothing to compile, as in
+// torch._dynamo (a dynamic float handed to print() and nothing else).
+int live_op_count(const graph::Graph& g) {
+  std::unordered_set<const graph::Node*> read;
+  for (const auto& n : g.nodes()) {
+    for (const graph::Arg& a : n->args) mark_read(a, &read);
+    for (const auto& kv : n->kwargs) mark_read(kv.second, &read);
+  }
+  int count = 0;
+  for (const auto& n : g.nodes()) {
+    if (n->op != graph::OpKind::CallFunction && n->op != graph::OpKind::CallMethod && n->op != graph::OpKind::CallModule)
+      continue;
+    bool unread_input_item = n->op == graph::OpKind::CallMethod && PyUnicode_Check(n->target.ptr()) &&
+                             PyUnicode_CompareWithASCIIString(n->target.ptr(), "item") == 0 && n->args.size() == 1 &&
+                             n->args[0].kind == graph::Arg::Kind::NodeRef &&
+                             n->args[0].node->op == graph::OpKind::Placeholder && !read.count(n.get());
+    if (!unread_input_item) ++count;
+  }
+  return count;
+}
+
 // One compile of a frame, run as explicit stages by translate_impl: admit (recompile limit, an active
 // TorchFunctionMode, continuation depth), trace (with its restarts), decide (user errors, unsupported frames,
 // nopython, nothing to compile), compile the graph (the backend), emit code (straight line or graph break), publish
@@ -381,7 +403,7 @@ struct FrameCompile {
         meta(flag(c, "wants_node_meta", true)) {}  // node meta for the backend, export and explain
   interp::Tracer& t() { return *tracer; }
   bool is_break() const { return status == interp::Tracer::Status::Break; }
-  bool has_graph() const { return tracer->trace().graph.op_count() > 0; }
+  bool has_graph() const { return live_op_count(tracer->trace().graph) > 0; }
   EntryPtr entry(std::string description) {
     EntryPtr e = add_entry(extra, frame, std::move(tracer->trace().guards), cb);
     e->description = std::move(description);
