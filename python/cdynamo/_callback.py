@@ -162,18 +162,7 @@ class Callback:
             _dynamic.drop_dead_sym_nodes(gm)  # before the plan: it maps placeholders to example inputs
         todo = _dealias.plan(gm, example_inputs)
         if todo is None:
-            try:
-                return self.backend(gm, list(example_inputs))
-            except Exception as e:
-                # aot_autograd could not turn a float input's item() uses into tensor ops and asks for a restart
-                # with that float specialised, which only torch._dynamo's own loop does: the graph runs as captured.
-                if type(e).__name__ != "TensorifyScalarRestartAnalysis" or \
-                        not _dynamic.float_input_positions(example_inputs):
-                    raise
-                utils.counters["stats"]["float_input_not_tensorified"] += 1
-                _logging.emit("graph_breaks", "graph runs as captured, not compiled by the backend: a float input's "
-                              "uses could not be made tensor ops (TensorifyScalarRestartAnalysis)")
-                return gm.forward
+            return self._backend_or_captured(gm, list(example_inputs))
         kind, pairs = todo
         utils.counters["stats"][f"aliased_input_mutation_{kind}"] += 1
         if kind == "eager":
@@ -181,7 +170,22 @@ class Callback:
                           "that shares its storage with another input and no input covers that storage")
             return gm.forward
         new, inputs, kept, checks = _dealias.rewrite(gm, example_inputs, pairs)
-        return _dealias.wrap(self.backend(new, inputs), gm, kept, checks)
+        return _dealias.wrap(self._backend_or_captured(new, inputs), gm, kept, checks)
+
+    def _backend_or_captured(self, gm, example_inputs):
+        """``self.backend(gm, example_inputs)``; when aot_autograd cannot turn a float input's item() uses into
+        tensor ops it asks for a restart with that float specialised, which only torch._dynamo's own loop does:
+        the graph then runs as captured (``gm.forward``, counted and logged)."""
+        try:
+            return self.backend(gm, example_inputs)
+        except Exception as e:
+            if type(e).__name__ != "TensorifyScalarRestartAnalysis" or \
+                    not _dynamic.float_input_positions(example_inputs):
+                raise
+        utils.counters["stats"]["float_input_not_tensorified"] += 1
+        _logging.emit("graph_breaks", "graph runs as captured, not compiled by the backend: a float input's "
+                      "uses could not be made tensor ops (TensorifyScalarRestartAnalysis)")
+        return gm.forward
 
     def on_compiled(self, info):
         _trace.on_compiled(info)
