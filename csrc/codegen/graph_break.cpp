@@ -194,8 +194,8 @@ bytecode::Bytecode clone_reachable(const OriginInfo& src, size_t entry, std::vec
 
 // Builds `__resume_at_<offset>_<n>(stack..., locals...)` from the origin code: a prologue that rebuilds the
 // stack (NULLs where the original stack had them (null_at 1); where it had the __exit__ of a torch context block
-// (null_at 2), that context made by calling enter_at[i] and entered, as the block's BEFORE_WITH does) and jumps into a copy of the origin's bytecode at
-// `target`; `passed` are origin slots. Records where its parts came from (resume_info).
+// (null_at 2), that context made by calling enter_at[i] and entered, as the block's BEFORE_WITH does) and jumps
+// into a copy of the origin's bytecode at `target`; `passed` are origin slots. Records where its parts came from (resume_info).
 Resume make_resume(const Origin& o, size_t target, const std::vector<char>& null_at, const std::vector<int>& passed,
                    int& counter, const std::vector<py::object>& enter_at = {});
 
@@ -474,6 +474,7 @@ struct BreakEmitter {
   void rebuild_operands(bool is_call);
   void enter_contexts();
   void leave_contexts();
+  void exit_all_contexts();
   void finish_grad_block();
 };
 
@@ -547,12 +548,17 @@ void BreakEmitter::enter_contexts() {
   }
 }
 
-void BreakEmitter::leave_contexts() {
-  if (ctx_exits.empty()) return;
+// Calls each __exit__ held in ctx_exits (None: not entered), innermost first (ctx_exit_all_callable).
+void BreakEmitter::exit_all_contexts() {
   e.load_callable(interp::ctx_exit_all_callable());
   for (int slot : ctx_exits) e.emit("LOAD_FAST", slot);
   e.call(static_cast<int>(ctx_exits.size()));
   e.emit("POP_TOP");
+}
+
+void BreakEmitter::leave_contexts() {
+  if (ctx_exits.empty()) return;
+  exit_all_contexts();
   for (int slot : ctx_exits) {  // left: an exception from the continuation must not leave them again
     e.load_const(py::none());
     e.emit("STORE_FAST", slot);
@@ -692,12 +698,7 @@ void BreakEmitter::finish_grad_block() {
   bytecode::Instruction* first = e.bc.insts[grad_range_start].get();
   bytecode::Instruction* last = e.bc.insts.back().get();
   const size_t handler_at = e.bc.insts.size();  // stack: [exception]
-  if (!ctx_exits.empty()) {
-    e.load_callable(interp::ctx_exit_all_callable());
-    for (int slot : ctx_exits) e.emit("LOAD_FAST", slot);
-    e.call(static_cast<int>(ctx_exits.size()));
-    e.emit("POP_TOP");
-  }
+  if (!ctx_exits.empty()) exit_all_contexts();
   if (grad) rb->set_grad_mode(t.output().grad_mode_after_graph == 0);
   bytecode::Instruction* handler = e.bc.insts[handler_at].get();
   e.emit("RERAISE", 0);
