@@ -43,13 +43,13 @@ def _mark_static_inputs(gm, indices):
             placeholders[i].meta.setdefault("tensor_dict", {})["_dynamo_static_input_type"] = "unguarded"
 
 
-
 def _regions_wanted(backend):
     """Whether a backend's graphs are compiled by region (_regions.py): ``config.compile_regions`` True (any
     backend), False (none), None (the backends marked ``_cdynamo_regions = True``: inductor and
     compile(mode=/options=))."""
     flag = config.compile_regions
     return bool(getattr(backend, "_cdynamo_regions", False)) if flag is None else flag
+
 
 class Callback:
     """What the C++ hook calls while a thread runs inside an optimized callable.
