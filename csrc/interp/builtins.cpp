@@ -339,6 +339,28 @@ struct Tracer::BuiltinRules {
   // the value read through obj.attr also fails when the attribute goes away, so presence then needs no guard).
   static ValuePtr attr_of_frame_object(Tracer& t, bool has_only, const ValuePtr& obj, const std::string& attr, Args& args) {
     if (ValuePtr v = t.pending_attr(obj, attr)) return has_only ? Value::constant(py::bool_(true)) : v;
+    if (t.frame_getattribute_override(obj->obj)) {
+      // Through the class's __getattribute__, inlined (Tracer::object_attr): a missing attribute is the AttributeError
+      // it raises; if it cannot be traced, presence is guarded through getattr below.
+      size_t nodes = t.graph.mark(), stores = t.attr_stores.size(), muts = t.mutation_count_;
+      StopInfo stop = t.stop;
+      try {
+        ValuePtr r = t.load_attr(obj, attr);
+        return has_only ? Value::constant(py::bool_(true)) : r;
+      } catch (const TracedRaise& e) {
+        if (!PyErr_GivenExceptionMatches(e.exc.ptr(), PyExc_AttributeError) || t.graph.mark() != nodes ||
+            t.attr_stores.size() != stores || t.mutation_count_ != muts)
+          throw;
+        if (has_only) return Value::constant(py::bool_(false));
+        if (args.size() == 3) return args[2];
+        throw;
+      } catch (const OpRaised&) {
+        throw;
+      } catch (const Unsupported&) {
+        if (t.graph.mark() != nodes || t.attr_stores.size() != stores || t.mutation_count_ != muts) throw;
+        t.stop = std::move(stop);
+      }
+    }
     int has = PyObject_HasAttrString(obj->obj.ptr(), attr.c_str());
     if (!has_only && has == 1) return t.load_attr(obj, attr);
     t.guards.add(guards::has_attr(obj->source, attr, has == 1));
@@ -444,7 +466,7 @@ struct Tracer::BuiltinRules {
     if (v->is_tensor() && v->tensor().node && v->tensor().node->op != graph::OpKind::Placeholder)
       return Value::object(PyRefs::get().tensor_type);  // made by a torch op: exactly torch.Tensor
     if (v->kind == VKind::Object && v->source)  // guarded by identity through obj.__class__
-      return t.wrap(reinterpret_cast<PyObject*>(Py_TYPE(v->obj.ptr())), guards::Source::attr(v->source, "__class__"));
+      return t.wrap(reinterpret_cast<PyObject*>(Py_TYPE(v->obj.ptr())), t.type_source(v));
     if ((v->kind == VKind::Instance || v->kind == VKind::Record) && v->instance().cls)
       return v->instance().cls;  // made in the trace: its class
     for (const auto& in : t.inputs)
@@ -611,7 +633,7 @@ ValuePtr Tracer::super_attr(const ValuePtr& sup, const std::string& name) {
   size_t start = 0;
   while (start < mro.size() && mro[start].ptr() != cls.ptr()) ++start;
   SourcePtr mro_src = fresh ? guards::Source::attr(self->instance().cls->source, "__mro__")
-                            : guards::Source::attr(guards::Source::attr(self->source, "__class__"), "__mro__");
+                            : guards::Source::attr(type_source(self), "__mro__");
   for (size_t k = start + 1; k < mro.size(); ++k) {
     PyObject* d = compat::type_dict_item(reinterpret_cast<PyTypeObject*>(mro[k].ptr()), name.c_str());
     if (!d) continue;  // borrowed
@@ -661,7 +683,7 @@ ValuePtr Tracer::generic_getattr(const ValuePtr& self, const std::vector<ValuePt
   if (PyErr_Occurred()) throw py::error_already_set();
   // Methods and properties are found on the class, where the override plays no part.
   if (descr && !in_instance && (PyFunction_Check(descr) || PyObject_TypeCheck(descr, &PyProperty_Type)))
-    return object_attr(self, name);
+    return object_attr(self, name, /*past_override=*/true);
   PyObject* v = PyObject_GenericGetAttr(self->obj.ptr(), key.ptr());  // new reference
   if (!v) {
     bool missing = PyErr_ExceptionMatches(PyExc_AttributeError);

@@ -58,19 +58,55 @@ std::string pending_module_filing(const std::vector<AttrStore>& stores, py::hand
 struct Tracer::ObjectAttrs {
   // A bound method value: the function (guarded by identity through `type(obj).name`) and its receiver.
   static ValuePtr bound_method(Tracer& t, const ValuePtr& self, py::handle func, const std::string& name) {
-    SourcePtr fsrc = guards::Source::attr(guards::Source::attr(self->source, "__class__"), name);
+    SourcePtr fsrc = guards::Source::attr(t.type_source(self), name);
     ValuePtr f = t.wrap(func, fsrc);
     // The function's value may be the one first read through another source (Tracer::wrap: one value per function
     // pinned by identity); its source then names where its closure and defaults are guarded.
     return Value::bound_method(f->obj, f->source ? f->source : fsrc, self, name);
   }
+
+  // obj.name on an object of the frame whose class has a Python __getattribute__ (transformers' configs remap names in
+  // theirs): the override inlined, so what it reads (instance __dict__ items, class attributes) is guarded as such and
+  // checked without running Python. nullptr when the inline failed before changing anything: the caller then reads
+  // the attribute with getattr, guarded on obj.name (a guard that calls the override on every check).
+  static ValuePtr through_override(Tracer& t, const ValuePtr& obj, PyObject* ga, const std::string& name) {
+    size_t nodes = t.graph.mark(), stores = t.attr_stores.size(), muts = t.mutation_count_;
+    StopInfo stop = t.stop;
+    bool restart = t.restart_dynamic;
+    ValuePtr f = t.wrap(ga, guards::Source::attr(t.type_source(obj), "__getattribute__"));
+    try {
+      return t.inline_call(f, {obj, Value::constant(py::str(name))}, {});
+    } catch (const TracedRaise&) {
+      throw;  // what Python raises there (a missing attribute: hasattr / getattr's default handle it)
+    } catch (const OpRaised&) {
+      throw;
+    } catch (const Unsupported&) {
+      if (t.graph.mark() != nodes || t.attr_stores.size() != stores || t.mutation_count_ != muts ||
+          t.restart_dynamic != restart)
+        throw;
+      t.stop = std::move(stop);
+      return nullptr;
+    }
+  }
 };
+
+PyObject* Tracer::frame_getattribute_override(py::handle o) const {
+  if (PyType_Check(o.ptr()) || PyModule_Check(o.ptr())) return nullptr;
+  static PyObject* name = PyUnicode_InternFromString("__getattribute__");  // owned for the process
+  PyObject* ga = _PyType_Lookup(Py_TYPE(o.ptr()), name);  // borrowed
+  return ga && PyFunction_Check(ga) ? ga : nullptr;
+}
+
+SourcePtr Tracer::type_source(const ValuePtr& obj) const {
+  return frame_getattribute_override(obj->obj) ? guards::Source::generic_attr(obj->source, "__class__")
+                                               : guards::Source::attr(obj->source, "__class__");
+}
 
 ValuePtr Tracer::method_of(const ValuePtr& self, py::handle func, const std::string& name) {
   return ObjectAttrs::bound_method(*this, self, func, name);
 }
 
-ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
+ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name, bool past_override) {
   py::handle o = obj->obj;
   if (obj->made_module()) return made_module_attr(*this, obj, name);
   if (is_environ(obj) && (name == "get" || name == "__getitem__" || name == "__contains__"))
@@ -110,6 +146,9 @@ ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
     else if (is_constant_object(a)) return Value::constant(a);
   }
   if (!obj->source) unsupported("attribute '" + name + "' of " + obj->describe() + " (an object without a source)");
+  if (!past_override)
+    if (PyObject* ga = frame_getattribute_override(o))
+      if (ValuePtr v = ObjectAttrs::through_override(*this, obj, ga, name)) return v;
   // The real __dict__ does not hold the attributes this trace assigned yet (they are replayed after the
   // graph): read it in Python, after a graph break has replayed them.
   if (name == "__dict__")
@@ -133,7 +172,7 @@ ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
     if (PyFunction_Check(descr)) return ObjectAttrs::bound_method(*this, obj, descr, name);
     if (Py_IS_TYPE(descr, &PyClassMethod_Type) || Py_IS_TYPE(descr, &PyStaticMethod_Type)) {
       // Found on the class, guarded through it: a classmethod binds the class, a staticmethod nothing.
-      SourcePtr csrc = guards::Source::attr(obj->source, "__class__");
+      SourcePtr csrc = type_source(obj);
       py::object func = py::reinterpret_borrow<py::object>(descr).attr("__func__");
       if (!PyFunction_Check(func.ptr())) unsupported("classmethod/staticmethod '" + name + "' of a non-Python function");
       // ID_MATCH on the function the class gives (cls.name is the function of a staticmethod, a new bound
@@ -147,7 +186,7 @@ ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name) {
       return f;
     }
     if (PyObject_TypeCheck(descr, &PyProperty_Type)) {
-      SourcePtr psrc = guards::Source::attr(guards::Source::attr(obj->source, "__class__"), name);
+      SourcePtr psrc = guards::Source::attr(type_source(obj), name);
       return inline_call(property_getter(descr, psrc, name), {obj}, {});
     }
   }

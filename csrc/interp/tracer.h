@@ -449,7 +449,15 @@ class Tracer : private Frame, private TraceOptions, private Trace, private Outpu
   // when neither operand is a Set/Dict value.
   ValuePtr container_operator(const std::string& op, const ValuePtr& a, const ValuePtr& b);
   // Attribute of a user object or nn.Module (objects.cpp); calls of bound methods and modules.
-  ValuePtr object_attr(const ValuePtr& obj, const std::string& name);
+  // `past_override`: object.__getattribute__'s lookup, past a Python __getattribute__ of obj's class (which is
+  // otherwise inlined first).
+  ValuePtr object_attr(const ValuePtr& obj, const std::string& name, bool past_override = false);
+  // The Python __getattribute__ of the class of `o`, an object of the frame (borrowed), or nullptr: none, or `o`
+  // is a class or a module.
+  PyObject* frame_getattribute_override(py::handle o) const;
+  // The source of type(obj) for an object of the frame: obj.__class__, read through object's lookup where its class
+  // has a Python __getattribute__ (which could report another class, and would run on every guard check).
+  SourcePtr type_source(const ValuePtr& obj) const;
   // The subscript at pc only feeds a loop (GET_ITER next, or enumerate(...) then GET_ITER).
   bool slice_only_iterated();
   // `obj.<dunder>(*args)` for an object of the frame whose class defines `dunder` in Python (a user

@@ -155,6 +155,107 @@ def test_class_reported_by_getattribute_override():
     run_twice(opt, f, x, p)
 
 
+class Remapped:
+    """A class with a Python __getattribute__ that remaps names, as transformers' configs do."""
+
+    attribute_map = {"width": "hidden"}
+
+    def __init__(self):
+        self.hidden = 3
+        self.flag = True
+
+    def __getattribute__(self, key):
+        if key != "attribute_map" and key in super().__getattribute__("attribute_map"):
+            key = super().__getattribute__("attribute_map")[key]
+        return super().__getattribute__(key)
+
+
+def remapped_fn(x, cfg):
+    y = x * cfg.width
+    if cfg.flag:
+        y = y + 1
+    if hasattr(cfg, "extra"):
+        y = y + cfg.extra
+    return y + getattr(cfg, "bias", 0)
+
+
+def getattribute_calls(call):
+    """How many times a Python __getattribute__ runs during call()."""
+    import sys
+    n = [0]
+
+    def prof(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == "__getattribute__":
+            n[0] += 1
+    sys.setprofile(prof)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return n[0]
+
+
+def test_getattribute_override_is_traced_and_its_guards_run_no_python():
+    cfg = Remapped()
+    opt, cnt = compiled(remapped_fn)
+    x = torch.randn(3)
+    run_twice(opt, remapped_fn, x, cfg)
+    assert cnt.frame_count == 1
+    # Eager runs the override for every read; the cached call checks what it read (instance dict items, the class's
+    # attribute_map contents) without calling it.
+    assert getattribute_calls(lambda: remapped_fn(x, cfg)) >= 4
+    assert getattribute_calls(lambda: opt(x, cfg)) == 0
+    assert cnt.frame_count == 1
+
+
+@pytest.mark.parametrize("change", ["instance_value", "attribute_added", "default_added", "map_changed",
+                                    "override_replaced"])
+def test_getattribute_override_reads_are_guarded(change):
+    cfg = Remapped()
+    opt, cnt = compiled(remapped_fn)
+    x = torch.randn(3)
+    run_twice(opt, remapped_fn, x, cfg)
+    saved_map, saved_ga = dict(Remapped.attribute_map), Remapped.__dict__["__getattribute__"]
+    try:
+        if change == "instance_value":
+            cfg.hidden = 5
+        elif change == "attribute_added":
+            cfg.extra = 10
+        elif change == "default_added":
+            cfg.bias = 100
+        elif change == "map_changed":
+            Remapped.attribute_map["width"] = "other"
+            cfg.other = 7
+        else:
+            def plain(self, key):
+                if key == "width":
+                    return 11
+                return object.__getattribute__(self, key)
+            Remapped.__getattribute__ = plain
+        run_twice(opt, remapped_fn, x, cfg)
+        assert cnt.frame_count == 2
+    finally:
+        Remapped.attribute_map.clear()
+        Remapped.attribute_map.update(saved_map)
+        Remapped.__getattribute__ = saved_ga
+
+
+def test_type_of_object_whose_getattribute_reports_another_class():
+    # type(p) is the real class whatever p.__class__ reports: guarded as such, the guard passes on the next call.
+    def f(x, p):
+        if type(p) is Proxy:
+            return x + 1
+        return x - 1
+
+    p = Proxy()
+    opt, cnt = compiled(f)
+    x = torch.randn(3)
+    for _ in range(3):
+        same(opt(x, p), f(x, p))
+    assert cnt.frame_count == 1
+    assert dynamo_frames(f, [lambda o: o(x, p)] * 3) == 1
+
+
 def test_dict_item_of_argument():
     def f(x, cfg):
         return x * cfg["scale"]
