@@ -167,10 +167,18 @@ size_t first_fast_tensor_failure(const FrameView& fv, const FastTensorCheck* che
   return n;
 }
 
-bool is_tensor(PyObject* obj) { return THPVariable_Check(obj); }
+// A torch.Tensor by its type (Tensor, Parameter or a subclass). THPVariable_Check's isinstance() would read
+// obj.__class__ for any other object, running a Python __getattribute__ (transformers' configs) on every guard
+// check, and could raise; an object that only reports Tensor as its __class__ is not one either.
+static bool real_tensor(PyObject* obj) {
+  return THPVariableClass &&
+         (THPVariable_CheckExact(obj) || PyObject_TypeCheck(obj, reinterpret_cast<PyTypeObject*>(THPVariableClass)));
+}
+
+bool is_tensor(PyObject* obj) { return real_tensor(obj); }
 
 bool tensor_geometry(PyObject* obj, int dim, int64_t* size, int64_t* stride) {
-  if (!obj || !THPVariable_Check(obj)) return false;
+  if (!obj || !real_tensor(obj)) return false;
   try {
     const c10::TensorImpl* impl = THPVariable_Unpack(obj).unsafeGetTensorImpl();
     if (dim < 0 || dim >= impl->dim()) return false;
@@ -183,7 +191,7 @@ bool tensor_geometry(PyObject* obj, int dim, int64_t* size, int64_t* stride) {
 }
 
 bool tensor_storage_offset(PyObject* obj, int64_t* offset) {
-  if (!obj || !THPVariable_Check(obj)) return false;
+  if (!obj || !real_tensor(obj)) return false;
   try {
     *offset = THPVariable_Unpack(obj).unsafeGetTensorImpl()->storage_offset();
     return true;
@@ -193,14 +201,14 @@ bool tensor_storage_offset(PyObject* obj, int64_t* offset) {
 }
 
 bool tensor_version(PyObject* obj, int64_t* out) {
-  if (!THPVariable_Check(obj)) return false;
+  if (!real_tensor(obj)) return false;
   const at::Tensor& t = THPVariable_Unpack(obj);
   if (!t.defined() || t.is_inference()) return false;
   *out = static_cast<int64_t>(t._version());
   return true;
 }
 
-bool is_meta_tensor(PyObject* obj) { return THPVariable_Check(obj) && THPVariable_Unpack(obj).is_meta(); }
+bool is_meta_tensor(PyObject* obj) { return real_tensor(obj) && THPVariable_Unpack(obj).is_meta(); }
 
 PyObject* make_meta(PyObject* tensor) {
   try {

@@ -109,7 +109,7 @@ ValuePtr Tracer::copy_frame_object(const ValuePtr& v, CopyMemo& memo) {
   PyObject* o = v->obj.ptr();
   py::object dict = py::reinterpret_steal<py::object>(PyObject_GenericGetAttr(o, py::str("__dict__").ptr()));  // new
   if (!dict) throw py::error_already_set();
-  ValuePtr cls = wrap(reinterpret_cast<PyObject*>(Py_TYPE(o)), guards::Source::attr(v->source, "__class__"));
+  ValuePtr cls = wrap(reinterpret_cast<PyObject*>(Py_TYPE(o)), type_source(v));
   ValuePtr state = wrap(dict, guards::Source::generic_attr(v->source, "__dict__"));
   if (state->kind != VKind::Dict) unsupported("copy.deepcopy of an object whose __dict__ has keys that are not str");
   ValuePtr out = Value::new_instance(VKind::Instance, cls);

@@ -204,3 +204,27 @@ def test_node_meta_as_dynamo(name):
                 assert ours_m[0][1] is theirs_m[0][1], n.name
         assert [_target_name(t) for _, t in n.meta["source_fn_stack"]] == \
             [_target_name(t) for _, t in d.meta["source_fn_stack"]], n.name
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_cached_call_runs_no_config_getattribute(name):
+    """transformers' configs read attributes through a Python __getattribute__ (names remapped there): the trace
+    inlines it, so a cached call checks the instance-dict items and class attributes it read without calling it."""
+    import sys
+    model, make_inputs = _build(name)
+    model.eval()
+    cm = cdynamo.optimize("eager")(model)
+    calls = [0]
+
+    def prof(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == "__getattribute__" and "transformers" in frame.f_code.co_filename:
+            calls[0] += 1
+    inputs = make_inputs(0)
+    with torch.no_grad():
+        cm(**inputs)
+        sys.setprofile(prof)
+        try:
+            cm(**inputs)
+        finally:
+            sys.setprofile(None)
+    assert calls[0] == 0
