@@ -151,6 +151,11 @@ GuardTree::GuardTree(const GuardSet& set) {
         Relation r;
         r.guard = i;
         for (const auto& s : g.sources) r.nodes.push_back(intern(s.get()));
+        // `a is a`: equal source paths share a node, whose value is fetched once per check (a pending attribute
+        // store guards the object it was made on against itself this way): true on every check.
+        if (g.kind == GuardKind::SameObject && !r.nodes.empty() &&
+            std::all_of(r.nodes.begin(), r.nodes.end(), [&](uint32_t id) { return id == r.nodes.front(); }))
+          continue;
         relations_.push_back(std::move(r));
         continue;
       }

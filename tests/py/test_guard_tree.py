@@ -655,3 +655,34 @@ def test_testing_guard_set_tree():
     text = g.tree()
     assert text.splitlines()[0].startswith("local 'm': TYPE_MATCH")
     assert text.splitlines()[1] == "  .weight: TENSOR_MATCH"
+
+
+def test_tree_drops_an_object_guarded_identical_to_itself():
+    """T5's layer norms read `self.weight` twice in a way that guards `w is w` (DUPLICATE_INPUT over two equal
+    source paths): the flat list keeps it for reasons, the tree drops it (one node, fetched once: always true)."""
+    class LN(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.ones(4))
+
+        def forward(self, x):
+            if self.weight.dtype in [torch.float16, torch.bfloat16]:
+                x = x.to(self.weight.dtype)
+            return self.weight * x
+
+    m = LN()
+    buf = io.StringIO()
+    _logging.enable("guards", stream=buf)
+    try:
+        with torch.no_grad():
+            opt = cdynamo.optimize("eager")(m)
+            x = torch.randn(4)
+            same(opt(x), m(x))
+    finally:
+        _logging.disable()
+    flat, tree = buf.getvalue().split("GUARD TREE:", 1)
+    assert "DUPLICATE_INPUT" in flat
+    assert "DUPLICATE_INPUT" not in tree
+    with torch.no_grad():
+        m.weight = torch.nn.Parameter(torch.full((4,), 2.0, dtype=torch.float64))
+        same(opt(x), m(x))
