@@ -1,6 +1,7 @@
 // dicts.cpp — owns dicts made in the trace: BUILD_MAP / BUILD_CONST_KEY_MAP / DICT_UPDATE / DICT_MERGE,
 // subscripts, `in`, item assignment and deletion, iteration, dict(), and the dict methods models use.
 #include "bytecode/bytecode.h"
+#include "guards/tensor_match.h"
 #include "interp/tracer.h"
 
 namespace cdynamo::interp {
@@ -40,6 +41,12 @@ struct Tracer::DictOps {
     // instruction that looks it up pins its identity.
     if (k->kind == VKind::Object && PyType_Check(k->obj.ptr()) && Py_TYPE(k->obj.ptr())->tp_hash == PyType_Type.tp_hash)
       return k->obj;
+    // A tensor hashes by identity, as torch._dynamo keys it: its example stands for it in `keys` (one tensor has one
+    // example; an in-place op gives back its receiver's).
+    if (k->is_tensor() && k->tensor().example && guards::is_tensor(k->tensor().example.ptr())) {
+      t.tensor_keys.emplace(k->tensor().example.ptr(), k);
+      return k->tensor().example;
+    }
     if (!k->is_const()) t.unsupported("dict key " + k->describe() + " (only constant keys are traced)");
     if (PyObject_Hash(k->obj.ptr()) == -1) throw py::error_already_set();
     return k->obj;
@@ -50,6 +57,13 @@ struct Tracer::DictOps {
     if (d->kind != VKind::Dict) t.unsupported(std::string(what) + " on " + d->describe());
     t.will_mutate(d);
     return d;
+  }
+
+  // The key `k` stored into `d`: a tensor key only into a dict made in the trace (the write-back of a dict of the
+  // frame rebuilds its keys as constants).
+  static py::object stored_key(Tracer& t, const ValuePtr& d, const ValuePtr& k) {
+    if (k->is_tensor() && d->source) t.unsupported("a tensor stored as a key of " + d->describe());
+    return key_of(t, k);
   }
 
   static void update_from(Tracer& t, const ValuePtr& d, const ValuePtr& src, bool merge) {
@@ -92,7 +106,8 @@ struct Tracer::DictOps {
   static void map_add(Tracer& t, const Instruction& i) {
     ValuePtr value = t.pop();
     ValuePtr key = t.pop();
-    set_item(own_dict(t, t.peek(static_cast<size_t>(i.arg)), "MAP_ADD"), key_of(t, key), value);
+    ValuePtr& d = own_dict(t, t.peek(static_cast<size_t>(i.arg)), "MAP_ADD");
+    set_item(d, stored_key(t, d, key), value);
   }
 };
 
@@ -120,7 +135,8 @@ bool Tracer::dict_subscr(const ValuePtr& d, const ValuePtr& key) {
 
 bool Tracer::dict_store(ValuePtr& d, const ValuePtr& key, const ValuePtr& value) {
   if (d->kind != VKind::Dict) return false;
-  set_item(DictOps::own_dict(*this, d, "item assignment"), DictOps::key_of(*this, key), value);
+  py::object k = DictOps::stored_key(*this, d, key);
+  set_item(DictOps::own_dict(*this, d, "item assignment"), k, value);
   return true;
 }
 
@@ -136,6 +152,13 @@ bool Tracer::dict_delete(ValuePtr& d, const ValuePtr& key) {
 
 ValuePtr Tracer::dict_contains(const ValuePtr& d, const ValuePtr& key) {
   return Value::constant(py::bool_(d->find_key(DictOps::key_of(*this, key)) >= 0));
+}
+
+ValuePtr Tracer::key_value(const py::object& k) {
+  if (!guards::is_tensor(k.ptr())) return Value::constant(k);
+  auto it = tensor_keys.find(k.ptr());
+  if (it == tensor_keys.end()) unsupported("a tensor key the trace has no value for");
+  return it->second;
 }
 
 ValuePtr Tracer::call_dict_method(ValuePtr d, const std::string& name, std::vector<ValuePtr> args,
@@ -165,7 +188,7 @@ ValuePtr Tracer::call_dict_method(ValuePtr d, const std::string& name, std::vect
     return Value::constant(py::none());
   }
   if (name == "setdefault" && kwargs.empty() && (args.size() == 1 || args.size() == 2)) {
-    py::object k = DictOps::key_of(*this, args[0]);
+    py::object k = DictOps::stored_key(*this, d, args[0]);
     int at = d->find_key(k);
     if (at >= 0) return d->items[static_cast<size_t>(at)];
     ValuePtr v = args.size() == 2 ? args[1] : Value::constant(py::none());

@@ -77,11 +77,11 @@ std::vector<ValuePtr> Tracer::unpack_iterable(const ValuePtr& v) {
     }
     case VKind::Dict: {
       std::vector<ValuePtr> ks;
-      for (const auto& k : v->keys) ks.push_back(Value::constant(k));
+      for (const auto& k : v->keys) ks.push_back(key_value(k));
       return ks;
     }
     case VKind::DictView:
-      return v->view_items();
+      return v->view_items([this](const py::object& k) { return key_value(k); });
     case VKind::Set: {
       // In the order Python iterates a set holding these elements (inserted in this order).
       std::vector<ValuePtr> es;

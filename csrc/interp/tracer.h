@@ -356,6 +356,8 @@ class Tracer : private Frame, private TraceOptions, private Trace, private Outpu
   bool dict_store(ValuePtr& d, const ValuePtr& key, const ValuePtr& value);
   bool dict_delete(ValuePtr& d, const ValuePtr& key);
   ValuePtr dict_contains(const ValuePtr& d, const ValuePtr& key);
+  // The value of a Dict's key: a constant, or the tensor a tensor key's example stands for (Trace::tensor_keys).
+  ValuePtr key_value(const py::object& k);
   ValuePtr call_dict_method(ValuePtr d, const std::string& name, std::vector<ValuePtr> args,
                             std::vector<std::pair<std::string, ValuePtr>> kwargs);
   ValuePtr make_dict(const std::vector<ValuePtr>& args, const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
