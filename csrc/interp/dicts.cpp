@@ -211,6 +211,37 @@ ValuePtr Tracer::call_dict_method(ValuePtr d, const std::string& name, std::vect
   unsupported("dict." + name + "() is not traced yet");
 }
 
+ValuePtr Tracer::wrap_default_dict(py::handle value, SourcePtr src) {
+  // An optimizer's `state` (a defaultdict keyed by tensors, filled by the real _init_group, optimizer.cpp) is an
+  // attribute: only variables are taken, and only with string keys.
+  using K = guards::Source::Kind;
+  if (src->kind != K::Local && src->kind != K::Global && src->kind != K::ModuleGlobal && src->kind != K::Closure)
+    return nullptr;
+  PyObject* v = value.ptr();
+  static PyObject* dd_type = py::object(loaded_module("collections").attr("defaultdict")).release().ptr();  // process lifetime
+  if (reinterpret_cast<PyObject*>(Py_TYPE(v)) != dd_type) return nullptr;
+  PyObject *k, *item;  // borrowed
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(v, &pos, &k, &item))
+    if (!PyUnicode_CheckExact(k)) return nullptr;
+  // DICT_KEYS takes exact dicts: the type and length, and each key's presence, are guarded; that is the set of keys,
+  // not their order (a key deleted and set again between calls moves to the end), so the trace never iterates it.
+  guards.add(guards::length_match(src, v));
+  std::vector<py::object> keys;
+  std::vector<ValuePtr> items;
+  py::dict d = py::reinterpret_borrow<py::dict>(value);
+  for (auto kv : d) {
+    guards.add(guards::dict_contains(src, kv.first.ptr(), true));
+    keys.push_back(py::reinterpret_borrow<py::object>(kv.first));
+    items.push_back(wrap(kv.second, guards::Source::dict_item_key(src, kv.first.ptr())));
+  }
+  ValuePtr factory = wrap(value.attr("default_factory"), guards::Source::attr(src, "default_factory"));
+  ValuePtr out = Value::default_dict_of(std::move(factory), std::move(keys), std::move(items));
+  out->source = std::move(src);
+  out->obj = py::reinterpret_borrow<py::object>(value);  // the real object: identity for codegen, written back into
+  return out;
+}
+
 ValuePtr Tracer::make_default_dict(const std::vector<ValuePtr>& args, const Kwargs& kwargs) {
   // defaultdict(factory=None, *rest, **kwargs): the factory must be callable or None (Python raises TypeError).
   ValuePtr factory = args.empty() ? Value::constant(py::none()) : args[0];

@@ -267,6 +267,9 @@ class Tracer : private Frame, private TraceOptions, private Trace, private Outpu
   // wrap_container of a dict with keys other than strings: a dispatch table of constants, classes and
   // typing forms mapped to constants, classes or functions (guarded whole), or nullptr.
   ValuePtr wrap_frozen_dict(py::handle value, SourcePtr src);
+  // wrap() of an exact collections.defaultdict with string keys, a local, global or closure variable (dicts.cpp): a
+  // Dict value with a source, the real object and its factory (DefaultDictOf), or nullptr.
+  ValuePtr wrap_default_dict(py::handle value, SourcePtr src);
   // Loads a global / builtin by name (wrapped and guarded).
   ValuePtr load_global(const std::string& name);
   // Attribute read on a symbolic value.
@@ -343,6 +346,8 @@ class Tracer : private Frame, private TraceOptions, private Trace, private Outpu
   // The items of a value iterated at trace time (tuple, list, constant range/tuple/str, an iterator,
   // nn.Sequential / nn.ModuleList with sources); throws Unsupported otherwise (ops_iter.cpp).
   std::vector<ValuePtr> unpack_iterable(const ValuePtr& v);
+  // Throws Unsupported for a Dict whose key order is not guarded (a defaultdict of the frame).
+  void refuse_unordered(const ValuePtr& d);
   // Tensors (tensors.cpp): the rows of a tensor iterated (tensor[i] nodes), Tensor.type(...) as a constant
   // name or a dtype conversion, len() of an nn.ModuleList / Sequential / ModuleDict (nullptr otherwise).
   std::vector<ValuePtr> unpack_tensor(const ValuePtr& v);

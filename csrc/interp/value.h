@@ -224,8 +224,9 @@ struct ModuleMadeOf {
   std::vector<std::pair<std::string, ValuePtr>> kwargs;
 };
 
-// A collections.defaultdict made in the trace (a Dict value: its keys and values in `keys` / `items`): the factory
-// a read of a missing key calls (an Object or Const value; None: missing keys raise KeyError as in a dict).
+// A collections.defaultdict made in the trace, or read from a variable of the frame (a Dict value with a source,
+// Tracer::wrap_default_dict; its keys and values in `keys` / `items`): the factory a read of a missing key calls (an
+// Object or Const value; None: missing keys raise KeyError as in a dict).
 struct DefaultDictOf {
   ValuePtr factory;
 };
@@ -255,7 +256,7 @@ struct Value {
   // once); the first use that may depend on which object it is installs this (Tracer::realize).
   std::shared_ptr<guards::Guard> pending_id;
   // Tensor: TensorOf; SymNum: SymOf; Iter: IterOf; Cell: CellOf; Instance / Record: InstanceOf; DictView: DictViewOf;
-  // Method: BoundOf; Dict: DefaultDictOf for a defaultdict made in the trace; Object: BoundOf for a bound method, FunctionOf for a function made in the trace, else (a
+  // Method: BoundOf; Dict: DefaultDictOf for a defaultdict; Object: BoundOf for a bound method, FunctionOf for a function made in the trace, else (a
   // Const for Slot::Noop) what the trace models in place of `obj`, if anything (GradExitOf, PartialOf, SuperOf,
   // SlotOf, ExceptionOf); monostate otherwise.
   Payload payload;
@@ -298,7 +299,8 @@ struct Value {
   const ModuleMadeOf* made_module() const {
     return kind == VKind::Object ? std::get_if<ModuleMadeOf>(&payload) : nullptr;
   }
-  // A defaultdict made in the trace: its payload; nullptr for any other value (a plain dict included).
+  // A defaultdict made in the trace or read from the frame: its payload; nullptr for any other value (a plain dict
+  // included).
   const DefaultDictOf* default_dict() const {
     return kind == VKind::Dict ? std::get_if<DefaultDictOf>(&payload) : nullptr;
   }

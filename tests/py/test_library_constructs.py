@@ -505,7 +505,8 @@ def test_torch_size_of_a_symbolic_size():
     assert mine.frame_count == theirs.frame_count == 2  # static, then dynamic for every later size
 
 
-# --- issue 31 item 8 leftovers: tensors as dict keys (by identity, as torch._dynamo keys them).
+# --- issue 31 item 8 leftovers: tensors as dict keys (by identity, as torch._dynamo keys them), a defaultdict of the
+# frame.
 def tensor_key_read(x):
     d = {x: 1}
     return x * d[x]
@@ -552,3 +553,94 @@ def test_tensor_keyed_dict_returned_runs_as_python():
     cdynamo.reset()
     d, y = cdynamo.optimize("eager")(f)(x)
     assert list(d.values()) == [1, 2] and list(d)[0] is x and list(d)[1] is y
+
+
+COUNTS = collections.defaultdict(int)
+GROUPS = collections.defaultdict(list)
+
+
+def dd_globals(x):
+    COUNTS["calls"] += 1
+    GROUPS["sizes"].append(x.shape[0])
+    return x * len(GROUPS["sizes"]) + COUNTS["never_set"]
+
+
+def dd_argument(x, d):
+    d["seen"].append(x.sum())
+    d["total"] = d["total"] + [x.shape[0]]
+    return x + len(d["seen"])
+
+
+def _dd_snapshot(d):
+    return type(d), d.default_factory, list(d), [v if not isinstance(v, list) else len(v) for v in d.values()]
+
+
+def test_defaultdict_of_the_frame_one_graph_as_torch_dynamo():
+    x = torch.randn(3)
+    for fn in (dd_globals,):
+        COUNTS.clear(), GROUPS.clear()
+        expected = fn(x)
+        after_eager = (_dd_snapshot(COUNTS), _dd_snapshot(GROUPS))
+        COUNTS.clear(), GROUPS.clear()
+        cdynamo.reset()
+        mine = CompileCounter()
+        torch.testing.assert_close(cdynamo.optimize(mine, nopython=True)(fn)(x), expected)
+        assert (_dd_snapshot(COUNTS), _dd_snapshot(GROUPS)) == after_eager  # missing keys made by the factory
+        COUNTS.clear(), GROUPS.clear()
+        torch._dynamo.reset()
+        theirs = torch._dynamo.testing.CompileCounter()
+        torch.testing.assert_close(torch.compile(fn, backend=theirs, fullgraph=True)(x), expected)
+        assert mine.frame_count == theirs.frame_count == 1
+    COUNTS.clear(), GROUPS.clear()
+
+
+def test_defaultdict_argument_side_effects_as_eager():
+    def run(call):
+        d = collections.defaultdict(list, {"total": [1]})
+        outs = [call(torch.full((2,), float(i)), d) for i in range(3)]
+        return outs, d
+
+    eager_outs, eager_d = run(dd_argument)
+    cdynamo.reset()
+    mine = CompileCounter()
+    outs, d = run(cdynamo.optimize(mine)(dd_argument))
+    torch.testing.assert_close(outs, eager_outs)
+    assert _dd_snapshot(d) == _dd_snapshot(eager_d) and d["total"] == eager_d["total"]
+    torch.testing.assert_close(d["seen"], eager_d["seen"])
+    torch._dynamo.reset()
+    theirs = torch._dynamo.testing.CompileCounter()
+    run(torch.compile(dd_argument, backend=theirs))
+    assert mine.frame_count == theirs.frame_count
+
+
+def test_defaultdict_of_the_frame_iterated_runs_as_eager():
+    # Its keys are guarded as a set, not in order: iterating it is left to Python (a graph break).
+    def f(x, d):
+        d["b"] += 1
+        for k in d:
+            x = x + len(k)
+        return x
+
+    d1, d2 = collections.defaultdict(int, a=1), collections.defaultdict(int, a=1)
+    expected = f(torch.zeros(2), d1)
+    cdynamo.reset()
+    torch.testing.assert_close(cdynamo.optimize("eager")(f)(torch.zeros(2), d2), expected)
+    assert list(d2.items()) == list(d1.items())
+
+
+def test_defaultdict_of_the_frame_with_other_keys_recompiles():
+    def f(x, d):
+        return x + d["k"]
+
+    cdynamo.reset()
+    counter = CompileCounter()
+    opt = cdynamo.optimize(counter)(f)
+    x = torch.zeros(2)
+    a = collections.defaultdict(int, k=1)
+    torch.testing.assert_close(opt(x, a), x + 1)
+    b = collections.defaultdict(int, j=5)  # "k" missing: the factory's 0, and "k" is inserted
+    torch.testing.assert_close(opt(x, b), x)
+    assert list(b.items()) == [("j", 5), ("k", 0)]
+    c = collections.defaultdict(lambda: 7)
+    torch.testing.assert_close(opt(x, c), x + 7)
+    assert dict(c) == {"k": 7} and counter.frame_count == 3
