@@ -506,7 +506,7 @@ def test_torch_size_of_a_symbolic_size():
 
 
 # --- issue 31 item 8 leftovers: tensors as dict keys (by identity, as torch._dynamo keys them), a defaultdict of the
-# frame.
+# frame, torch.jit.script'ed functions, a compiled function called by another.
 def tensor_key_read(x):
     d = {x: 1}
     return x * d[x]
@@ -644,3 +644,59 @@ def test_defaultdict_of_the_frame_with_other_keys_recompiles():
     c = collections.defaultdict(lambda: 7)
     torch.testing.assert_close(opt(x, c), x + 7)
     assert dict(c) == {"k": 7} and counter.frame_count == 3
+
+
+@torch.jit.script
+def _scripted_scale(x):
+    return x * 2 + 1
+
+
+def calls_a_scripted_function(x):
+    return _scripted_scale(x).relu()
+
+
+def test_jit_scripted_function_inlined_as_torch_dynamo():
+    _against_torch_dynamo(calls_a_scripted_function, torch.randn(3))
+
+
+def _inner(x):
+    return x.sin() + 1
+
+
+_INNER_CD = cdynamo.optimize("eager")(_inner)
+_INNER_TD = torch.compile(_inner, backend="eager")
+
+
+def test_compiled_function_called_inside_another_is_inlined():
+    def mine_fn(x):
+        return _INNER_CD(x) * 2
+
+    def theirs_fn(x):
+        return _INNER_TD(x) * 2
+
+    x = torch.randn(3)
+    cdynamo.reset()
+    mine = CompileCounter()
+    torch.testing.assert_close(cdynamo.optimize(mine, nopython=True)(mine_fn)(x), _inner(x) * 2)
+    torch._dynamo.reset()
+    theirs = torch._dynamo.testing.CompileCounter()
+    torch.testing.assert_close(torch.compile(theirs_fn, backend=theirs, fullgraph=True)(x), _inner(x) * 2)
+    assert (mine.frame_count, mine.op_count) == (theirs.frame_count, theirs.op_count) == (1, 3)
+
+
+def test_disabled_function_called_inside_a_trace_still_runs_as_python():
+    seen = []
+
+    def side(x):
+        seen.append(1)
+        return x + 1
+
+    disabled = cdynamo.disable(side)
+
+    def f(x):
+        return disabled(x) * 2
+
+    cdynamo.reset()
+    counter = CompileCounter()
+    torch.testing.assert_close(cdynamo.optimize(counter)(f)(torch.ones(2)), torch.full((2,), 4.0))
+    assert seen == [1] and counter.frame_count == 1  # the graph after the disabled call
