@@ -506,7 +506,7 @@ def test_torch_size_of_a_symbolic_size():
 
 
 # --- issue 31 item 8 leftovers: tensors as dict keys (by identity, as torch._dynamo keys them), a defaultdict of the
-# frame, torch.jit.script'ed functions, a compiled function called by another.
+# frame, torch.jit.script'ed functions, a compiled function called by another, `nonlocal` of a real closure.
 def tensor_key_read(x):
     d = {x: 1}
     return x * d[x]
@@ -700,3 +700,56 @@ def test_disabled_function_called_inside_a_trace_still_runs_as_python():
     counter = CompileCounter()
     torch.testing.assert_close(cdynamo.optimize(counter)(f)(torch.ones(2)), torch.full((2,), 4.0))
     assert seen == [1] and counter.frame_count == 1  # the graph after the disabled call
+
+
+def _make_counter():
+    calls = 0
+
+    def bump(x):
+        nonlocal calls
+        calls += 1
+        return x + calls
+
+    def peek():
+        return calls
+
+    return bump, peek
+
+
+def test_nonlocal_of_a_real_closure_as_eager():
+    def run(make_call):
+        bump, peek = _make_counter()
+        call = make_call(lambda x: bump(x) * 2 + peek())
+        return [call(torch.zeros(2)) for _ in range(3)], peek()
+
+    expected = run(lambda f: f)
+    cdynamo.reset()
+    mine = CompileCounter()
+    got = run(lambda f: cdynamo.optimize(mine)(f))
+    torch.testing.assert_close(got, expected)
+    torch._dynamo.reset()
+    theirs = torch._dynamo.testing.CompileCounter()
+    torch.testing.assert_close(run(lambda f: torch.compile(f, backend=theirs)), expected)
+    # The cell's int is guarded by value: each call recompiles until torch._dynamo's automatic dynamic makes it a
+    # SymInt at the third (cdynamo makes only local ints dynamic: 3 graphs against its 2).
+    assert (mine.frame_count, theirs.frame_count) == (3, 2)
+
+
+def test_nonlocal_of_a_real_closure_one_graph_as_torch_dynamo():
+    def make():
+        bump, peek = _make_counter()
+        return (lambda x: bump(x) * 2 + peek()), peek
+
+    x = torch.zeros(2)
+    f, peek = make()
+    expected = f(x)
+    f, peek = make()
+    cdynamo.reset()
+    mine = CompileCounter()
+    torch.testing.assert_close(cdynamo.optimize(mine, nopython=True)(f)(x), expected)
+    assert peek() == 1  # the assignment replayed once
+    f, peek = make()
+    torch._dynamo.reset()
+    theirs = torch._dynamo.testing.CompileCounter()
+    torch.testing.assert_close(torch.compile(f, backend=theirs, fullgraph=True)(x), expected)
+    assert (mine.frame_count, mine.op_count) == (theirs.frame_count, theirs.op_count) == (1, theirs.op_count)
