@@ -226,6 +226,7 @@ ValuePtr Tracer::wrap_default_dict(py::handle value, SourcePtr src) {
     if (!PyUnicode_CheckExact(k)) return nullptr;
   // DICT_KEYS takes exact dicts: the type and length, and each key's presence, are guarded; that is the set of keys,
   // not their order (a key deleted and set again between calls moves to the end), so the trace never iterates it.
+  // Known limit: a write-back after the graph puts the keys in the order seen at compile time.
   guards.add(guards::length_match(src, v));
   std::vector<py::object> keys;
   std::vector<ValuePtr> items;
