@@ -118,6 +118,7 @@ bool Tracer::dict_subscr(const ValuePtr& d, const ValuePtr& key) {
   const DefaultDictOf* dd = d->default_dict();
   if (at < 0 && dd && !(dd->factory->is_const() && dd->factory->obj.is_none())) {
     // defaultdict.__missing__: the factory's value is stored under the key, then returned.
+    if (key->is_tensor() && d->source) unsupported("a tensor stored as a key of " + d->describe());
     ValuePtr made = call(dd->factory, {}, {});
     will_mutate(d);
     set_item(d, k, made);
@@ -219,7 +220,8 @@ ValuePtr Tracer::wrap_default_dict(py::handle value, SourcePtr src) {
     return nullptr;
   PyObject* v = value.ptr();
   static PyObject* dd_type = py::object(loaded_module("collections").attr("defaultdict")).release().ptr();  // process lifetime
-  if (reinterpret_cast<PyObject*>(Py_TYPE(v)) != dd_type) return nullptr;
+  constexpr Py_ssize_t kMaxKeys = 64;  // one guard per key
+  if (reinterpret_cast<PyObject*>(Py_TYPE(v)) != dd_type || PyDict_GET_SIZE(v) > kMaxKeys) return nullptr;
   PyObject *k, *item;  // borrowed
   Py_ssize_t pos = 0;
   while (PyDict_Next(v, &pos, &k, &item))

@@ -305,6 +305,11 @@ class Tracer : private Frame, private TraceOptions, private Trace, private Outpu
                                       const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
   // d[t] on a dict read from the frame keyed by a tensor the frame holds (an optimizer's state), or nullptr.
   ValuePtr tensor_keyed_item(const ValuePtr& container, const ValuePtr& key);
+  // `t in d` on such a dict (one whose `in` is dict's own): a constant, the key's identity and presence guarded;
+  // nullptr otherwise.
+  ValuePtr tensor_key_in(const ValuePtr& container, const ValuePtr& key);
+  // The real tensor behind `key` (a graph input of the frame) when `container` is a dict read from the frame.
+  py::object frame_tensor_key(const ValuePtr& container, const ValuePtr& key);
   ValuePtr optimizer_init_group(const ValuePtr& fn, const std::vector<ValuePtr>& args,
                                 const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
   // Traces a call of a user Python function (a PyFunction) inline; throws Unsupported when it cannot.

@@ -793,3 +793,34 @@ def test_autocast_object_across_graph_breaks_is_eagers():
     theirs = torch._dynamo.testing.CompileCounter()
     torch.compile(f, backend=theirs)(x)
     assert mine.frame_count == theirs.frame_count
+
+
+NAMES_BY_PARAM = {p: n for n, p in NET.named_parameters()}
+
+
+def tensor_in_a_dict_of_the_frame(x):
+    if NET.b.bias in NAMES_BY_PARAM:
+        x = x + 1
+    if x not in NAMES_BY_PARAM:
+        x = x * 2
+    return x
+
+
+def test_tensor_in_a_dict_of_the_frame_one_graph_as_torch_dynamo():
+    _against_torch_dynamo(tensor_in_a_dict_of_the_frame, torch.randn(3))
+
+
+def test_tensor_in_a_dict_of_the_frame_recompiles_when_the_key_goes():
+    names = {p: n for n, p in NET.named_parameters()}
+
+    def f(x):
+        return x + 1 if NET.a.weight in names else x - 1
+
+    cdynamo.reset()
+    counter = CompileCounter()
+    opt = cdynamo.optimize(counter)(f)
+    x = torch.randn(3)
+    torch.testing.assert_close(opt(x), x + 1)
+    del names[NET.a.weight]
+    torch.testing.assert_close(opt(x), x - 1)
+    assert counter.frame_count == 2
