@@ -499,7 +499,8 @@ struct Tracer::CallSteps {
   static ValuePtr wrapped_python_function(Tracer& t, const ValuePtr& fn) {
     py::handle f = fn->obj;
     if (fn->kind != VKind::Object || !fn->source || fn->bound_self() || PyFunction_Check(f.ptr())) return nullptr;
-    static PyObject* script_fn = py::object(loaded_module("torch._C").attr("ScriptFunction")).release().ptr();  // process lifetime
+    static PyObject* script_fn =
+        py::object(loaded_module("torch._C").attr("ScriptFunction")).release().ptr();  // process lifetime
     const std::string tname = Py_TYPE(f.ptr())->tp_name;
     const char* attr = nullptr;
     if (reinterpret_cast<PyObject*>(Py_TYPE(f.ptr())) == script_fn) {

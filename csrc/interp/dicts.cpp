@@ -219,7 +219,8 @@ ValuePtr Tracer::wrap_default_dict(py::handle value, SourcePtr src) {
   if (src->kind != K::Local && src->kind != K::Global && src->kind != K::ModuleGlobal && src->kind != K::Closure)
     return nullptr;
   PyObject* v = value.ptr();
-  static PyObject* dd_type = py::object(loaded_module("collections").attr("defaultdict")).release().ptr();  // process lifetime
+  static PyObject* dd_type =
+      py::object(loaded_module("collections").attr("defaultdict")).release().ptr();  // process lifetime
   constexpr Py_ssize_t kMaxKeys = 64;  // one guard per key
   if (reinterpret_cast<PyObject*>(Py_TYPE(v)) != dd_type || PyDict_GET_SIZE(v) > kMaxKeys) return nullptr;
   PyObject *k, *item;  // borrowed

@@ -96,7 +96,8 @@ struct Tracer::InlineSteps {
   // other's cell contents are read through its __closure__ (guarded), or, in torch.nn's factory-made helpers, are
   // constants. Contents are put in `slots`; the returned boxes are the shared cells.
   static std::vector<ValuePtr> bind_closure(Tracer& t, const ValuePtr& fn, PyCodeObject* callee, const std::string& name,
-                                            bool nn_library, std::vector<ValuePtr>& slots, std::vector<ValuePtr>& real_cells) {
+                                            bool nn_library, std::vector<ValuePtr>& slots,
+                                            std::vector<ValuePtr>& real_cells) {
     py::handle f = fn->obj;
     const int nslots = compat::code_nlocalsplus(callee);
     std::vector<ValuePtr> boxes(static_cast<size_t>(nslots));
@@ -121,7 +122,8 @@ struct Tracer::InlineSteps {
       if (!src || !closure) t.unsupported("closure of " + name + " without a source");
       // The cell itself, where a `nonlocal` assignment goes (an attribute store this trace may already hold).
       if (real_cells.empty()) real_cells.resize(static_cast<size_t>(nslots));
-      ValuePtr box = real_cells[static_cast<size_t>(slot)] = Value::object(py::reinterpret_borrow<py::object>(cell), src);
+      ValuePtr box = Value::object(py::reinterpret_borrow<py::object>(cell), src);
+      real_cells[static_cast<size_t>(slot)] = box;
       if (ValuePtr stored = t.pending_attr(box, "cell_contents")) slots[static_cast<size_t>(slot)] = stored;
       else if (content) slots[static_cast<size_t>(slot)] = t.wrap(content, guards::Source::attr(src, "cell_contents"));
     }

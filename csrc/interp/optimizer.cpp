@@ -224,8 +224,8 @@ py::object Tracer::frame_tensor_key(const ValuePtr& container, const ValuePtr& k
 }
 
 ValuePtr Tracer::tensor_key_in(const ValuePtr& container, const ValuePtr& key) {
-  if (container->kind != VKind::Object || !container->source || !container->obj || !PyDict_Check(container->obj.ptr()) ||
-      !key->is_tensor() || !key->tensor().node)
+  if (container->kind != VKind::Object || !container->source || !container->obj ||
+      !PyDict_Check(container->obj.ptr()) || !key->is_tensor() || !key->tensor().node)
     return nullptr;
   PySequenceMethods* own = Py_TYPE(container->obj.ptr())->tp_as_sequence;  // a subclass may override __contains__
   if (!own || own->sq_contains != PyDict_Type.tp_as_sequence->sq_contains) return nullptr;

@@ -1042,7 +1042,8 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
       guards.add(guards::same_object(seen->second->source, src));
       return seen->second;
     }
-    if (ValuePtr c = PyDict_CheckExact(v) || !PyDict_Check(v) ? wrap_container(value, src) : wrap_default_dict(value, src)) {
+    bool plain = PyDict_CheckExact(v) || !PyDict_Check(v);  // else a dict subclass: a defaultdict, or nothing
+    if (ValuePtr c = plain ? wrap_container(value, src) : wrap_default_dict(value, src)) {
       frame_containers[v] = c;
       return c;
     }
