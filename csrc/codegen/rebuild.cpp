@@ -632,6 +632,8 @@ void Rebuilder::push(const ValuePtr& v, int above) {
     case VKind::Dict: {
       // An object's __dict__ read in the trace is that object's live dict, not a new one.
       if (v->frozen) throw interp::Unsupported("an object's __dict__ cannot be rebuilt apart from its object");
+      if (v->tensor_keyed())
+        throw interp::Unsupported("a dict keyed by a tensor cannot be rebuilt at a graph break yet");
       if (v->default_dict()) {  // collections.defaultdict(factory, {keys: values})
         e_.load_callable(interp::loaded_module("collections").attr("defaultdict"));
         push(v->default_dict()->factory, above + 2);

@@ -45,7 +45,8 @@ struct Tracer::ConstantResults {
         return py::tuple(items);
       }
       case VKind::Dict: {
-        if (v->source || v->default_dict()) break;  // a dict of the frame: its contents may change under the trace
+        // A dict of the frame (its contents may change under the trace), or one keyed by a tensor of the graph.
+        if (v->source || v->default_dict() || v->tensor_keyed()) break;
         py::dict d;
         for (size_t i = 0; i < v->keys.size(); ++i) d[v->keys[i]] = real_value(t, v->items[i], what);
         return d;

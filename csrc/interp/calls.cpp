@@ -492,9 +492,35 @@ struct Tracer::CallSteps {
   // assume_constant_result (transformers' install probes such as is_torch_distributed_available) is called while
   // tracing through the cache, as eager calls it, its result a constant (torch._dynamo reads the mark past the cache
   // wrapper); other objects are called through their class (call_object). nullptr: unsupported.
+  // The Python function behind a wrapper torch._dynamo inlines: a torch.jit.script'ed function (torch.jit.script
+  // keeps it as `_torchdynamo_inline`) or a function compiled by cdynamo.optimize called inside another trace (its
+  // `_fn`, when its callback captures: not disable()'s None nor run()'s sentinel). Read through the wrapper's source,
+  // so it is guarded; nullptr for any other callable.
+  static ValuePtr wrapped_python_function(Tracer& t, const ValuePtr& fn) {
+    py::handle f = fn->obj;
+    if (fn->kind != VKind::Object || !fn->source || fn->bound_self() || PyFunction_Check(f.ptr())) return nullptr;
+    static PyObject* script_fn =
+        py::object(loaded_module("torch._C").attr("ScriptFunction")).release().ptr();  // process lifetime
+    const std::string tname = Py_TYPE(f.ptr())->tp_name;
+    const char* attr = nullptr;
+    if (reinterpret_cast<PyObject*>(Py_TYPE(f.ptr())) == script_fn) {
+      attr = "_torchdynamo_inline";
+    } else if (tname == "cdynamo._C.OptimizedCallable") {
+      py::object cb = py::getattr(f, "_callback", py::none());  // run()'s sentinel is a bare object()
+      if (cb.is_none() || Py_TYPE(cb.ptr()) == &PyBaseObject_Type) return nullptr;
+      attr = "_fn";
+    } else {
+      return nullptr;
+    }
+    py::object inner = py::getattr(f, attr, py::none());
+    if (!PyFunction_Check(inner.ptr())) return nullptr;
+    return t.wrap(inner, guards::Source::attr(fn->source, attr));
+  }
+
   static ValuePtr call_unknown(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr>& args, Kwargs& kwargs) {
     py::handle f = fn->obj;
     if (PyFunction_Check(f.ptr())) return t.inline_call(fn, std::move(args), std::move(kwargs));
+    if (ValuePtr inner = wrapped_python_function(t, fn)) return t.call(inner, std::move(args), std::move(kwargs));
     if (is_lru_cache_wrapper(f)) {
       py::object wrapped = py::getattr(f, "__wrapped__", py::none());
       if (marked_constant_result(wrapped)) return t.call_constant_result(fn, args, kwargs);

@@ -65,7 +65,8 @@ ValuePtr Tracer::deep_copy(const ValuePtr& v, CopyMemo& memo) {
       return out;
     }
     case VKind::Dict: {
-      if ((v->obj && !v->source) || v->default_dict()) break;  // a dict-like object of another kind
+      // A dict-like object of another kind, or one keyed by a tensor (deepcopy copies the key too).
+      if ((v->obj && !v->source) || v->default_dict() || v->tensor_keyed()) break;
       ValuePtr out = Value::dict({}, {});
       memo[v.get()] = out;
       out->keys = v->keys;  // hashable constants: copied as themselves

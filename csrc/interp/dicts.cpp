@@ -1,6 +1,7 @@
 // dicts.cpp — owns dicts made in the trace: BUILD_MAP / BUILD_CONST_KEY_MAP / DICT_UPDATE / DICT_MERGE,
 // subscripts, `in`, item assignment and deletion, iteration, dict(), and the dict methods models use.
 #include "bytecode/bytecode.h"
+#include "guards/tensor_match.h"
 #include "interp/tracer.h"
 
 namespace cdynamo::interp {
@@ -40,6 +41,12 @@ struct Tracer::DictOps {
     // instruction that looks it up pins its identity.
     if (k->kind == VKind::Object && PyType_Check(k->obj.ptr()) && Py_TYPE(k->obj.ptr())->tp_hash == PyType_Type.tp_hash)
       return k->obj;
+    // A tensor hashes by identity, as torch._dynamo keys it: its example stands for it in `keys` (one tensor has one
+    // example; an in-place op gives back its receiver's).
+    if (k->is_tensor() && k->tensor().example && guards::is_tensor(k->tensor().example.ptr())) {
+      t.tensor_keys.emplace(k->tensor().example.ptr(), k);
+      return k->tensor().example;
+    }
     if (!k->is_const()) t.unsupported("dict key " + k->describe() + " (only constant keys are traced)");
     if (PyObject_Hash(k->obj.ptr()) == -1) throw py::error_already_set();
     return k->obj;
@@ -50,6 +57,13 @@ struct Tracer::DictOps {
     if (d->kind != VKind::Dict) t.unsupported(std::string(what) + " on " + d->describe());
     t.will_mutate(d);
     return d;
+  }
+
+  // The key `k` stored into `d`: a tensor key only into a dict made in the trace (the write-back of a dict of the
+  // frame rebuilds its keys as constants).
+  static py::object stored_key(Tracer& t, const ValuePtr& d, const ValuePtr& k) {
+    if (k->is_tensor() && d->source) t.unsupported("a tensor stored as a key of " + d->describe());
+    return key_of(t, k);
   }
 
   static void update_from(Tracer& t, const ValuePtr& d, const ValuePtr& src, bool merge) {
@@ -92,7 +106,8 @@ struct Tracer::DictOps {
   static void map_add(Tracer& t, const Instruction& i) {
     ValuePtr value = t.pop();
     ValuePtr key = t.pop();
-    set_item(own_dict(t, t.peek(static_cast<size_t>(i.arg)), "MAP_ADD"), key_of(t, key), value);
+    ValuePtr& d = own_dict(t, t.peek(static_cast<size_t>(i.arg)), "MAP_ADD");
+    set_item(d, stored_key(t, d, key), value);
   }
 };
 
@@ -103,6 +118,7 @@ bool Tracer::dict_subscr(const ValuePtr& d, const ValuePtr& key) {
   const DefaultDictOf* dd = d->default_dict();
   if (at < 0 && dd && !(dd->factory->is_const() && dd->factory->obj.is_none())) {
     // defaultdict.__missing__: the factory's value is stored under the key, then returned.
+    if (key->is_tensor() && d->source) unsupported("a tensor stored as a key of " + d->describe());
     ValuePtr made = call(dd->factory, {}, {});
     will_mutate(d);
     set_item(d, k, made);
@@ -120,7 +136,8 @@ bool Tracer::dict_subscr(const ValuePtr& d, const ValuePtr& key) {
 
 bool Tracer::dict_store(ValuePtr& d, const ValuePtr& key, const ValuePtr& value) {
   if (d->kind != VKind::Dict) return false;
-  set_item(DictOps::own_dict(*this, d, "item assignment"), DictOps::key_of(*this, key), value);
+  py::object k = DictOps::stored_key(*this, d, key);
+  set_item(DictOps::own_dict(*this, d, "item assignment"), k, value);
   return true;
 }
 
@@ -136,6 +153,13 @@ bool Tracer::dict_delete(ValuePtr& d, const ValuePtr& key) {
 
 ValuePtr Tracer::dict_contains(const ValuePtr& d, const ValuePtr& key) {
   return Value::constant(py::bool_(d->find_key(DictOps::key_of(*this, key)) >= 0));
+}
+
+ValuePtr Tracer::key_value(const py::object& k) {
+  if (!guards::is_tensor(k.ptr())) return Value::constant(k);
+  auto it = tensor_keys.find(k.ptr());
+  if (it == tensor_keys.end()) unsupported("a tensor key the trace has no value for");
+  return it->second;
 }
 
 ValuePtr Tracer::call_dict_method(ValuePtr d, const std::string& name, std::vector<ValuePtr> args,
@@ -165,7 +189,7 @@ ValuePtr Tracer::call_dict_method(ValuePtr d, const std::string& name, std::vect
     return Value::constant(py::none());
   }
   if (name == "setdefault" && kwargs.empty() && (args.size() == 1 || args.size() == 2)) {
-    py::object k = DictOps::key_of(*this, args[0]);
+    py::object k = DictOps::stored_key(*this, d, args[0]);
     int at = d->find_key(k);
     if (at >= 0) return d->items[static_cast<size_t>(at)];
     ValuePtr v = args.size() == 2 ? args[1] : Value::constant(py::none());
@@ -186,6 +210,40 @@ ValuePtr Tracer::call_dict_method(ValuePtr d, const std::string& name, std::vect
     return v;
   }
   unsupported("dict." + name + "() is not traced yet");
+}
+
+ValuePtr Tracer::wrap_default_dict(py::handle value, SourcePtr src) {
+  // An optimizer's `state` (a defaultdict keyed by tensors, filled by the real _init_group, optimizer.cpp) is an
+  // attribute: only variables are taken, and only with string keys.
+  using K = guards::Source::Kind;
+  if (src->kind != K::Local && src->kind != K::Global && src->kind != K::ModuleGlobal && src->kind != K::Closure)
+    return nullptr;
+  PyObject* v = value.ptr();
+  static PyObject* dd_type =
+      py::object(loaded_module("collections").attr("defaultdict")).release().ptr();  // process lifetime
+  constexpr Py_ssize_t kMaxKeys = 64;  // one guard per key
+  if (reinterpret_cast<PyObject*>(Py_TYPE(v)) != dd_type || PyDict_GET_SIZE(v) > kMaxKeys) return nullptr;
+  PyObject *k, *item;  // borrowed
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(v, &pos, &k, &item))
+    if (!PyUnicode_CheckExact(k)) return nullptr;
+  // DICT_KEYS takes exact dicts: the type and length, and each key's presence, are guarded; that is the set of keys,
+  // not their order (a key deleted and set again between calls moves to the end), so the trace never iterates it.
+  // Known limit: a write-back after the graph puts the keys in the order seen at compile time.
+  guards.add(guards::length_match(src, v));
+  std::vector<py::object> keys;
+  std::vector<ValuePtr> items;
+  py::dict d = py::reinterpret_borrow<py::dict>(value);
+  for (auto kv : d) {
+    guards.add(guards::dict_contains(src, kv.first.ptr(), true));
+    keys.push_back(py::reinterpret_borrow<py::object>(kv.first));
+    items.push_back(wrap(kv.second, guards::Source::dict_item_key(src, kv.first.ptr())));
+  }
+  ValuePtr factory = wrap(value.attr("default_factory"), guards::Source::attr(src, "default_factory"));
+  ValuePtr out = Value::default_dict_of(std::move(factory), std::move(keys), std::move(items));
+  out->source = std::move(src);
+  out->obj = py::reinterpret_borrow<py::object>(value);  // the real object: identity for codegen, written back into
+  return out;
 }
 
 ValuePtr Tracer::make_default_dict(const std::vector<ValuePtr>& args, const Kwargs& kwargs) {

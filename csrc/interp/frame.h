@@ -39,6 +39,10 @@ struct Frame {
   int lineno_ = -1;
   // Globals of an inlined torch library frame: program constants (not guarded).
   bool trusted_globals_ = false;
+  // Per localsplus slot of an inlined function: the real closure cell of a free variable (an Object with its
+  // `__closure__[k]` source; null elsewhere). A `nonlocal` assignment is an attribute store on it, replayed as
+  // `cell.cell_contents = value` after the graph (Tracer::store_attr), and read back by later inlined calls.
+  std::vector<ValuePtr> real_cells_;
 };
 
 }  // namespace cdynamo::interp

@@ -96,7 +96,8 @@ struct Tracer::InlineSteps {
   // other's cell contents are read through its __closure__ (guarded), or, in torch.nn's factory-made helpers, are
   // constants. Contents are put in `slots`; the returned boxes are the shared cells.
   static std::vector<ValuePtr> bind_closure(Tracer& t, const ValuePtr& fn, PyCodeObject* callee, const std::string& name,
-                                            bool nn_library, std::vector<ValuePtr>& slots) {
+                                            bool nn_library, std::vector<ValuePtr>& slots,
+                                            std::vector<ValuePtr>& real_cells) {
     py::handle f = fn->obj;
     const int nslots = compat::code_nlocalsplus(callee);
     std::vector<ValuePtr> boxes(static_cast<size_t>(nslots));
@@ -119,7 +120,12 @@ struct Tracer::InlineSteps {
         continue;
       }
       if (!src || !closure) t.unsupported("closure of " + name + " without a source");
-      if (content) slots[static_cast<size_t>(slot)] = t.wrap(content, guards::Source::attr(src, "cell_contents"));
+      // The cell itself, where a `nonlocal` assignment goes (an attribute store this trace may already hold).
+      if (real_cells.empty()) real_cells.resize(static_cast<size_t>(nslots));
+      ValuePtr box = Value::object(py::reinterpret_borrow<py::object>(cell), src);
+      real_cells[static_cast<size_t>(slot)] = box;
+      if (ValuePtr stored = t.pending_attr(box, "cell_contents")) slots[static_cast<size_t>(slot)] = stored;
+      else if (content) slots[static_cast<size_t>(slot)] = t.wrap(content, guards::Source::attr(src, "cell_contents"));
     }
 
     return boxes;
@@ -172,7 +178,8 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
   // --- bind arguments to the callee's localsplus slots ---
   const int nslots = compat::code_nlocalsplus(callee);
   std::vector<ValuePtr> slots = InlineSteps::bind_arguments(*this, fn, callee, name, args, kwargs);
-  std::vector<ValuePtr> boxes = InlineSteps::bind_closure(*this, fn, callee, name, nn_library, slots);
+  std::vector<ValuePtr> real_cells;
+  std::vector<ValuePtr> boxes = InlineSteps::bind_closure(*this, fn, callee, name, nn_library, slots, real_cells);
 
   // --- the callee's Frame swapped in whole, run, and the caller's swapped back ---
   Frame callee_frame;
@@ -191,6 +198,7 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
   callee_frame.locals = std::move(slots);
   callee_frame.local_loaded.assign(static_cast<size_t>(nslots), 1);  // an inlined frame never reads a real frame
   callee_frame.cell_boxes = std::move(boxes);
+  callee_frame.real_cells_ = std::move(real_cells);
   callee_frame.yields = genexpr ? &yielded : nullptr;
   call_enters_with_.push_back(pc + 1 < bc.insts.size() && bytecode::opname(bc.insts[pc + 1]->opcode) == std::string("BEFORE_WITH"));
   Frame caller = std::exchange(running_frame(), std::move(callee_frame));

@@ -297,6 +297,11 @@ struct Tracer::ArithOps {
       t.push(Value::constant(py::bool_(i.arg ? !in : in)));
       return;
     }
+    if (ValuePtr r = t.tensor_key_in(container, item)) {  // optimizer.cpp
+      bool in = r->obj.cast<bool>();
+      t.push(Value::constant(py::bool_(i.arg ? !in : in)));
+      return;
+    }
     if (ValuePtr r = t.call_user_dunder(container, "__contains__", {item})) {
       // `in` takes the truth of what __contains__ returns.
       if (!r->is_const()) t.unsupported("`in` whose __contains__ returned " + r->describe());

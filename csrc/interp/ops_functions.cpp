@@ -73,6 +73,12 @@ struct Tracer::FunctionOps {
       box->cell().content = std::move(v);
       return;
     }
+    const auto at = static_cast<size_t>(i.arg);
+    if (at < t.real_cells_.size() && t.real_cells_[at]) {  // a `nonlocal` of a real closure, in an inlined function
+      t.store_attr(t.real_cells_[at], "cell_contents", v);
+      t.locals[at] = std::move(v);
+      return;
+    }
     int kind = compat::code_localsplus_kind(t.code, i.arg);
     if ((kind & compat::kFastFree) && !t.owns_free(i.arg))
       t.unsupported("assignment to the free variable '" + t.local_name(i.arg) + "' (nonlocal) of a real closure");

@@ -63,6 +63,11 @@ ValuePtr Tracer::iterator_next(Tracer& t, const ValuePtr& it) {
   return nullptr;
 }
 
+void Tracer::refuse_unordered(const ValuePtr& d) {
+  if (d->default_dict() && d->source)  // wrap_default_dict guards its keys, not their order
+    unsupported("iteration over a collections.defaultdict of the frame (the order of its keys is not guarded)");
+}
+
 std::vector<ValuePtr> Tracer::unpack_iterable(const ValuePtr& v) {
   switch (v->kind) {
     case VKind::Tuple:
@@ -76,12 +81,14 @@ std::vector<ValuePtr> Tracer::unpack_iterable(const ValuePtr& v) {
       return std::vector<ValuePtr>(it.items.begin() + static_cast<long>(it.pos), it.items.end());
     }
     case VKind::Dict: {
+      refuse_unordered(v);
       std::vector<ValuePtr> ks;
-      for (const auto& k : v->keys) ks.push_back(Value::constant(k));
+      for (const auto& k : v->keys) ks.push_back(key_value(k));
       return ks;
     }
     case VKind::DictView:
-      return v->view_items();
+      refuse_unordered(v->view_of().dict);
+      return v->view_items([this](const py::object& k) { return key_value(k); });
     case VKind::Set: {
       // In the order Python iterates a set holding these elements (inserted in this order).
       std::vector<ValuePtr> es;

@@ -213,17 +213,42 @@ ValuePtr Tracer::optimizer_op_decomposition(const ValuePtr& self, const std::str
   return call_tensor_method(self, "copy_", {fused}, {});
 }
 
+py::object Tracer::frame_tensor_key(const ValuePtr& container, const ValuePtr& key) {
+  if (container->kind != VKind::Object || !container->source || !container->obj || !PyDict_Check(container->obj.ptr()))
+    return py::object();
+  if (!key->is_tensor() || !key->source || !key->tensor().node || key->tensor().node->op != graph::OpKind::Placeholder)
+    return py::object();
+  for (const auto& in : inputs)
+    if (in.node == key->tensor().node) return in.value;
+  return py::object();
+}
+
+ValuePtr Tracer::tensor_key_in(const ValuePtr& container, const ValuePtr& key) {
+  if (container->kind != VKind::Object || !container->source || !container->obj ||
+      !PyDict_Check(container->obj.ptr()) || !key->is_tensor() || !key->tensor().node)
+    return nullptr;
+  PySequenceMethods* own = Py_TYPE(container->obj.ptr())->tp_as_sequence;  // a subclass may override __contains__
+  if (!own || own->sq_contains != PyDict_Type.tp_as_sequence->sq_contains) return nullptr;
+  py::object real_key = frame_tensor_key(container, key);
+  if (!real_key) {
+    // A tensor the graph made (not an input, nor an in-place result of one: those share its example) is in no dict
+    // of the frame: the trace changes such a dict only as a Dict value.
+    for (const auto& in : inputs)
+      if (in.node->example_value.is(key->tensor().example)) return nullptr;
+    return Value::constant(py::bool_(false));
+  }
+  int has = PyDict_Contains(container->obj.ptr(), real_key.ptr());
+  if (has < 0) throw py::error_already_set();
+  guards.add(guards::id_match(key->source, real_key.ptr()));
+  guards.add(guards::dict_contains(container->source, real_key.ptr(), has == 1));
+  return Value::constant(py::bool_(has == 1));
+}
+
 ValuePtr Tracer::tensor_keyed_item(const ValuePtr& container, const ValuePtr& key) {
   // d[t] on a dict (or dict subclass: an optimizer's `state` defaultdict) read from the frame, keyed by a tensor the
   // frame holds: the item read through a C-level lookup (no __missing__) and wrapped from its source, the key's
   // identity guarded. A missing key (a defaultdict would insert one) is left to Python.
-  if (container->kind != VKind::Object || !container->source || !container->obj || !PyDict_Check(container->obj.ptr()))
-    return nullptr;
-  if (!key->is_tensor() || !key->source || !key->tensor().node || key->tensor().node->op != graph::OpKind::Placeholder)
-    return nullptr;
-  py::object real_key;
-  for (const auto& in : inputs)
-    if (in.node == key->tensor().node) real_key = in.value;
+  py::object real_key = frame_tensor_key(container, key);
   if (!real_key) return nullptr;
   PyObject* found = PyDict_GetItemWithError(container->obj.ptr(), real_key.ptr());  // borrowed
   if (!found) {

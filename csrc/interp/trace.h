@@ -50,6 +50,10 @@ struct Trace {
   std::unordered_map<PyObject*, ValuePtr> frame_containers;
   // The same for plain Python instances (lazy identity): one object read through two sources is one value.
   std::unordered_map<PyObject*, ValuePtr> frame_objects;
+  // Tensors used as keys of dicts of the trace, by their example (what a Dict value holds in `keys` for them: a
+  // tensor hashes by identity, and one tensor has one example, an in-place op's result included), so a key read
+  // back (iteration, views) is that tensor again. The values own the examples the map is keyed by.
+  std::unordered_map<PyObject*, ValuePtr> tensor_keys;
   // Whether a container of the frame (or an item of an object) was written in this trace: from then on an
   // attribute read pins the object's identity (the container could be its __dict__).
   bool items_written = false;

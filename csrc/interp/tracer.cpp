@@ -1035,14 +1035,15 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
                                                                         : guards::equals_match(src, v));
     return Value::constant(py::reinterpret_borrow<py::object>(value), src);
   }
-  if (PyList_CheckExact(v) || PyDict_CheckExact(v) || PySet_CheckExact(v)) {
+  if (PyList_CheckExact(v) || PyDict_Check(v) || PySet_CheckExact(v)) {
     // A container object already read through another source is the same value (aliasing kept).
     auto seen = frame_containers.find(v);
     if (seen != frame_containers.end()) {
       guards.add(guards::same_object(seen->second->source, src));
       return seen->second;
     }
-    if (ValuePtr c = wrap_container(value, src)) {
+    bool plain = PyDict_CheckExact(v) || !PyDict_Check(v);  // else a dict subclass: a defaultdict, or nothing
+    if (ValuePtr c = plain ? wrap_container(value, src) : wrap_default_dict(value, src)) {
       frame_containers[v] = c;
       return c;
     }

@@ -267,6 +267,9 @@ class Tracer : private Frame, private TraceOptions, private Trace, private Outpu
   // wrap_container of a dict with keys other than strings: a dispatch table of constants, classes and
   // typing forms mapped to constants, classes or functions (guarded whole), or nullptr.
   ValuePtr wrap_frozen_dict(py::handle value, SourcePtr src);
+  // wrap() of an exact collections.defaultdict with string keys, a local, global or closure variable (dicts.cpp): a
+  // Dict value with a source, the real object and its factory (DefaultDictOf), or nullptr.
+  ValuePtr wrap_default_dict(py::handle value, SourcePtr src);
   // Loads a global / builtin by name (wrapped and guarded).
   ValuePtr load_global(const std::string& name);
   // Attribute read on a symbolic value.
@@ -302,6 +305,11 @@ class Tracer : private Frame, private TraceOptions, private Trace, private Outpu
                                       const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
   // d[t] on a dict read from the frame keyed by a tensor the frame holds (an optimizer's state), or nullptr.
   ValuePtr tensor_keyed_item(const ValuePtr& container, const ValuePtr& key);
+  // `t in d` on such a dict (one whose `in` is dict's own): a constant, the key's identity and presence guarded;
+  // nullptr otherwise.
+  ValuePtr tensor_key_in(const ValuePtr& container, const ValuePtr& key);
+  // The real tensor behind `key` (a graph input of the frame) when `container` is a dict read from the frame.
+  py::object frame_tensor_key(const ValuePtr& container, const ValuePtr& key);
   ValuePtr optimizer_init_group(const ValuePtr& fn, const std::vector<ValuePtr>& args,
                                 const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
   // Traces a call of a user Python function (a PyFunction) inline; throws Unsupported when it cannot.
@@ -343,6 +351,8 @@ class Tracer : private Frame, private TraceOptions, private Trace, private Outpu
   // The items of a value iterated at trace time (tuple, list, constant range/tuple/str, an iterator,
   // nn.Sequential / nn.ModuleList with sources); throws Unsupported otherwise (ops_iter.cpp).
   std::vector<ValuePtr> unpack_iterable(const ValuePtr& v);
+  // Throws Unsupported for a Dict whose key order is not guarded (a defaultdict of the frame).
+  void refuse_unordered(const ValuePtr& d);
   // Tensors (tensors.cpp): the rows of a tensor iterated (tensor[i] nodes), Tensor.type(...) as a constant
   // name or a dtype conversion, len() of an nn.ModuleList / Sequential / ModuleDict (nullptr otherwise).
   std::vector<ValuePtr> unpack_tensor(const ValuePtr& v);
@@ -356,6 +366,8 @@ class Tracer : private Frame, private TraceOptions, private Trace, private Outpu
   bool dict_store(ValuePtr& d, const ValuePtr& key, const ValuePtr& value);
   bool dict_delete(ValuePtr& d, const ValuePtr& key);
   ValuePtr dict_contains(const ValuePtr& d, const ValuePtr& key);
+  // The value of a Dict's key: a constant, or the tensor a tensor key's example stands for (Trace::tensor_keys).
+  ValuePtr key_value(const py::object& k);
   ValuePtr call_dict_method(ValuePtr d, const std::string& name, std::vector<ValuePtr> args,
                             std::vector<std::pair<std::string, ValuePtr>> kwargs);
   ValuePtr make_dict(const std::vector<ValuePtr>& args, const std::vector<std::pair<std::string, ValuePtr>>& kwargs);

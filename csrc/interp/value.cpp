@@ -1,6 +1,8 @@
 // value.cpp — owns construction and inspection of symbolic values.
 #include "interp/value.h"
 
+#include "guards/tensor_match.h"
+
 namespace cdynamo::interp {
 
 ValuePtr Value::tensor(graph::Node* n, py::object example, py::object device, SourcePtr src) {
@@ -83,14 +85,14 @@ ValuePtr Value::dict_view_of(ValuePtr dict, ViewPart part) {
   return v;
 }
 
-std::vector<ValuePtr> Value::view_items() const {
+std::vector<ValuePtr> Value::view_items(const std::function<ValuePtr(const py::object&)>& key_value) const {
   const Value& d = *view_of().dict;
   std::vector<ValuePtr> out;
   for (size_t i = 0; i < d.keys.size(); ++i) {
     switch (view_of().part) {
-      case ViewPart::Keys: out.push_back(Value::constant(d.keys[i])); break;
+      case ViewPart::Keys: out.push_back(key_value(d.keys[i])); break;
       case ViewPart::Values: out.push_back(d.items[i]); break;
-      case ViewPart::Items: out.push_back(Value::tuple({Value::constant(d.keys[i]), d.items[i]})); break;
+      case ViewPart::Items: out.push_back(Value::tuple({key_value(d.keys[i]), d.items[i]})); break;
     }
   }
   return out;
@@ -240,13 +242,22 @@ ValuePtr Value::set(std::vector<py::object> elements) {
 }
 
 int Value::find_key(py::handle key) const {
+  const bool tensor = guards::is_tensor(key.ptr());
   for (size_t i = 0; i < keys.size(); ++i) {
     if (keys[i].ptr() == key.ptr()) return static_cast<int>(i);
+    if (tensor || guards::is_tensor(keys[i].ptr())) continue;  // a tensor hashes, so matches, by identity only
     int r = PyObject_RichCompareBool(keys[i].ptr(), key.ptr(), Py_EQ);
     if (r < 0) throw py::error_already_set();
     if (r == 1) return static_cast<int>(i);
   }
   return -1;
+}
+
+bool Value::tensor_keyed() const {
+  if (kind != VKind::Dict) return false;
+  for (const auto& k : keys)
+    if (guards::is_tensor(k.ptr())) return true;
+  return false;
 }
 
 ValuePtr Value::null() {
@@ -307,6 +318,7 @@ py::object Value::as_python() const {
       return l;
     }
     case VKind::Dict: {
+      if (tensor_keyed()) throw Unsupported("a dict keyed by a tensor as a Python value");
       py::dict d;
       for (size_t i = 0; i < keys.size(); ++i) d[keys[i]] = items[i]->as_python();
       if (const DefaultDictOf* dd = default_dict()) {  // a plain dict would change its type
@@ -325,8 +337,9 @@ py::object Value::as_python() const {
     case VKind::DictView: {
       // A view of a fresh dict with the same contents: type, order, set operations and comparisons as Python's.
       // A keys view needs only the keys (the values may be tensors).
-      py::dict d;
       const Value& src = *view_of().dict;
+      if (src.tensor_keyed()) throw Unsupported("a view of a dict keyed by a tensor as a Python value");
+      py::dict d;
       for (size_t i = 0; i < src.keys.size(); ++i)
         d[src.keys[i]] = view_of().part == ViewPart::Keys ? py::none() : src.items[i]->as_python();
       const char* part = view_of().part == ViewPart::Keys ? "keys" : view_of().part == ViewPart::Values ? "values" : "items";

@@ -3,6 +3,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -223,8 +224,9 @@ struct ModuleMadeOf {
   std::vector<std::pair<std::string, ValuePtr>> kwargs;
 };
 
-// A collections.defaultdict made in the trace (a Dict value: its keys and values in `keys` / `items`): the factory
-// a read of a missing key calls (an Object or Const value; None: missing keys raise KeyError as in a dict).
+// A collections.defaultdict made in the trace, or read from a variable of the frame (a Dict value with a source,
+// Tracer::wrap_default_dict; its keys and values in `keys` / `items`): the factory a read of a missing key calls (an
+// Object or Const value; None: missing keys raise KeyError as in a dict).
 struct DefaultDictOf {
   ValuePtr factory;
 };
@@ -244,7 +246,8 @@ struct Value {
                                     // container (a Set without source: a frozenset result); Tuple: a namedtuple's
                                     // or struct sequence's class
   std::vector<ValuePtr> items;      // Tuple / List / Dict values; Instance attributes / Record fields
-  std::vector<py::object> keys;     // Dict: hashable constant keys, parallel to `items`; Set elements;
+  std::vector<py::object> keys;     // Dict: hashable constant keys, parallel to `items`, or a tensor key's example
+                                    // (Trace::tensor_keys; compared by identity); Set elements;
                                     // Instance attribute / Record field names
   bool frozen = false;              // Dict: an Instance's `__dict__` (InstanceOf::dict_view); changing it in
                                     // place is unsupported
@@ -253,7 +256,7 @@ struct Value {
   // once); the first use that may depend on which object it is installs this (Tracer::realize).
   std::shared_ptr<guards::Guard> pending_id;
   // Tensor: TensorOf; SymNum: SymOf; Iter: IterOf; Cell: CellOf; Instance / Record: InstanceOf; DictView: DictViewOf;
-  // Method: BoundOf; Dict: DefaultDictOf for a defaultdict made in the trace; Object: BoundOf for a bound method, FunctionOf for a function made in the trace, else (a
+  // Method: BoundOf; Dict: DefaultDictOf for a defaultdict; Object: BoundOf for a bound method, FunctionOf for a function made in the trace, else (a
   // Const for Slot::Noop) what the trace models in place of `obj`, if anything (GradExitOf, PartialOf, SuperOf,
   // SlotOf, ExceptionOf); monostate otherwise.
   Payload payload;
@@ -296,7 +299,8 @@ struct Value {
   const ModuleMadeOf* made_module() const {
     return kind == VKind::Object ? std::get_if<ModuleMadeOf>(&payload) : nullptr;
   }
-  // A defaultdict made in the trace: its payload; nullptr for any other value (a plain dict included).
+  // A defaultdict made in the trace or read from the frame: its payload; nullptr for any other value (a plain dict
+  // included).
   const DefaultDictOf* default_dict() const {
     return kind == VKind::Dict ? std::get_if<DefaultDictOf>(&payload) : nullptr;
   }
@@ -327,7 +331,7 @@ struct Value {
   // collections.defaultdict(factory) made in the trace, holding `keys` / `values`.
   static ValuePtr default_dict_of(ValuePtr factory, std::vector<py::object> keys, std::vector<ValuePtr> values);
   static ValuePtr set(std::vector<py::object> elements);  // elements: distinct hashable constants
-  // Dict / Set: index of `key` (Python equality) or -1.
+  // Dict / Set: index of `key` (Python equality; a tensor key's example: identity) or -1.
   int find_key(py::handle key) const;
   static ValuePtr method(ValuePtr self, std::string name);
   // An Object value for function `f` bound to `self` (called with it first), read as attribute `name`.
@@ -339,8 +343,12 @@ struct Value {
   static ValuePtr slot_value(py::object stand_in, Slot s, ValuePtr self);  // Noop: a Const None
   static ValuePtr traced_exception(py::object exc);
   static ValuePtr grad_exit_value(py::object exit, int mode, SourcePtr src = nullptr);
-  // DictView: the values it shows now (keys as constants, values, or (key, value) tuples), in dict order.
-  std::vector<ValuePtr> view_items() const;
+  // DictView: the values it shows now (keys, values, or (key, value) tuples), in dict order; `key_value` makes a
+  // key's value (Tracer::key_value: a constant, or the tensor a tensor key stands for).
+  std::vector<ValuePtr> view_items(const std::function<ValuePtr(const py::object&)>& key_value) const;
+
+  // A Dict holding a tensor key (its example in `keys`): no Python value of it can be made from `keys` alone.
+  bool tensor_keyed() const;
 
   bool is_tensor() const { return kind == VKind::Tensor; }
   bool is_sym() const { return kind == VKind::SymNum; }

@@ -1,7 +1,10 @@
 # test_crawled_modules.py — owns tests of small modules written as public projects write them (issue 11 item 2,
 # last sentence): each compiles to torch._dynamo's graph count with eager's outputs, gradients and no recompile.
+import collections
+
 import pytest
 import torch
+import torch._dynamo
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -340,7 +343,83 @@ class SharedOrNot(nn.Module):
         return y
 
 
+# ---- issue 31 item 8 leftovers: tensors as dict keys, jit-scripted helpers, defaultdict registries ------------
+
+class SharedProjection(nn.Module):
+    """Attention that projects each distinct input tensor once (self-attention passes the same tensor as q, k and v):
+    a memo dict keyed by the input tensors."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, q, k=None, v=None):
+        k = q if k is None else k
+        v = k if v is None else v
+        memo = {}
+        outs = []
+        for t in (q, k, v):
+            if t not in memo:
+                memo[t] = self.proj(t)
+            outs.append(memo[t])
+        attn = torch.softmax(outs[0] @ outs[1].transpose(-1, -2), dim=-1)
+        return attn @ outs[2]
+
+
+class LayerwiseScale(nn.Module):
+    """Layer-wise decay as optimizers' helpers write it: parameters numbered by identity, then looked up."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(4, 4) for _ in range(3)])
+
+    def forward(self, x):
+        depth = {p: i for i, p in enumerate(self.parameters())}
+        for blk in self.blocks:
+            x = blk(x) * (0.9 ** depth[blk.weight])
+        return x
+
+
+@torch.jit.script
+def fused_bias_gelu(x, bias):
+    y = x + bias
+    return y * 0.5 * (1.0 + torch.tanh(0.79788456 * y * (1 + 0.044715 * y * y)))
+
+
+class FusedGeluMLP(nn.Module):
+    """Megatron-style MLP whose activation is a torch.jit.script'ed function."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(4, 8, bias=False)
+        self.bias = nn.Parameter(torch.zeros(8))
+        self.fc2 = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.fc2(fused_bias_gelu(self.fc1(x), self.bias))
+
+
+_ACTIVATIONS = collections.defaultdict(lambda: F.relu, {"gelu": F.gelu, "silu": F.silu})
+
+
+class RegistryActivation(nn.Module):
+    """An activation looked up by name in a module-level defaultdict registry (unknown names fall back to ReLU)."""
+
+    def __init__(self, name="silu"):
+        super().__init__()
+        self.name = name
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return _ACTIVATIONS[self.name](self.fc(x))
+
+
 CASES = {
+    "tensor_keyed_memo": (SharedProjection, lambda: (torch.randn(2, 4),)),
+    "tensor_keyed_memo_distinct": (SharedProjection, lambda: (torch.randn(2, 4), torch.randn(2, 4), torch.randn(2, 4))),
+    "parameters_numbered_by_identity": (LayerwiseScale, lambda: (torch.randn(2, 4),)),
+    "jit_scripted_activation": (FusedGeluMLP, lambda: (torch.randn(2, 4),)),
+    "defaultdict_registry": (RegistryActivation, lambda: (torch.randn(2, 4),)),
     "parameter_list_index_iterate": (ScaleBank, lambda: (torch.randn(2, 4),)),
     "new_tensor_and_float_tensor": (OffsetNewTensor, lambda: (torch.randn(2, 4),)),
     "module_ne_untied": (lambda: SharedOrNot(False), lambda: (torch.randn(2, 4),)),
@@ -512,3 +591,50 @@ def test_static_and_class_methods_of_a_module_compile_once():
         x = torch.randn(3)
         assert same(_StaticHelper()(x), opt(x))
     assert cnt.frame_count == 1
+
+
+class AuxLossHead(nn.Module):
+    """A head that adds its auxiliary losses into a caller's `losses = defaultdict(float)` (detection codebases)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x, losses):
+        y = self.fc(x)
+        losses["aux"] += y.abs().mean()
+        losses["reg"] += 0.1 * self.fc.weight.pow(2).sum()
+        return y.relu()
+
+
+def test_losses_accumulated_into_a_defaultdict_argument():
+    def run(model, calls=2):
+        out = []
+        for i in range(calls):
+            losses = collections.defaultdict(float)
+            y = model(torch.full((2, 4), float(i)), losses)
+            out.append((y, list(losses), sum(losses.values())))
+        return out
+
+    torch.manual_seed(0)
+    ref_model = AuxLossHead()
+    torch.manual_seed(0)
+    model = AuxLossHead()
+    expected = run(ref_model)
+    cnt = CompileCounterWithBackend("eager")
+    got = run(cdynamo.optimize(cnt)(model))
+    for (y, keys, total), (ry, rkeys, rtotal) in zip(got, expected):
+        assert same(y, ry) and keys == rkeys == ["aux", "reg"] and same(total, rtotal)
+    got[-1][2].backward()
+    expected[-1][2].backward()
+    assert same(model.fc.weight.grad, ref_model.fc.weight.grad)
+    torch.manual_seed(0)
+    graphs = {"n": 0}
+
+    def backend(gm, example_inputs):
+        graphs["n"] += 1
+        return gm.forward
+
+    torch._dynamo.reset()
+    run(torch.compile(AuxLossHead(), backend=backend))
+    assert cnt.frame_count == graphs["n"] == 1  # one graph, no recompile for the second call's fresh dict

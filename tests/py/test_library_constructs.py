@@ -485,17 +485,6 @@ def test_subclasses_is_a_graph_break_naming_it():
     del _SubB
 
 
-def test_tensor_dict_key_under_nopython_names_the_construct():
-    def f(x):
-        d = {x: 1}
-        return x * d[x]
-
-    cdynamo.reset()
-    with pytest.raises(cdynamo.exc.Unsupported, match=r"dict key[\s\S]*test_library_constructs.py:\d+[\s\S]*Hint"):
-        cdynamo.optimize("eager", nopython=True)(f)(torch.randn(2))
-    torch.testing.assert_close(cdynamo.optimize("eager")(f)(torch.ones(2)), torch.ones(2))
-
-
 def test_torch_size_of_a_symbolic_size():
     def f(x):
         s = torch.Size((x.shape[0], 2))
@@ -514,3 +503,324 @@ def test_torch_size_of_a_symbolic_size():
     theirs = torch._dynamo.testing.CompileCounter()
     run(torch.compile(f, backend=theirs, fullgraph=True))
     assert mine.frame_count == theirs.frame_count == 2  # static, then dynamic for every later size
+
+
+# --- issue 31 item 8 leftovers: tensors as dict keys (by identity, as torch._dynamo keys them), a defaultdict of the
+# frame, torch.jit.script'ed functions, a compiled function called by another, `nonlocal` of a real closure.
+def tensor_key_read(x):
+    d = {x: 1}
+    return x * d[x]
+
+
+def params_by_identity(x):
+    idx = {p: i for i, p in enumerate(NET.parameters())}
+    return x * idx[NET.b.weight] + idx.get(NET.a.bias, -1)
+
+
+def tensor_key_membership(x):
+    y = x + 1
+    d = {y: "y"}
+    a = x * 2 if x in d else x * 3
+    b = y * 2 if y in d else y * 3
+    return a + b
+
+
+def tensor_keys_iterated(x):
+    d = {x: 2.0, x + 1: 3.0}
+    d[x] = 4.0
+    return sum(k * v for k, v in d.items()) + len(d)
+
+
+def tensor_key_of_an_inplace_result(x):
+    y = x * 1
+    d = {y: 5}
+    z = y.mul_(2)  # the same tensor as y
+    return y + d[z] + d.get(x, 7)  # x is another tensor: 7
+
+
+@pytest.mark.parametrize("fn", [tensor_key_read, params_by_identity, tensor_key_membership, tensor_keys_iterated,
+                                tensor_key_of_an_inplace_result], ids=lambda f: f.__name__)
+def test_tensor_dict_keys_one_graph_as_torch_dynamo(fn):
+    _against_torch_dynamo(fn, torch.randn(3))
+
+
+def test_tensor_keyed_dict_returned_runs_as_python():
+    def f(x):
+        y = x + 1
+        return {x: 1, y: 2}, y
+
+    x = torch.randn(3)
+    cdynamo.reset()
+    d, y = cdynamo.optimize("eager")(f)(x)
+    assert list(d.values()) == [1, 2] and list(d)[0] is x and list(d)[1] is y
+
+
+COUNTS = collections.defaultdict(int)
+GROUPS = collections.defaultdict(list)
+
+
+def dd_globals(x):
+    COUNTS["calls"] += 1
+    GROUPS["sizes"].append(x.shape[0])
+    return x * len(GROUPS["sizes"]) + COUNTS["never_set"]
+
+
+def dd_argument(x, d):
+    d["seen"].append(x.sum())
+    d["total"] = d["total"] + [x.shape[0]]
+    return x + len(d["seen"])
+
+
+def _dd_snapshot(d):
+    return type(d), d.default_factory, list(d), [v if not isinstance(v, list) else len(v) for v in d.values()]
+
+
+def test_defaultdict_of_the_frame_one_graph_as_torch_dynamo():
+    x = torch.randn(3)
+    for fn in (dd_globals,):
+        COUNTS.clear(), GROUPS.clear()
+        expected = fn(x)
+        after_eager = (_dd_snapshot(COUNTS), _dd_snapshot(GROUPS))
+        COUNTS.clear(), GROUPS.clear()
+        cdynamo.reset()
+        mine = CompileCounter()
+        torch.testing.assert_close(cdynamo.optimize(mine, nopython=True)(fn)(x), expected)
+        assert (_dd_snapshot(COUNTS), _dd_snapshot(GROUPS)) == after_eager  # missing keys made by the factory
+        COUNTS.clear(), GROUPS.clear()
+        torch._dynamo.reset()
+        theirs = torch._dynamo.testing.CompileCounter()
+        torch.testing.assert_close(torch.compile(fn, backend=theirs, fullgraph=True)(x), expected)
+        assert mine.frame_count == theirs.frame_count == 1
+    COUNTS.clear(), GROUPS.clear()
+
+
+def test_defaultdict_argument_side_effects_as_eager():
+    def run(call):
+        d = collections.defaultdict(list, {"total": [1]})
+        outs = [call(torch.full((2,), float(i)), d) for i in range(3)]
+        return outs, d
+
+    eager_outs, eager_d = run(dd_argument)
+    cdynamo.reset()
+    mine = CompileCounter()
+    outs, d = run(cdynamo.optimize(mine)(dd_argument))
+    torch.testing.assert_close(outs, eager_outs)
+    assert _dd_snapshot(d) == _dd_snapshot(eager_d) and d["total"] == eager_d["total"]
+    torch.testing.assert_close(d["seen"], eager_d["seen"])
+    torch._dynamo.reset()
+    theirs = torch._dynamo.testing.CompileCounter()
+    run(torch.compile(dd_argument, backend=theirs))
+    assert mine.frame_count == theirs.frame_count
+
+
+def test_defaultdict_of_the_frame_iterated_runs_as_eager():
+    # Its keys are guarded as a set, not in order: iterating it is left to Python (a graph break).
+    def f(x, d):
+        d["b"] += 1
+        for k in d:
+            x = x + len(k)
+        return x
+
+    d1, d2 = collections.defaultdict(int, a=1), collections.defaultdict(int, a=1)
+    expected = f(torch.zeros(2), d1)
+    cdynamo.reset()
+    torch.testing.assert_close(cdynamo.optimize("eager")(f)(torch.zeros(2), d2), expected)
+    assert list(d2.items()) == list(d1.items())
+
+
+def test_defaultdict_of_the_frame_with_other_keys_recompiles():
+    def f(x, d):
+        return x + d["k"]
+
+    cdynamo.reset()
+    counter = CompileCounter()
+    opt = cdynamo.optimize(counter)(f)
+    x = torch.zeros(2)
+    a = collections.defaultdict(int, k=1)
+    torch.testing.assert_close(opt(x, a), x + 1)
+    b = collections.defaultdict(int, j=5)  # "k" missing: the factory's 0, and "k" is inserted
+    torch.testing.assert_close(opt(x, b), x)
+    assert list(b.items()) == [("j", 5), ("k", 0)]
+    c = collections.defaultdict(lambda: 7)
+    torch.testing.assert_close(opt(x, c), x + 7)
+    assert dict(c) == {"k": 7} and counter.frame_count == 3
+
+
+@torch.jit.script
+def _scripted_scale(x):
+    return x * 2 + 1
+
+
+def calls_a_scripted_function(x):
+    return _scripted_scale(x).relu()
+
+
+def test_jit_scripted_function_inlined_as_torch_dynamo():
+    _against_torch_dynamo(calls_a_scripted_function, torch.randn(3))
+
+
+def _inner(x):
+    return x.sin() + 1
+
+
+_INNER_CD = cdynamo.optimize("eager")(_inner)
+_INNER_TD = torch.compile(_inner, backend="eager")
+
+
+def test_compiled_function_called_inside_another_is_inlined():
+    def mine_fn(x):
+        return _INNER_CD(x) * 2
+
+    def theirs_fn(x):
+        return _INNER_TD(x) * 2
+
+    x = torch.randn(3)
+    cdynamo.reset()
+    mine = CompileCounter()
+    torch.testing.assert_close(cdynamo.optimize(mine, nopython=True)(mine_fn)(x), _inner(x) * 2)
+    torch._dynamo.reset()
+    theirs = torch._dynamo.testing.CompileCounter()
+    torch.testing.assert_close(torch.compile(theirs_fn, backend=theirs, fullgraph=True)(x), _inner(x) * 2)
+    assert (mine.frame_count, mine.op_count) == (theirs.frame_count, theirs.op_count) == (1, 3)
+
+
+def test_disabled_function_called_inside_a_trace_still_runs_as_python():
+    seen = []
+
+    def side(x):
+        seen.append(1)
+        return x + 1
+
+    disabled = cdynamo.disable(side)
+
+    def f(x):
+        return disabled(x) * 2
+
+    cdynamo.reset()
+    counter = CompileCounter()
+    torch.testing.assert_close(cdynamo.optimize(counter)(f)(torch.ones(2)), torch.full((2,), 4.0))
+    assert seen == [1] and counter.frame_count == 1  # the graph after the disabled call
+
+
+def _make_counter():
+    calls = 0
+
+    def bump(x):
+        nonlocal calls
+        calls += 1
+        return x + calls
+
+    def peek():
+        return calls
+
+    return bump, peek
+
+
+def test_nonlocal_of_a_real_closure_as_eager():
+    def run(make_call):
+        bump, peek = _make_counter()
+        call = make_call(lambda x: bump(x) * 2 + peek())
+        return [call(torch.zeros(2)) for _ in range(3)], peek()
+
+    expected = run(lambda f: f)
+    cdynamo.reset()
+    mine = CompileCounter()
+    got = run(lambda f: cdynamo.optimize(mine)(f))
+    torch.testing.assert_close(got, expected)
+    torch._dynamo.reset()
+    theirs = torch._dynamo.testing.CompileCounter()
+    torch.testing.assert_close(run(lambda f: torch.compile(f, backend=theirs)), expected)
+    # The cell's int is guarded by value: each call recompiles until torch._dynamo's automatic dynamic makes it a
+    # SymInt at the third (cdynamo makes only local ints dynamic: 3 graphs against its 2).
+    assert (mine.frame_count, theirs.frame_count) == (3, 2)
+
+
+def test_nonlocal_of_a_real_closure_one_graph_as_torch_dynamo():
+    def make():
+        bump, peek = _make_counter()
+        return (lambda x: bump(x) * 2 + peek()), peek
+
+    x = torch.zeros(2)
+    f, peek = make()
+    expected = f(x)
+    f, peek = make()
+    cdynamo.reset()
+    mine = CompileCounter()
+    torch.testing.assert_close(cdynamo.optimize(mine, nopython=True)(f)(x), expected)
+    assert peek() == 1  # the assignment replayed once
+    f, peek = make()
+    torch._dynamo.reset()
+    theirs = torch._dynamo.testing.CompileCounter()
+    torch.testing.assert_close(torch.compile(f, backend=theirs, fullgraph=True)(x), expected)
+    assert (mine.frame_count, mine.op_count) == (theirs.frame_count, theirs.op_count) == (1, theirs.op_count)
+
+
+@pytest.mark.xfail(strict=True, reason="with the object stored in a list before the break, the frame runs as Python "
+                   "(1 graph, torch._dynamo 3): codegen/rebuild.cpp refuses 'the __exit__ of a torch context block "
+                   "outside the stack slot of its block'")
+def test_autocast_object_across_graph_breaks_is_eagers():
+    # `with torch.autocast(...) as ac` split by graph breaks: every part sees the one object the block entered, as in
+    # eager (torch._dynamo hands the parts None for `ac`); the graph count is torch._dynamo's. Results, identity and
+    # state are as eager's today because the frame runs as Python.
+    def make(graph_break):
+        seen = []
+
+        def f(x):
+            with torch.autocast("cpu", dtype=torch.bfloat16) as ac:
+                seen.append(ac)
+                y = x + 1
+                graph_break()
+                seen.append(ac)
+                z = y * 2
+                graph_break()
+                seen.append(ac)
+            return z, ac
+
+        return f, seen
+
+    x = torch.randn(3)
+    f, seen = make(lambda: None)
+    z_eager, ac = f(x)
+    assert [s is ac for s in seen] == [True] * 3
+    f, seen = make(cdynamo.graph_break)
+    cdynamo.reset()
+    mine = CompileCounter()
+    z, ac = cdynamo.optimize(mine)(f)(x)
+    torch.testing.assert_close(z, z_eager)
+    assert [s is ac for s in seen] == [True] * 3 and type(ac) is torch.autocast and not torch.is_autocast_enabled("cpu")
+    f, _ = make(torch._dynamo.graph_break)
+    torch._dynamo.reset()
+    theirs = torch._dynamo.testing.CompileCounter()
+    torch.compile(f, backend=theirs)(x)
+    assert mine.frame_count == theirs.frame_count
+
+
+NAMES_BY_PARAM = {p: n for n, p in NET.named_parameters()}
+
+
+def tensor_in_a_dict_of_the_frame(x):
+    if NET.b.bias in NAMES_BY_PARAM:
+        x = x + 1
+    if x not in NAMES_BY_PARAM:
+        x = x * 2
+    return x
+
+
+def test_tensor_in_a_dict_of_the_frame_one_graph_as_torch_dynamo():
+    _against_torch_dynamo(tensor_in_a_dict_of_the_frame, torch.randn(3))
+
+
+def test_tensor_in_a_dict_of_the_frame_recompiles_when_the_key_goes():
+    names = {p: n for n, p in NET.named_parameters()}
+
+    def f(x):
+        return x + 1 if NET.a.weight in names else x - 1
+
+    cdynamo.reset()
+    counter = CompileCounter()
+    opt = cdynamo.optimize(counter)(f)
+    x = torch.randn(3)
+    torch.testing.assert_close(opt(x), x + 1)
+    del names[NET.a.weight]
+    torch.testing.assert_close(opt(x), x - 1)
+    assert counter.frame_count == 2
