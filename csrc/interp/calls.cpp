@@ -88,9 +88,8 @@ struct Tracer::CallSupport {
         // An op whose output shape depends on the data (nonzero, unique, masked indexing) has no meta result: under
         // capture_dynamic_output_shape_ops the frame is traced again with fake tensors, where its sizes are
         // unbacked symbols.
-        services().need_fake_tensors(py::handle(reinterpret_cast<PyObject*>(t.code)));
-        t.restart_dynamic = true;
-        t.unsupported(what + " under capture_dynamic_output_shape_ops (traced again with fake tensors)");
+        t.request_restart(
+            Restart::fake_tensors(what + " under capture_dynamic_output_shape_ops (traced again with fake tensors)", true));
       }
       if (device && e.matches(PyExc_NotImplementedError) && msg.find("Meta") != std::string::npos) {
         try {
