@@ -91,7 +91,7 @@ ValuePtr Tracer::scalar_output(const ValuePtr& self) {
     request_restart(Restart::fake_tensors("Tensor.item() under capture_scalar_outputs (traced again with fake tensors)",
                                           true));
   }
-  py::object ex = shapes.attr("unbacked_scalar")(self->tensor().example);
+  py::object ex = examples_.shapes().attr("unbacked_scalar")(self->tensor().example);
   graph::Node* n = graph.call_method("item", {to_arg(self)}, {}, ex);
   return Value::sym_num(n, ex);
 }

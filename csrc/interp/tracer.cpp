@@ -86,6 +86,7 @@ Tracer::Status Tracer::run() {
     bool entry = guards::grad_mode_enabled();
     ~GradModeRestore() { guards::set_grad_mode_enabled(entry); }
   } restore_grad_mode;
+  examples_ = ExampleValues(shapes);
   try {
     bc = bytecode::decode(code);
   } catch (const std::exception& e) {
@@ -927,7 +928,7 @@ ValuePtr Tracer::wrap_dynamic_scalar(py::handle value, const SourcePtr& src, con
   }
   // The value itself while static.
   py::object example =
-      shapes.attr(make)(value, shape_source_name(*src), py::arg("automatic_only") = automatic_only);
+      examples_.shapes().attr(make)(value, shape_source_name(*src), py::arg("automatic_only") = automatic_only);
   if (Py_TYPE(example.ptr()) == Py_TYPE(value.ptr())) return nullptr;
   guards.add(guards::type_match(src, value.ptr()));
   if (PyTuple_Check(example.ptr())) {
@@ -1027,18 +1028,13 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
         return Value::tensor(in.node, in.node->example_value, value.attr("device"), src);
       }
     }
-    py::object example;
-    if (dynamic()) {
-      example = shapes.attr("fake")(value, shape_source_name(*src));  // dimensions symbolic where dynamic
-    } else {
-      if (code_dynamic_probe(services().observe_tensor, value, *src, false)) request_restart(dynamic_input(*src));
-      example = py::reinterpret_steal<py::object>(guards::make_meta(v));
-      if (!example) throw py::error_already_set();
-    }
+    if (!dynamic() && code_dynamic_probe(services().observe_tensor, value, *src, false))
+      request_restart(dynamic_input(*src));
+    py::object example = examples_.of_input(value, shape_source_name(*src));
     std::string name = placeholder_name(*src);
     graph::Node* n = graph.placeholder(name, example);
     inputs.push_back(Input{src, n, py::reinterpret_borrow<py::object>(value)});
-    if (!dynamic()) guards.add(guards::tensor_match(src, v));  // dynamic: after the trace (add_shape_guards)
+    if (examples_.guards_metadata_now()) guards.add(guards::tensor_match(src, v));
     return Value::tensor(n, example, value.attr("device"), src);
   }
   // An int argument, or a float argument, float in a list or dict of the frame (an optimizer's lr) or float attribute
@@ -1408,8 +1404,7 @@ py::object Tracer::to_example(const ValuePtr& v) {
 
 ValuePtr Tracer::wrap_result(graph::Node* node, py::handle result, py::object device) {
   if (guards::is_tensor(result.ptr())) {
-    if (!dynamic() && !guards::is_meta_tensor(result.ptr()))
-      unsupported("operation produced a non-meta tensor during tracing");
+    if (!examples_.valid_result(result)) unsupported("operation produced a non-meta tensor during tracing");
     return Value::tensor(node, py::reinterpret_borrow<py::object>(result), device);
   }
   if (PyTuple_Check(result.ptr()) || PyList_Check(result.ptr())) {

@@ -16,6 +16,7 @@
 #include "bytecode/bytecode.h"
 #include "graph/graph.h"
 #include "guards/guard.h"
+#include "interp/example_values.h"
 #include "interp/frame.h"
 #include "interp/output.h"
 #include "interp/restart.h"
@@ -518,6 +519,8 @@ class Tracer : private Frame, private TraceOptions, private Trace, private Outpu
   PyObject* frame_globals_ = nullptr;  // the traced frame's own globals (borrowed from the frame)
   // The traced frame's code (borrowed, as `code` at construction): Frame::code is the running (maybe inlined) one.
   PyCodeObject* traced_code_ = nullptr;
+  // Meta or fake examples (from TraceOptions::shapes, set as run() starts): every choice between the two goes through it.
+  ExampleValues examples_;
   struct Undo {  // a container's contents (or a cell's) before the running instruction first changed it
     ValuePtr value;
     std::vector<ValuePtr> items;
