@@ -405,10 +405,17 @@ struct FrameCompile {
   const codegen::ResumeInfo* ri = nullptr;
   std::unique_ptr<interp::Tracer> tracer;
   interp::Tracer::Status status = interp::Tracer::Status::Running;
-  // The graph stage's results.
+  // The graph stage's results (of the current attempt: cleared as each attempt starts).
   std::vector<graph::Node*> outs;
   std::string name;
   py::object graph_call;
+  void start_attempt() {
+    restarting = false;
+    status = interp::Tracer::Status::Running;
+    outs.clear();
+    name.clear();
+    graph_call = py::object();
+  }
 
   FrameCompile(compat::Frame* f, PyObject* c, CodeExtra* x)
       : frame(f), cb(c), extra(x), code(compat::frame_code(f)), strict(nopython(c)),
@@ -768,7 +775,7 @@ EntryPtr publish(FrameCompile& c, const py::object& new_code, const std::vector<
 // One attempt under c.plan, trace to publish; std::nullopt with c.restarting set when a stage's restart request was
 // honoured.
 std::optional<EntryPtr> attempt(FrameCompile& c, py::handle cb_dynamic) {
-  c.restarting = false;
+  c.start_attempt();  // nothing of an earlier attempt's graph stage is used (its graph may be gone now)
   trace(c, cb_dynamic);
   if (c.restarting) return std::nullopt;
   if (std::optional<EntryPtr> r = decide(c)) return r;

@@ -85,3 +85,42 @@ def test_float_attribute_of_an_inlined_forward_recorded_under_the_traced_frame()
         torch.testing.assert_close(opt(x), m(x))
     assert cnt.frame_count == 2, cnt.frame_count
     assert _restarts() == {"fake_tensors": 1}, _restarts()
+
+
+class WritesThenTries(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4, bias=False)
+        self.calls = 0
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.lin.weight.copy_(self.lin.weight * 0.5)  # a graph that writes an input fails uncleanly
+
+        try:
+            def step(t):
+                self.calls += 1
+                return t - 1.0
+            x = step(x)
+        except ValueError:
+            x = x * 0
+        return x
+
+
+def test_a_restart_without_ops_in_try_uses_nothing_of_the_first_attempts_graph():
+    """The first attempt puts the ops of the try block in a graph that writes an input (not clean): traced again
+    without them, the new attempt breaks before the inlined call and keeps none of the first attempt's graph stage
+    (fuzz modules seed 25: its stale graph name reached the rewritten code, NameError)."""
+    import copy
+
+    torch.manual_seed(0)
+    m = WritesThenTries()
+    ref = copy.deepcopy(m)
+    utils.counters.clear()
+    opt = cdynamo.optimize("eager")(m)
+    x = torch.randn(4, 4)
+    for _ in range(3):
+        torch.testing.assert_close(opt(x), ref(x))
+        torch.testing.assert_close(m.lin.weight, ref.lin.weight)
+    assert m.calls == ref.calls == 3
+    assert _restarts().get("no_ops_in_try") == 1, _restarts()
