@@ -337,11 +337,11 @@ py::list guard_strings(const guards::GuardSet& g) {
 bool skip_by_file(PyCodeObject* code) { return interp::is_library_file(code); }
 
 namespace {
-std::shared_ptr<CacheEntry> translate_impl(compat::Frame* frame, PyObject* cb, CodeExtra* extra, bool ops_in_try);
+std::shared_ptr<CacheEntry> translate_impl(compat::Frame* frame, PyObject* cb, CodeExtra* extra);
 }
 
 std::shared_ptr<CacheEntry> translate(compat::Frame* frame, PyObject* cb, CodeExtra* extra) {
-  return translate_impl(frame, cb, extra, true);
+  return translate_impl(frame, cb, extra);
 }
 
 namespace {
@@ -375,30 +375,50 @@ int live_op_count(const graph::Graph& g) {
   return count;
 }
 
+// What an attempt at the frame traces with. Only accept_restart changes it, one honoured restart request at a time.
+struct TracePlan {
+  bool fake = false;             // fake tensors under a ShapeEnv (else meta examples)
+  int break_at = -1;             // TraceOptions::break_at
+  std::string break_at_reason;
+  bool ops_in_try = true;        // tensor operations inside the frame's try blocks may go into the graph
+  int restarts = 0;              // requests honoured so far
+  py::list honoured;             // their kinds (restart_kind_name), reported with the compile ("restarts")
+};
+// Each kind is honoured at most once per plan (BreakAt once more after NoOpsInTry clears it): 4 restarts at most.
+constexpr int kMaxRestarts = 4;
+
 // One compile of a frame, run as explicit stages by translate_impl: admit (recompile limit, an active
-// TorchFunctionMode, continuation depth), trace (with its restarts), decide (user errors, unsupported frames,
-// nopython, nothing to compile), compile the graph (the backend), emit code (straight line or graph break), publish
-// (globals, cache entry, report). A stage that ends the compile returns the result (an entry, or nullptr: run as
-// Python / raise the error set); std::nullopt goes on to the next stage.
+// TorchFunctionMode, continuation depth), then attempts under a TracePlan until one is not restarted: trace, decide
+// (user errors, unsupported frames, nopython, nothing to compile), compile the graph (the backend), emit code
+// (straight line or graph break), publish (globals, cache entry, report). A stage that ends the compile returns the
+// result (an entry, or nullptr: run as Python / raise the error set); std::nullopt goes on to the next stage, or
+// with `restarting` set, to the next attempt.
 struct FrameCompile {
   compat::Frame* frame;
   PyObject* cb;
   CodeExtra* extra;
-  bool ops_in_try;  // tensor operations inside the frame's try blocks may go into the graph
+  TracePlan plan;
+  bool restarting = false;  // the attempt's request was honoured (accept_restart): plan changed, trace again
   PyCodeObject* code;
   std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
   bool strict, text, meta;
   const codegen::ResumeInfo* ri = nullptr;
   std::unique_ptr<interp::Tracer> tracer;
   interp::Tracer::Status status = interp::Tracer::Status::Running;
-  // The graph stage's results.
+  // The graph stage's results (of the current attempt: cleared as each attempt starts).
   std::vector<graph::Node*> outs;
   std::string name;
   py::object graph_call;
-  bool retrace_without_ops_in_try = false;
+  void start_attempt() {
+    restarting = false;
+    status = interp::Tracer::Status::Running;
+    outs.clear();
+    name.clear();
+    graph_call = py::object();
+  }
 
-  FrameCompile(compat::Frame* f, PyObject* c, CodeExtra* x, bool try_ops)
-      : frame(f), cb(c), extra(x), ops_in_try(try_ops), code(compat::frame_code(f)), strict(nopython(c)),
+  FrameCompile(compat::Frame* f, PyObject* c, CodeExtra* x)
+      : frame(f), cb(c), extra(x), code(compat::frame_code(f)), strict(nopython(c)),
         text(flag(c, "wants_text", true)),   // printouts for logs and explain, else skipped
         meta(flag(c, "wants_node_meta", true)) {}  // node meta for the backend, export and explain
   interp::Tracer& t() { return *tracer; }
@@ -496,45 +516,64 @@ std::optional<EntryPtr> admit(FrameCompile& c) {
   return std::nullopt;
 }
 
-// The trace, restarted (at most once each) when a static trace met a dynamic input (then with fake tensors: an earlier
-// compile found a dynamic input, or compile(dynamic=True)) and when the breaking instruction guarded what it read
-// before failing (then breaking there at once, so that the entry holds only the guards of what the graph did).
-void trace(FrameCompile& c) {
-  guards::FrameView fv = frame_view(c.frame);
-  py::object cb_dynamic = py::getattr(py::handle(c.cb), "dynamic", py::none());
-  const interp::Services& services = interp::services();
+// The one place a restart request is decided (restart.h; how a restart works: csrc/interp/README.md). Honoured:
+// fake tensors once (remembered for later compiles of this frame's code when the request says so: what asked is in
+// no input's dynamic-shape state), a break at the failing instruction once per plan (not under nopython, where a
+// break raises anyway, nor after an internal error), tensor operations kept out of try blocks once (the break placed
+// for the earlier plan is dropped: the new trace may stop elsewhere). Anything else, or past kMaxRestarts, is not:
+// the attempt's own outcome stands.
+bool accept_restart(FrameCompile& c, const interp::Restart& r) {
+  TracePlan& p = c.plan;
+  if (p.restarts >= kMaxRestarts) return false;
+  switch (r.kind) {
+    case interp::RestartKind::FakeTensors:
+      if (p.fake) return false;
+      p.fake = true;
+      if (r.remember) interp::services().need_fake_tensors(py::handle(reinterpret_cast<PyObject*>(c.code)));
+      break;
+    case interp::RestartKind::BreakAt:
+      if (p.break_at >= 0 || c.strict || c.t().output().internal_error) return false;
+      p.break_at = r.at;
+      p.break_at_reason = r.reason;
+      break;
+    case interp::RestartKind::NoOpsInTry:
+      if (!p.ops_in_try) return false;
+      p.ops_in_try = false;
+      p.break_at = -1;
+      p.break_at_reason.clear();
+      break;
+  }
+  ++p.restarts;
+  p.honoured.append(py::str(interp::restart_kind_name(r.kind)));
+  c.restarting = true;
+  return true;
+}
+
+// The first plan: fake tensors when an earlier compile found a dynamic input (or asked for them), under
+// compile(dynamic=True), and under an enabled autocast (it casts CPU and fake CPU tensors, never meta ones).
+TracePlan first_plan(const FrameCompile& c, py::handle cb_dynamic) {
+  TracePlan p;
   py::handle code_obj(reinterpret_cast<PyObject*>(c.code));
-  // Autocast casts CPU (and fake CPU) tensors, never meta ones: under an enabled autocast the trace uses fake tensors.
-  bool fake_trace = services.frame_is_dynamic(code_obj, cb_dynamic).cast<bool>() || (guards::autocast_state() & 3) != 0;
-  auto run = [&](int break_at, const std::string& reason) {
-    c.tracer = std::make_unique<interp::Tracer>(c.code, fv);
-    interp::Tracer& t = *c.tracer;
-    t.options().cb_dynamic = cb_dynamic;
-    if (fake_trace) t.options().shapes = services.trace_shapes(code_obj, cb_dynamic);
-    t.options().allow_ops_in_try = c.ops_in_try;
-    if (c.ri) {
-      t.options().owned_free = c.ri->owned_free;
-      t.options().window_end = c.ri->tail_cut;
-    }
-    t.options().break_at = break_at;
-    t.options().break_at_reason = reason;
-    c.status = t.run();
-  };
-  run(-1, "");
-  if (c.tracer->output().restart_dynamic) {
-    fake_trace = true;
-    run(-1, "");
+  p.fake = interp::services().frame_is_dynamic(code_obj, cb_dynamic).cast<bool>() || (guards::autocast_state() & 3) != 0;
+  return p;
+}
+
+// One trace of the frame under c.plan; a restart it asks for goes to accept_restart.
+void trace(FrameCompile& c, py::handle cb_dynamic) {
+  c.tracer = std::make_unique<interp::Tracer>(c.code, frame_view(c.frame));
+  interp::Tracer& t = *c.tracer;
+  t.options().cb_dynamic = py::reinterpret_borrow<py::object>(cb_dynamic);
+  if (c.plan.fake)
+    t.options().shapes = interp::services().trace_shapes(py::handle(reinterpret_cast<PyObject*>(c.code)), cb_dynamic);
+  t.options().allow_ops_in_try = c.plan.ops_in_try;
+  if (c.ri) {
+    t.options().owned_free = c.ri->owned_free;
+    t.options().window_end = c.ri->tail_cut;
   }
-  // The instruction that stopped the trace may have added guards before it failed (a callee inlined part way that
-  // pinned an object made anew on every call): traced again up to that instruction, so that the entry holds only
-  // the guards of what the graph really did. The same for a frame that then runs as Python: its guards only decide
-  // when to try again, and a failed inline's reads would make it retrace on every call.
-  const bool stopped = c.is_break() || c.status == interp::Tracer::Status::Unsupported;
-  if (stopped && c.tracer->output().failed_guards > 0 && !c.strict && !c.tracer->output().internal_error) {
-    const int at = static_cast<int>(c.tracer->frame().pc);
-    const std::string reason = c.tracer->output().stop.reason;
-    run(at, reason);
-  }
+  t.options().break_at = c.plan.break_at;
+  t.options().break_at_reason = c.plan.break_at_reason;
+  c.status = t.run();
+  if (t.output().restart) accept_restart(c, *t.output().restart);
 }
 
 // What the trace's outcome means before any graph is compiled: an error of the user's request raised to the caller
@@ -624,8 +663,10 @@ std::optional<EntryPtr> compile_graph(FrameCompile& c) {
   const interp::Services& services = interp::services();
   py::tuple policy = services.graph_error_policy(gm, codegen::Rebuilder::has_effects(t.trace()));
   if (t.output().ops_in_try && static_cast<GraphErrorPolicy>(policy[0].cast<int>()) != GraphErrorPolicy::Clean) {
-    c.retrace_without_ops_in_try = true;  // its failure could skip a handler: keep them out
-    return nullptr;
+    // Its failure could skip a handler: traced again with them kept out (never refused before the limit).
+    if (accept_restart(c, interp::Restart::no_ops_in_try())) return std::nullopt;
+    report_fallback(c.cb, c.code, "unsupported", interp::Restart::no_ops_in_try().reason);
+    return c.entry("unsupported: tensor operations inside a try block");
   }
   py::object compiled;
   try {
@@ -724,27 +765,40 @@ EntryPtr publish(FrameCompile& c, const py::object& new_code, const std::vector<
   if (c.is_break()) breaks.append(break_info(t.output().stop));
   info["break_reasons"] = breaks;
   info["resume_bytecode"] = resume_listing;
+  info["restarts"] = c.plan.honoured;
   report(c.cb, "on_compiled", info);
   return e;
 }
 
 // The stages in order; an error in any of them is internal (the frame runs as Python, or InternalError under
 // nopython) unless it is the user's (a KeyboardInterrupt, a ConstraintViolationError).
-EntryPtr translate_impl(compat::Frame* frame, PyObject* cb, CodeExtra* extra, bool ops_in_try) {
-  FrameCompile c(frame, cb, extra, ops_in_try);
+// One attempt under c.plan, trace to publish; std::nullopt with c.restarting set when a stage's restart request was
+// honoured.
+std::optional<EntryPtr> attempt(FrameCompile& c, py::handle cb_dynamic) {
+  c.start_attempt();  // nothing of an earlier attempt's graph stage is used (its graph may be gone now)
+  trace(c, cb_dynamic);
+  if (c.restarting) return std::nullopt;
+  if (std::optional<EntryPtr> r = decide(c)) return r;
+  if (c.has_graph()) {
+    std::optional<EntryPtr> r = compile_graph(c);
+    if (r || c.restarting) return r;
+  }
+  py::object new_code;
+  std::vector<codegen::Resume> resumes;
+  if (std::optional<EntryPtr> r = emit_code(c, new_code, resumes)) return r;
+  return publish(c, new_code, resumes);
+}
+
+EntryPtr translate_impl(compat::Frame* frame, PyObject* cb, CodeExtra* extra) {
+  FrameCompile c(frame, cb, extra);
   try {
     if (std::optional<EntryPtr> r = admit(c)) return *r;
-    trace(c);
-    if (std::optional<EntryPtr> r = decide(c)) return *r;
-    if (c.has_graph()) {
-      std::optional<EntryPtr> r = compile_graph(c);
-      if (c.retrace_without_ops_in_try) return translate_impl(frame, cb, extra, false);
-      if (r) return *r;
+    py::object cb_dynamic = py::getattr(py::handle(c.cb), "dynamic", py::none());
+    c.plan = first_plan(c, cb_dynamic);
+    for (;;) {  // bounded: accept_restart honours at most kMaxRestarts requests
+      std::optional<EntryPtr> r = attempt(c, cb_dynamic);
+      if (r || !c.restarting) return r ? *r : nullptr;
     }
-    py::object new_code;
-    std::vector<codegen::Resume> resumes;
-    if (std::optional<EntryPtr> r = emit_code(c, new_code, resumes)) return *r;
-    return publish(c, new_code, resumes);
   } catch (py::error_already_set& err) {
     if (!is_exception(err) || interp::is_user_error(err.value())) {
       err.restore();

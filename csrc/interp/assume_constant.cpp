@@ -74,8 +74,7 @@ ValuePtr Tracer::constant_result(const std::string& attr, py::handle result, int
     // A get_attr of the graph: the tensor itself, held by the GraphModule (as torch._dynamo registers it).
     std::string name = attr + "_" + std::to_string(graph_attrs.size());
     graph_attrs.emplace_back(name, py::reinterpret_borrow<py::object>(result));
-    py::object example = dynamic() ? shapes.attr("fake_mode").attr("from_tensor")(result)
-                                   : result.attr("to")(PyRefs::get().meta_device);
+    py::object example = examples_.of_constant(result);
     graph::Node* n = graph.get_attr(name, example);
     return Value::tensor(n, example, result.attr("device"));
   }

@@ -65,32 +65,15 @@ struct Tracer::CallSupport {
   static py::object run_meta(Tracer& t, const std::string& what, py::handle fn, py::tuple args, py::dict kwargs,
                              py::handle device = py::handle()) {
     try {
-      if (t.dynamic()) {
-        // Fake tensors propagate under their mode (factories with symbolic sizes make fake tensors too).
-        struct Mode {
-          py::handle shapes;
-          explicit Mode(py::handle s) : shapes(s) { shapes.attr("enter")(); }
-          ~Mode() {
-            try {
-              shapes.attr("exit")();
-            } catch (py::error_already_set&) {
-            }
-          }
-        } mode(t.shapes);
-        return fn(*args, **kwargs);
-      }
-      // Meta tensors propagate with ATen's C++ Meta kernels where torch shadows them with Python ones
-      // (cdynamo._aten_meta: those import sympy and torch._dynamo).
-      return services().aten_meta_run()(fn, args, kwargs);
+      return t.examples_.run(fn, args, kwargs);
     } catch (py::error_already_set& e) {
       std::string msg = e.what();
       if (!t.dynamic() && services().config.attr("capture_dynamic_output_shape_ops").cast<bool>()) {
         // An op whose output shape depends on the data (nonzero, unique, masked indexing) has no meta result: under
         // capture_dynamic_output_shape_ops the frame is traced again with fake tensors, where its sizes are
         // unbacked symbols.
-        services().need_fake_tensors(py::handle(reinterpret_cast<PyObject*>(t.code)));
-        t.restart_dynamic = true;
-        t.unsupported(what + " under capture_dynamic_output_shape_ops (traced again with fake tensors)");
+        t.request_restart(
+            Restart::fake_tensors(what + " under capture_dynamic_output_shape_ops (traced again with fake tensors)", true));
       }
       if (device && e.matches(PyExc_NotImplementedError) && msg.find("Meta") != std::string::npos) {
         try {
@@ -105,6 +88,18 @@ struct Tracer::CallSupport {
         t.op_raised(what + " failed during shape propagation: " + msg);
       t.unsupported(what + " failed during shape propagation: " + msg);
     }
+  }
+
+  // The shape-propagation step of a graph op: run_meta of fn(*args, **kwargs), memoized under `key` when there is one
+  // and the examples allow it (meta tensors: ExampleValues::memoizable).
+  static py::object propagate(Tracer& t, const std::string& what, py::handle fn, py::tuple args, py::dict kwargs,
+                              py::handle device, std::optional<MetaKey>& key) {
+    if (!t.examples_.memoizable()) key.reset();
+    py::object result = key ? meta_cache_lookup(*key) : py::object();
+    if (result) return result;
+    result = run_meta(t, what, fn, std::move(args), std::move(kwargs), device);
+    if (key) meta_cache_store(*key, result);
+    return result;
   }
 
   // torch._C._has_torch_function*(args): false when no argument can carry __torch_function__ (tensors
@@ -609,7 +604,7 @@ ValuePtr Tracer::call_torch(py::handle fn, std::vector<ValuePtr> args,
     gkwargs.emplace_back(kv.first, to_arg(kv.second));
     if (kv.first == "device" && kv.second->is_const() && !kv.second->obj.is_none()) {
       device = refs.torch_device(kv.second->obj);
-      mkw["device"] = dynamic() ? device : refs.meta_device;  // fake tensors keep their real device
+      mkw["device"] = examples_.device_arg(device);  // fake tensors keep their real device
     } else {
       mkw[py::str(kv.first)] = to_example(kv.second);
     }
@@ -623,7 +618,7 @@ ValuePtr Tracer::call_torch(py::handle fn, std::vector<ValuePtr> args,
     if (!device) {
       // A tensor created from nothing lands on torch's default device.
       device = refs.torch.attr("get_default_device")();
-      mkw["device"] = dynamic() ? device : refs.meta_device;
+      mkw["device"] = examples_.device_arg(device);
     }
   }
   std::string name = callable_name(fn);
@@ -631,16 +626,12 @@ ValuePtr Tracer::call_torch(py::handle fn, std::vector<ValuePtr> args,
   std::optional<MetaKey> key;
   CallKind kind = classify_callable(fn);
   if ((kind == CallKind::TorchOp || kind == CallKind::TorchFactory) && !name.empty() && name.back() != '_' &&
-      !dynamic()) {
+      examples_.memoizable()) {
     key.emplace("F" + std::to_string(reinterpret_cast<uintptr_t>(fn.ptr())));
     for (const auto& a : args) key->add(a);
     for (const auto& kv : kwargs) key->add_kw(kv.first, kv.second);
   }
-  py::object result = key ? meta_cache_lookup(*key) : py::object();
-  if (!result) {
-    result = CallSupport::run_meta(*this, name, fn, margs, mkw, device);
-    if (key) meta_cache_store(*key, result);
-  }
+  py::object result = CallSupport::propagate(*this, name, fn, margs, mkw, device, key);
   if (!guards::is_tensor(result.ptr()) && !PyTuple_Check(result.ptr()) && !PyList_Check(result.ptr()))
     unsupported(name + " returned " + std::string(Py_TYPE(result.ptr())->tp_name) + ", not a tensor");
   graph::Node* n = graph.call_function(py::reinterpret_borrow<py::object>(fn), std::move(gargs), std::move(gkwargs),
@@ -670,7 +661,7 @@ ValuePtr Tracer::call_tensor_method(const ValuePtr& self, const std::string& nam
     gargs.push_back(to_arg(a));
     if (name == "to" && a->is_const() && is_device_like(a->obj)) {
       device = refs.torch_device(a->obj);  // device moves are recorded, not propagated on meta
-      if (!dynamic()) continue;            // (fake tensors move)
+      if (!examples_.moves_to_device()) continue;  // (fake tensors move)
     }
     if (name == "to" && a->is_tensor()) device = a->tensor().device;
     margs.append(to_example(a));
@@ -682,33 +673,29 @@ ValuePtr Tracer::call_tensor_method(const ValuePtr& self, const std::string& nam
     if (kv.first == "device" && kv.second->is_const() && !kv.second->obj.is_none()) {
       if (name == "to") {
         device = refs.torch_device(kv.second->obj);
-        if (!dynamic()) continue;
-        mkw["device"] = device;
+        if (examples_.moves_to_device()) mkw["device"] = device;
         continue;
       }
-      mkw["device"] = dynamic() ? refs.torch_device(kv.second->obj) : refs.meta_device;
+      mkw["device"] = examples_.device_arg(refs.torch_device(kv.second->obj));
       continue;
     }
     mkw[py::str(kv.first)] = to_example(kv.second);
   }
   std::optional<MetaKey> key;
-  if (!name.empty() && name.back() != '_' && !tensor_method_metadata(name) && name != "to" && !dynamic()) {
+  if (!name.empty() && name.back() != '_' && !tensor_method_metadata(name) && name != "to" &&
+      examples_.memoizable()) {
     key.emplace("M" + name);
     key->add(self);
     for (const auto& a : args) key->add(a);
     for (const auto& kv : kwargs) key->add_kw(kv.first, kv.second);
   }
-  py::object result = key ? meta_cache_lookup(*key) : py::object();
-  if (!result) {
-    py::object bound;
-    try {
-      bound = self->tensor().example.attr(name.c_str());
-    } catch (py::error_already_set& e) {
-      unsupported("Tensor." + name + ": " + std::string(e.what()));
-    }
-    result = CallSupport::run_meta(*this, "Tensor." + name, bound, py::tuple(margs), mkw, device);
-    if (key) meta_cache_store(*key, result);
+  py::object bound;
+  try {
+    bound = self->tensor().example.attr(name.c_str());
+  } catch (py::error_already_set& e) {
+    unsupported("Tensor." + name + ": " + std::string(e.what()));
   }
+  py::object result = CallSupport::propagate(*this, "Tensor." + name, bound, py::tuple(margs), mkw, device, key);
   if (tensor_method_metadata(name)) return metadata_value(self, name, args, result);
   if (!tensor_method_allowed(name)) unsupported("Tensor." + name + "() is not supported in a graph");
   if (result.is_none() && name == "__setitem__") unsupported("Tensor.__setitem__ through a call");
@@ -764,7 +751,7 @@ ValuePtr Tracer::apply_operator(py::handle op, std::vector<ValuePtr> args) {
   }
   // In-place operators (iadd, imul, ...) mutate their example and are never memoized.
   std::optional<MetaKey> key;
-  if (!name.empty() && name[0] != 'i' && !dynamic()) {
+  if (!name.empty() && name[0] != 'i' && examples_.memoizable()) {
     // Elementwise arithmetic and comparisons: a scalar operand's value does not change the result's
     // metadata (x * 1.001 + i in an unrolled loop hits the memo for every i).
     static const char* const by_kind[] = {"add", "sub", "mul", "truediv", "lt", "le", "eq", "ne", "gt", "ge"};
@@ -776,11 +763,7 @@ ValuePtr Tracer::apply_operator(py::handle op, std::vector<ValuePtr> args) {
       else key->add(a);
     }
   }
-  py::object result = key ? meta_cache_lookup(*key) : py::object();
-  if (!result) {
-    result = CallSupport::run_meta(*this, "operator." + name, op, margs, py::dict(), device);
-    if (key) meta_cache_store(*key, result);
-  }
+  py::object result = CallSupport::propagate(*this, "operator." + name, op, margs, py::dict(), device, key);
   if (!guards::is_tensor(result.ptr()))
     unsupported("operator." + name + " on tensors returned " + std::string(Py_TYPE(result.ptr())->tp_name));
   graph::Node* n = graph.call_function(py::reinterpret_borrow<py::object>(op), std::move(gargs), {}, result);

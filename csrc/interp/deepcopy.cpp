@@ -48,6 +48,7 @@ ValuePtr Tracer::deepcopy_call(py::handle f, const std::vector<ValuePtr>& args,
 ValuePtr Tracer::deep_copy(const ValuePtr& v, CopyMemo& memo) {
   auto seen = memo.find(v.get());
   if (seen != memo.end()) return seen->second;
+  if (v->is_sym()) return v;  // a symbolic int / float (a dynamic attribute): immutable, copied as itself
   switch (v->kind) {
     case VKind::Const:
       return v;  // immutable: copy.deepcopy returns the object itself (or an equal tuple of them)

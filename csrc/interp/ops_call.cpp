@@ -97,7 +97,7 @@ struct Tracer::CallOps {
       state.pos = state.items.size();
       try {
         t.push(t.call(fn, std::move(items), std::move(kwargs)));
-      } catch (const Unsupported&) {
+      } catch (...) {  // Unsupported, or a restart request that may not be honoured
         state.pos = from;
         throw;
       }

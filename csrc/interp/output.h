@@ -5,7 +5,10 @@
 #include <pybind11/pybind11.h>
 
 #include <cstddef>
+#include <optional>
 #include <string>
+
+#include "interp/restart.h"
 
 namespace cdynamo::interp {
 
@@ -34,14 +37,13 @@ struct Output {
   // At a break inside `with torch.no_grad()`: the grad mode there (1 enabled, 0 disabled), which differs
   // from the frame's; the rewritten frame sets it after the graph. -1 otherwise.
   int grad_mode_after_graph = -1;
-  // Guards the instruction that stopped the trace added before it failed (a callee inlined part way); the
-  // frame is then traced again with TraceOptions::break_at set to that instruction, so that the entry holds only
-  // the guards of what the graph really did (a failed inline's reads do not recompile the frame).
-  size_t failed_guards = 0;
   // The graph holds tensor operations inside a try block of the frame (TraceOptions::allow_ops_in_try).
   bool ops_in_try = false;
-  // A static trace met an input that is dynamic now: translate traces the frame again with fake tensors.
-  bool restart_dynamic = false;
+  // The attempt ended asking to be traced again with one thing changed (restart.h): a RestartTrace the tracer raised
+  // (fake tensors), or, when the instruction that stopped the trace had added guards before it failed (a callee
+  // inlined part way), a break placed there at once, so that the entry holds only the guards of what the graph did.
+  // hook/translate.cpp decides whether to honour it; the rest of the Output is this attempt's outcome.
+  std::optional<Restart> restart;
   // (type, value, traceback) of an error the compile must raise to the caller (ConstraintViolationError), or empty.
   py::object user_error;
 };

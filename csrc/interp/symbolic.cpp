@@ -88,11 +88,10 @@ ValuePtr Tracer::sym_operator(py::handle op, const std::vector<ValuePtr>& args) 
 
 ValuePtr Tracer::scalar_output(const ValuePtr& self) {
   if (!dynamic()) {
-    services().need_fake_tensors(py::handle(reinterpret_cast<PyObject*>(code)));
-    restart_dynamic = true;
-    unsupported("Tensor.item() under capture_scalar_outputs (traced again with fake tensors)");
+    request_restart(Restart::fake_tensors("Tensor.item() under capture_scalar_outputs (traced again with fake tensors)",
+                                          true));
   }
-  py::object ex = shapes.attr("unbacked_scalar")(self->tensor().example);
+  py::object ex = examples_.shapes().attr("unbacked_scalar")(self->tensor().example);
   graph::Node* n = graph.call_method("item", {to_arg(self)}, {}, ex);
   return Value::sym_num(n, ex);
 }

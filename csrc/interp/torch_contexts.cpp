@@ -194,8 +194,8 @@ ValuePtr Tracer::enter_torch_context(const ValuePtr& ctx) {
       // Autocast casts CPU (and fake CPU) tensors, never meta ones: a static trace starts again with fake tensors so
       // that the examples have the dtypes eager computes.
       if (spec->enter_args[2].cast<bool>() && !dynamic()) {
-        restart_dynamic = true;
-        unsupported("an enabled torch.autocast block (traced again with fake tensors)");
+        // Not remembered: translate starts every trace under an enabled autocast with fake tensors.
+        request_restart(Restart::fake_tensors("an enabled torch.autocast block (traced again with fake tensors)", false));
       }
       x.real = r.enter_autocast(*spec->enter_args);
       x.enter_node = graph.call_function(r.enter_autocast, {graph::Arg::constant(spec->enter_args[0]),

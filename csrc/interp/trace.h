@@ -81,8 +81,8 @@ struct TraceOptions {
   // next part of the function starts); the trace stops there with a graph break.
   std::vector<int> window_end;
   bool at_window_end(size_t index) const { return index < window_end.size() && window_end[index] >= 0; }
-  // An instruction an earlier trace of this frame failed at after adding guards (Output::failed_guards): the trace
-  // stops there with a graph break, giving `break_at_reason`. -1 otherwise.
+  // An instruction an earlier trace of this frame failed at after adding guards (a BreakAt restart, restart.h): the
+  // trace stops there with a graph break, giving `break_at_reason`. -1 otherwise.
   int break_at = -1;
   std::string break_at_reason;
 };

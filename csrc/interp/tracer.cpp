@@ -71,7 +71,7 @@ const HandlerTable& handler_table() {
   return table;
 }
 
-Tracer::Tracer(PyCodeObject* c, const guards::FrameView& f) : frame_globals_(f.globals) {
+Tracer::Tracer(PyCodeObject* c, const guards::FrameView& f) : frame_globals_(f.globals), traced_code_(c) {
   code = c;
   fv = f;
   int n = compat::code_nlocalsplus(code);
@@ -86,6 +86,7 @@ Tracer::Status Tracer::run() {
     bool entry = guards::grad_mode_enabled();
     ~GradModeRestore() { guards::set_grad_mode_enabled(entry); }
   } restore_grad_mode;
+  examples_ = ExampleValues(shapes);
   try {
     bc = bytecode::decode(code);
   } catch (const std::exception& e) {
@@ -117,11 +118,14 @@ Tracer::Status Tracer::run() {
         // Raised under a try statement of the traced frame (RAISE_VARARGS, protocols.cpp): its handler, when it
         // catches it, is traced; otherwise Python raises (a break before the instruction).
         if (!enter_exception_handler(e)) throw;
+      } catch (const RestartTrace& r) {
+        restart = r.request;  // this attempt then stops here as at an unsupported construct
+        throw Unsupported(r.what());
       }
     } catch (const Unsupported& e) {
       if (stop.reason.empty()) stop.reason = e.what();
       stop.lineno = lineno_;
-      failed_guards = guards.size() - saved_guards;
+      const bool failed_guards = guards.size() > saved_guards;
       stack = std::move(saved_stack);
       kw_names = saved_kw;
       graph.rollback(saved_graph);
@@ -145,6 +149,8 @@ Tracer::Status Tracer::run() {
         status = Status::Unsupported;
         if (!why.empty()) stop.reason += " (" + why + ")";
       }
+      // The failed instruction guarded what it read (a callee inlined part way): traced again breaking there at once.
+      if (failed_guards && !restart) restart = Restart::break_at(static_cast<int>(pc), stop.reason);
     } catch (py::error_already_set& e) {
       status = Status::Unsupported;
       stop.reason = std::string("Python error during tracing: ") + e.what();
@@ -880,35 +886,49 @@ bool is_user_error(py::handle exc) {
 }
 
 namespace {
-// Where a float that changes becomes a graph input: an argument, or an item of a list / dict (an optimizer's
-// param_groups[0]['lr']); not an object's attribute (read through its __dict__: a config object's constant).
-bool dynamic_float_source(const guards::Source& s) {
+// Where a float that changes becomes a graph input (torch._dynamo passes these as tensors: issue 31): an argument, or
+// an item of a list / dict (an optimizer's param_groups[0]['lr']): symbolic once it changed between compiles, or at
+// once under compile(dynamic=True); an object's attribute (an nn.Module's lr, or read through an object's __dict__),
+// symbolic only once it changed, so that under compile(dynamic=True) too the constants of config objects and torch.nn
+// modules (eps, momentum) stay constants. Globals stay constants.
+enum class FloatSource { Constant, Input, Attribute };
+FloatSource dynamic_float_source(const guards::Source& s) {
   using K = guards::Source::Kind;
-  if (s.kind == K::Local) return true;
-  if (s.kind != K::Item && s.kind != K::DictItem) return false;
+  if (s.kind == K::Local) return FloatSource::Input;
+  if (s.kind == K::Attr || s.kind == K::GenericAttr) return FloatSource::Attribute;
+  if (s.kind != K::Item && s.kind != K::DictItem) return FloatSource::Constant;
   for (const guards::Source* b = s.base.get(); b; b = b->base.get())
-    if ((b->kind == K::Attr || b->kind == K::GenericAttr) && b->name == "__dict__") return false;
-  return true;
+    if ((b->kind == K::Attr || b->kind == K::GenericAttr) && b->name == "__dict__") return FloatSource::Attribute;
+  return FloatSource::Input;
 }
 }  // namespace
 
-bool Tracer::code_dynamic_probe(py::handle probe, py::handle value, const guards::Source& src) {
-  py::object r = probe(py::handle(reinterpret_cast<PyObject*>(code)), cb_dynamic, value, shape_source_name(src));
+bool Tracer::code_dynamic_probe(py::handle probe, py::handle value, const guards::Source& src, bool automatic_only) {
+  // automatic_only: as under compile(dynamic=None), dynamic once it changed (the default config), never at first sight.
+  py::handle dyn = automatic_only && cb_dynamic.is(py::bool_(true)) ? py::handle(Py_None) : py::handle(cb_dynamic);
+  py::object r = probe(py::handle(reinterpret_cast<PyObject*>(traced_code_)), dyn, value, shape_source_name(src));
   return r.cast<bool>();
 }
 
-void Tracer::restart_with_fake_tensors(const guards::Source& src) {
-  restart_dynamic = true;
-  unsupported("input " + shape_source_name(src) + " is dynamic now (traced again with symbolic sizes)");
+void Tracer::request_restart(Restart r) { throw RestartTrace(std::move(r)); }
+
+namespace {
+Restart dynamic_input(const guards::Source& src) {
+  return Restart::fake_tensors("input " + shape_source_name(src) + " is dynamic now (traced again with symbolic sizes)",
+                               false);  // the probe recorded it in the frame's state
 }
+}  // namespace
 
 
-ValuePtr Tracer::wrap_dynamic_scalar(py::handle value, const SourcePtr& src, const char* make) {
+ValuePtr Tracer::wrap_dynamic_scalar(py::handle value, const SourcePtr& src, const char* make, bool automatic_only) {
   if (!dynamic()) {
-    if (code_dynamic_probe(services().observe_scalar, value, *src)) restart_with_fake_tensors(*src);
+    if (code_dynamic_probe(services().observe_scalar, value, *src, automatic_only))
+      request_restart(dynamic_input(*src));
     return nullptr;
   }
-  py::object example = shapes.attr(make)(value, shape_source_name(*src));  // the value itself while static
+  // The value itself while static.
+  py::object example =
+      examples_.shapes().attr(make)(value, shape_source_name(*src), py::arg("automatic_only") = automatic_only);
   if (Py_TYPE(example.ptr()) == Py_TYPE(value.ptr())) return nullptr;
   guards.add(guards::type_match(src, value.ptr()));
   if (PyTuple_Check(example.ptr())) {
@@ -1008,27 +1028,24 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
         return Value::tensor(in.node, in.node->example_value, value.attr("device"), src);
       }
     }
-    py::object example;
-    if (dynamic()) {
-      example = shapes.attr("fake")(value, shape_source_name(*src));  // dimensions symbolic where dynamic
-    } else {
-      if (code_dynamic_probe(services().observe_tensor, value, *src)) restart_with_fake_tensors(*src);
-      example = py::reinterpret_steal<py::object>(guards::make_meta(v));
-      if (!example) throw py::error_already_set();
-    }
+    if (!dynamic() && code_dynamic_probe(services().observe_tensor, value, *src, false))
+      request_restart(dynamic_input(*src));
+    py::object example = examples_.of_input(value, shape_source_name(*src));
     std::string name = placeholder_name(*src);
     graph::Node* n = graph.placeholder(name, example);
     inputs.push_back(Input{src, n, py::reinterpret_borrow<py::object>(value)});
-    if (!dynamic()) guards.add(guards::tensor_match(src, v));  // dynamic: after the trace (add_shape_guards)
+    if (examples_.guards_metadata_now()) guards.add(guards::tensor_match(src, v));
     return Value::tensor(n, example, value.attr("device"), src);
   }
-  // An int argument, or a float argument or float in a list or dict of the frame (an optimizer's lr): symbolic
-  // once it changed between compiles (or under compile(dynamic=True)). A float is a 0-d tensor input and its item(),
-  // a backed SymFloat (wrap_dynamic_scalar).
+  // An int argument, or a float argument, float in a list or dict of the frame (an optimizer's lr) or float attribute
+  // (an nn.Module's lr): symbolic once it changed between compiles (dynamic_float_source). A float is a 0-d tensor
+  // input and its item(), a backed SymFloat (wrap_dynamic_scalar).
   if (PyLong_CheckExact(v) && src->kind == guards::Source::Kind::Local) {
-    if (ValuePtr s = wrap_dynamic_scalar(value, src, "symint")) return s;
-  } else if (PyFloat_CheckExact(v) && dynamic_float_source(*src)) {
-    if (ValuePtr s = wrap_dynamic_scalar(value, src, "symfloat")) return s;
+    if (ValuePtr s = wrap_dynamic_scalar(value, src, "symint", false)) return s;
+  } else if (PyFloat_CheckExact(v)) {
+    FloatSource kind = dynamic_float_source(*src);
+    if (kind != FloatSource::Constant)
+      if (ValuePtr s = wrap_dynamic_scalar(value, src, "symfloat", kind == FloatSource::Attribute)) return s;
   }
   if (is_constant_object(value)) {
     guards.add(v == Py_None || PyBool_Check(v) || is_typing_form(value) ? guards::id_match(src, v)
@@ -1388,8 +1405,7 @@ py::object Tracer::to_example(const ValuePtr& v) {
 
 ValuePtr Tracer::wrap_result(graph::Node* node, py::handle result, py::object device) {
   if (guards::is_tensor(result.ptr())) {
-    if (!dynamic() && !guards::is_meta_tensor(result.ptr()))
-      unsupported("operation produced a non-meta tensor during tracing");
+    if (!examples_.valid_result(result)) unsupported("operation produced a non-meta tensor during tracing");
     return Value::tensor(node, py::reinterpret_borrow<py::object>(result), device);
   }
   if (PyTuple_Check(result.ptr()) || PyList_Check(result.ptr())) {

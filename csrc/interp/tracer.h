@@ -16,8 +16,10 @@
 #include "bytecode/bytecode.h"
 #include "graph/graph.h"
 #include "guards/guard.h"
+#include "interp/example_values.h"
 #include "interp/frame.h"
 #include "interp/output.h"
+#include "interp/restart.h"
 #include "interp/trace.h"
 #include "interp/value.h"
 
@@ -253,14 +255,18 @@ class Tracer : private Frame, private TraceOptions, private Trace, private Outpu
   // Wraps a real Python value seen at `src` into a symbolic value and installs the guards it needs.
   ValuePtr wrap(py::handle value, SourcePtr src);
   // Dynamic shapes: asks `probe` (services().observe_tensor / observe_scalar: (code, cb_dynamic, value, name)) whether
-  // an input of a static trace is dynamic now (it records the value in the code's frame state).
-  bool code_dynamic_probe(py::handle probe, py::handle value, const guards::Source& src);
-  // Stops a static trace so that translate traces the frame again with fake tensors.
-  [[noreturn]] void restart_with_fake_tensors(const guards::Source& src);
+  // an input of a static trace is dynamic now. It records the value in the frame state of the traced frame's code
+  // (traced_code_, whose frame the source `name` is relative to; never an inlined callee's, whose state the next
+  // compile of the traced frame would not consult).
+  // automatic_only: dynamic only once the value changed between compiles, also under compile(dynamic=True).
+  bool code_dynamic_probe(py::handle probe, py::handle value, const guards::Source& src, bool automatic_only);
+  // Ends this attempt with a restart request (restart.h: throws RestartTrace); hook/translate.cpp decides.
+  [[noreturn]] void request_restart(Restart r);
   // wrap() of an exact int or float input that may be dynamic: a placeholder whose example is what
   // TraceShapes.<make> gives (a SymInt, or an unbacked SymFloat) and a SymNum, with only its type guarded (the
-  // value: the SHAPE_ENV guard); nullptr while it is static (the caller wraps the constant).
-  ValuePtr wrap_dynamic_scalar(py::handle value, const SourcePtr& src, const char* make);
+  // value: the SHAPE_ENV guard); nullptr while it is static (the caller wraps the constant). automatic_only: see
+  // code_dynamic_probe.
+  ValuePtr wrap_dynamic_scalar(py::handle value, const SourcePtr& src, const char* make, bool automatic_only);
   // wrap() of an exact list, str-keyed dict or set of constants: a container value with a Source and the
   // real object, its items wrapped; nullptr when the object is not one of those.
   ValuePtr wrap_container(py::handle value, SourcePtr src);
@@ -531,6 +537,10 @@ class Tracer : private Frame, private TraceOptions, private Trace, private Outpu
   int wrap_depth_ = 0;   // nesting of wrap() calls (containers inside containers)
   size_t wrapped_ = 0;   // values wrap() made in this trace
   PyObject* frame_globals_ = nullptr;  // the traced frame's own globals (borrowed from the frame)
+  // The traced frame's code (borrowed, as `code` at construction): Frame::code is the running (maybe inlined) one.
+  PyCodeObject* traced_code_ = nullptr;
+  // Meta or fake examples (from TraceOptions::shapes, set as run() starts): every choice between the two goes through it.
+  ExampleValues examples_;
   struct Undo {  // a container's contents (or a cell's) before the running instruction first changed it
     ValuePtr value;
     std::vector<ValuePtr> items;

@@ -194,6 +194,8 @@ class Callback:
         utils.counters["frames"]["ok"] += 1
         for reason in info.get("break_reasons") or ():
             utils.counters["graph_break"][str(reason.get("reason", "?"))] += 1
+        for kind in info.get("restarts") or ():  # traces started again before this one (interp/restart.h)
+            utils.counters["restarts"][kind] += 1
         if "compile_time_s" in info:
             utils.record_compile_time("translate", info["compile_time_s"])
         if _logging.is_enabled("bytecode"):

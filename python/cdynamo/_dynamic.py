@@ -360,21 +360,26 @@ class TraceShapes:
                                         f"to the constant {fixed}; remove mark_dynamic or the code that needs a "
                                         f"static size")
 
-    def symint(self, value, name):
+    def _scalar_cb_dynamic(self, automatic_only):
+        # automatic_only (an object's float attribute): dynamic once it changed, also under compile(dynamic=True).
+        return None if automatic_only and self.cb_dynamic is True else self.cb_dynamic
+
+    def symint(self, value, name, automatic_only=False):
         """A SymInt for dynamic int input ``name`` (0 and 1 stay constants, as in torch._dynamo), or the int."""
         from torch.fx.experimental.symbolic_shapes import DimDynamic
 
-        if not _scalar_dynamic(self.code, self.cb_dynamic, name, value):
+        if not _scalar_dynamic(self.code, self._scalar_cb_dynamic(automatic_only), name, value):
             return value
         return self.shape_env.create_unspecified_symint_and_symbol(value, _Source(name), DimDynamic.DYNAMIC)
 
-    def symfloat(self, value, name):
+    def symfloat(self, value, name, automatic_only=False):
         """For dynamic float input ``name``, as torch._dynamo passes one (``specialize_float=False``): a pair of the
         graph input, a 0-d float64 fake tensor (the call hands the graph ``torch.tensor(value)``, see
         ``float_input_positions``), and its ``item()``, a backed SymFloat whose source is ``name``: a branch on it is
         a guard on the input (``L['t'] <= 0.5``), not a graph break. The float itself while it is static, or nan
-        (specialised, as torch._dynamo does: a symbol's guards cannot hold for nan)."""
-        if not _scalar_dynamic(self.code, self.cb_dynamic, name, value) or math.isnan(value):
+        (specialised, as torch._dynamo does: a symbol's guards cannot hold for nan). ``automatic_only``: dynamic only
+        once it changed between compiles, also under ``compile(dynamic=True)`` (an object's float attribute)."""
+        if not _scalar_dynamic(self.code, self._scalar_cb_dynamic(automatic_only), name, value) or math.isnan(value):
             return value
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 

@@ -144,17 +144,32 @@ class Scaled(torch.nn.Module):
         return self.lin(x) * self.lr
 
 
-@pytest.mark.xfail(strict=True, reason="floats read through an object's __dict__ stay static (tracer.cpp: "
-                   "dynamic_float_source), and a static trace records them under the inlined forward's code while the "
-                   "restart asks about the frame's: a recompile per value up to the limit (torch._dynamo: 2)")
-def test_changing_float_module_attribute_graph_count_equals_dynamo():
+class Outer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = Scaled()
+
+    def forward(self, x):
+        return self.inner(x) + 1
+
+
+class Config:
+    def __init__(self, scale):
+        self.scale = scale
+
+
+def scale_by_config(x, cfg):
+    return x * cfg.scale
+
+
+def _module_counts(make, setter, call):
+    """(cdynamo's frame count, torch._dynamo's) over VALUES set with `setter`, each result checked against eager's."""
     def run(compile_fn):
-        m = Scaled()
+        m = make()
         opt = compile_fn(m)
-        x = torch.randn(2, 4)
         for v in VALUES:
-            m.lr = v
-            _same(opt(x), m(x))
+            setter(m, v)
+            _same(call(opt, m), call(m, m))
     cdynamo.reset()
     cnt = CompileCounterWithBackend("eager")
     run(lambda m: cdynamo.optimize(cnt)(m))
@@ -162,7 +177,62 @@ def test_changing_float_module_attribute_graph_count_equals_dynamo():
     dcnt = torch._dynamo.testing.CompileCounter()
     run(lambda m: torch.compile(m, backend=dcnt))
     torch._dynamo.reset()
-    assert cnt.frame_count == dcnt.frame_count, (cnt.frame_count, dcnt.frame_count)
+    return cnt.frame_count, dcnt.frame_count
+
+
+def test_changing_float_module_attribute_graph_count_equals_dynamo():
+    """Issue 31: an lr-like attribute of the module that changes between calls is a dynamic float from the second
+    compile on (2 graphs, as torch._dynamo), not one graph per value up to the recompile limit. The module's forward
+    is inlined into its entry frame: the dynamic-shape state is the traced frame's."""
+    x = torch.randn(2, 4)
+    got, want = _module_counts(Scaled, lambda m, v: setattr(m, "lr", v), lambda f, m: f(x))
+    assert got == want == 2, (got, want)
+
+
+def test_changing_float_attribute_of_a_submodule_graph_count_equals_dynamo():
+    x = torch.randn(2, 4)
+    got, want = _module_counts(Outer, lambda m, v: setattr(m.inner, "lr", v), lambda f, m: f(x))
+    assert got == want == 2, (got, want)
+
+
+def test_changing_float_attribute_of_an_argument_graph_count_equals_dynamo():
+    cfg = Config(0.1)
+    x = torch.randn(4)
+    got, want = _module_counts(lambda: scale_by_config, lambda m, v: setattr(cfg, "scale", v),
+                               lambda f, m: f(x, cfg))
+    assert got == want == 2, (got, want)
+
+
+def test_float_attributes_stay_constants_under_dynamic_true_until_they_change():
+    """compile(dynamic=True) makes float arguments symbolic at once, but an attribute (LayerNorm's eps, a module's lr)
+    only once it changed: the first graph takes no float input."""
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(list(example_inputs))
+        return gm.forward
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = torch.nn.LayerNorm(4)
+            self.lr = 0.1
+
+        def forward(self, x):
+            return self.norm(x) * self.lr
+
+    cdynamo.reset()
+    m = Net()
+    opt = cdynamo.compile(m, backend=backend, dynamic=True)
+    x = torch.randn(3, 4)
+    _same(opt(x), m(x))
+    m.lr = 0.2
+    _same(opt(x), m(x))
+    m.lr = 0.3
+    _same(opt(x), m(x))
+    assert len(graphs) == 2, len(graphs)
+    floats = [[e for e in ex if getattr(e, "_cdynamo_float_input", False)] for ex in graphs]
+    assert [len(f) for f in floats] == [0, 1], graphs
 
 
 def test_dynamic_float_graph_takes_a_0d_float64_tensor_and_item():
