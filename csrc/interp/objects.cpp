@@ -72,7 +72,6 @@ struct Tracer::ObjectAttrs {
   static ValuePtr through_override(Tracer& t, const ValuePtr& obj, PyObject* ga, const std::string& name) {
     size_t nodes = t.graph.mark(), stores = t.attr_stores.size(), muts = t.mutation_count_;
     StopInfo stop = t.stop;
-    bool restart = t.restart_dynamic;
     ValuePtr f = t.wrap(ga, guards::Source::attr(t.type_source(obj), "__getattribute__"));
     try {
       return t.inline_call(f, {obj, Value::constant(py::str(name))}, {});
@@ -81,9 +80,7 @@ struct Tracer::ObjectAttrs {
     } catch (const OpRaised&) {
       throw;
     } catch (const Unsupported&) {
-      if (t.graph.mark() != nodes || t.attr_stores.size() != stores || t.mutation_count_ != muts ||
-          t.restart_dynamic != restart)
-        throw;
+      if (t.graph.mark() != nodes || t.attr_stores.size() != stores || t.mutation_count_ != muts) throw;
       t.stop = std::move(stop);
       return nullptr;
     }
