@@ -87,11 +87,18 @@ struct Tracer::ObjectAttrs {
   }
 };
 
+namespace {
+// The Python __getattribute__ that `type` (borrowed) defines or inherits (borrowed), or nullptr: object's slot.
+PyObject* python_getattribute(PyTypeObject* type) {
+  static PyObject* name = PyUnicode_InternFromString("__getattribute__");  // owned for the process
+  PyObject* ga = _PyType_Lookup(type, name);  // borrowed
+  return ga && PyFunction_Check(ga) ? ga : nullptr;
+}
+}  // namespace
+
 PyObject* Tracer::frame_getattribute_override(py::handle o) const {
   if (PyType_Check(o.ptr()) || PyModule_Check(o.ptr())) return nullptr;
-  static PyObject* name = PyUnicode_InternFromString("__getattribute__");  // owned for the process
-  PyObject* ga = _PyType_Lookup(Py_TYPE(o.ptr()), name);  // borrowed
-  return ga && PyFunction_Check(ga) ? ga : nullptr;
+  return python_getattribute(Py_TYPE(o.ptr()));
 }
 
 SourcePtr Tracer::type_source(const ValuePtr& obj) const {
@@ -597,9 +604,7 @@ std::string Tracer::describe_class(const ValuePtr& cls) const {
 }
 
 PyObject* Tracer::getattribute_override(const ValuePtr& inst) const {
-  auto* type = reinterpret_cast<PyTypeObject*>(inst->instance().cls->obj.ptr());
-  PyObject* ga = _PyType_Lookup(type, py::str("__getattribute__").ptr());  // borrowed
-  return ga && PyFunction_Check(ga) ? ga : nullptr;
+  return python_getattribute(reinterpret_cast<PyTypeObject*>(inst->instance().cls->obj.ptr()));
 }
 
 ValuePtr Tracer::instance_attr(const ValuePtr& inst, const std::string& name) {
