@@ -150,7 +150,8 @@ class Callback:
                                           utils.counters["stats"])
         if _regions_wanted(self.backend):
             from . import _regions
-            compiled = _regions.compile_regions(gm, example_inputs, self._call_backend)
+            compiled = _regions.compile_regions(gm, example_inputs, self._call_backend,
+                                                by_work=config.compile_regions is None)
             if compiled is not None:
                 return compiled
         return self._call_backend(gm, example_inputs)

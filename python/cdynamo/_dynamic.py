@@ -120,10 +120,21 @@ def _wants_dynamic(cb_dynamic):
     return cb_dynamic is True or (cb_dynamic is None and not config.assume_static_by_default)
 
 
+def _forced_static(t, name):
+    """A parameter (an nn.Parameter, or any tensor in a module's ``_parameters`` / ``_buffers``): its sizes stay
+    static under automatic dynamic and ``dynamic=True``, as torch._dynamo's ``force_parameter_static_shapes`` and
+    ``force_nn_module_property_static_shapes`` keep them (models of two widths through one forward would otherwise
+    give the second symbolic weights); ``mark_dynamic`` still makes one dynamic."""
+    return type(t) is torch.nn.Parameter or "._parameters[" in name or "._buffers[" in name
+
+
 def _dims_for(code, cb_dynamic, name, t):
     """Per dimension of tensor input ``name``: "static", "auto" (automatic dynamic), "duck" (dynamic=True),
     "dynamic" (mark_dynamic: a trace that specialises it raises) or "weak" (maybe_mark_dynamic: it may specialise);
     records what this compile saw of it in the code's frame state."""
+    marked = set(_marked(t, "_dynamo_dynamic_indices"))
+    if not marked and _forced_static(t, name):
+        return ["static"] * t.dim()  # nor recorded in the frame state: a later compile does not learn it dynamic
     state = _frame_state.setdefault(_code_key(code), {})
     sizes = list(t.shape)
     seen = state.get(name)
@@ -131,7 +142,6 @@ def _dims_for(code, cb_dynamic, name, t):
         seen = state[name] = _SeenTensor(list(sizes))
     elif cb_dynamic is not False and config.automatic_dynamic_shapes:
         seen.sizes = [None if old is None or old != new else old for old, new in zip(seen.sizes, sizes)]
-    marked = set(_marked(t, "_dynamo_dynamic_indices"))
     weak = set(_marked(t, "_dynamo_weak_dynamic_indices"))  # maybe_mark_dynamic (and torch 2.11's aot outputs)
     static = set(_marked(t, "_dynamo_static_indices"))
     out = []

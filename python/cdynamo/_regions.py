@@ -23,6 +23,7 @@ tensors and symbolic sizes in a dynamic-shape graph, as for a whole graph).
 import torch
 
 from . import _dynamic, _graph_call, _logging, _split, config, utils
+from ._region_work import group_by_work
 
 _STATE_WORDS = ("grad_enabled", "autocast", "inference_mode", "manual_seed", "rng_state", "set_default",
                 "_enter", "_exit", "functorch")
@@ -240,7 +241,8 @@ class Plan:
         """[{"cls", "paths", "calls"}] per distinct region key, in graph order."""
         out = {}
         for i, span in self.region_of.items():
-            entry = out.setdefault(self.keys[i], {"cls": span[3].__name__, "paths": [], "calls": 0})
+            name = span[3].__name__ + (f" ({span[4]} layers)" if len(span) > 4 and span[4] > 1 else "")
+            entry = out.setdefault(self.keys[i], {"cls": name, "paths": [], "calls": 0})
             entry["paths"].append(span[2])
             entry["calls"] += 1
         return list(out.values())
@@ -255,9 +257,10 @@ def _static_nodes(gm):
             and n.meta.get("tensor_dict", {}).get("_dynamo_static_input_type") is not None}
 
 
-def plan(gm, example_inputs, min_calls=None):
+def plan(gm, example_inputs, min_calls=None, by_work=False):
     """(Plan, None) when the graph has >= ``min_calls`` calls of one region worth compiling once, else
-    (None, reason)."""
+    (None, reason). ``by_work``: the automatic policy (``group_by_work``): layers too small to pay for a cut each are
+    cut k at a time, or not at all."""
     min_calls = config.regions_min_calls if min_calls is None else min_calls
     nodes = _split.compute_nodes(gm)
     spans = find_calls(nodes, min_calls)
@@ -278,6 +281,10 @@ def plan(gm, example_inputs, min_calls=None):
         return None, f"fake propagation failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     values.update(zip(placeholders, example_inputs))
+    if by_work:
+        spans, why = group_by_work(nodes, spans, values, min_calls)
+        if not spans:
+            return None, why
     return _plan_spans(gm, example_inputs, nodes, spans, values, min_calls, False)
 
 
@@ -362,13 +369,15 @@ def _example_inputs(seg, p, gm, example_inputs):
     return out
 
 
-def compile_regions(gm, example_inputs, call_backend):
+def compile_regions(gm, example_inputs, call_backend, by_work=False):
     """The graph compiled by region (a ``_split.SequenceCall``), or None when it is better compiled whole (the
-    reason in the ``regions`` log). ``call_backend(gm, example_inputs)`` compiles one segment."""
+    reason in the ``regions`` log). ``call_backend(gm, example_inputs)`` compiles one segment. ``by_work``: the
+    automatic policy (``config.compile_regions`` None), which cuts only where the layers' work hides the cost of a
+    segment call (``group_by_work``)."""
     if _dynamic.has_fake(example_inputs):
         _dynamic.drop_dead_sym_nodes(gm)
     try:
-        p, why = plan(gm, example_inputs)
+        p, why = plan(gm, example_inputs, by_work=by_work)
     except Exception as e:  # noqa: BLE001  (an internal error here never fails the compile: the graph goes whole)
         p, why = None, f"internal error while planning: {type(e).__name__}: {e}"
     if p is None:
@@ -393,12 +402,12 @@ def compile_regions(gm, example_inputs, call_backend):
     return _split.SequenceCall(gm, p.segments, fns)
 
 
-def explain(gm, example_inputs):
+def explain(gm, example_inputs, by_work=False):
     """The regions regional compilation would compile once for ``gm`` ([] when none), for explain()."""
     if not find_calls(_split.compute_nodes(gm), config.regions_min_calls):
         return []
     try:
-        p, _ = plan(gm, list(example_inputs))
+        p, _ = plan(gm, list(example_inputs), by_work=by_work)
     except Exception:  # noqa: BLE001  (explain reports; it never fails because of this analysis)
         return []
     return [] if p is None else p.regions()

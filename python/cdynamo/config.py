@@ -51,6 +51,10 @@ _OPTIONS = {
                           "with two layers the three compiles (before, one layer, after) cost more than one of the "
                           "whole graph (inductor, CPU: Llama of 2 layers 27.0 s by region vs 24.8 s whole; 3 layers "
                           "25.0 vs 24.3; 4 layers 23.5 vs 28.1)"),
+    "regions_min_work": (float, 10.0, "the automatic policy (compile_regions None): a region must hold this many "
+                         "compiled-segment calls' worth of estimated device time (_region_work.py); smaller layers are "
+                         "grouped k at a time, or the graph compiled whole (10: a segment call is at most ~10% of the "
+                         "region's time; 0: one region per layer, as compile_regions=True)"),
     "dead_code_elimination": (bool, True, "a captured graph's pure nodes whose values nothing uses are dropped "
                               "before the backend sees it (_dead_code.py); read on each compile"),
 }
@@ -82,6 +86,10 @@ def _check(name, value):
         raise TypeError(f"cdynamo.config.{name} must be a bool, got {type(value).__name__} {value!r}")
     if typ == "optional bool" and value is not None and not isinstance(value, bool):
         raise TypeError(f"cdynamo.config.{name} must be None or a bool, got {type(value).__name__} {value!r}")
+    if typ is float and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise TypeError(f"cdynamo.config.{name} must be a number, got {type(value).__name__} {value!r}")
+    if typ is float and not value >= 0:
+        raise ValueError(f"cdynamo.config.{name} must be >= 0, got {value}")
     if typ is set and not isinstance(value, (set, frozenset)):
         raise TypeError(f"cdynamo.config.{name} must be a set, got {type(value).__name__} {value!r}")
     if name in ("recompile_limit", "accumulated_recompile_limit") and value < 1:

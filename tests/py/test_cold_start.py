@@ -56,7 +56,8 @@ def test_import_cdynamo_imports_no_heavy_module():
 
 
 # cdynamo's own modules that a plain eager compile never needs: explain/export, regions, DDP splitting.
-_LAZY_OWN = ("cdynamo._explain", "cdynamo._export", "cdynamo._regions", "cdynamo._split", "cdynamo._ddp")
+_LAZY_OWN = ("cdynamo._explain", "cdynamo._export", "cdynamo._regions", "cdynamo._region_work", "cdynamo._split",
+             "cdynamo._ddp")
 
 
 def test_import_and_eager_compile_leave_cdynamos_optional_modules_unimported():

@@ -730,3 +730,49 @@ def test_zoo_varying_batch_and_seq(name, batches):
     # frames are not compared here: torch._dynamo's counters['frames']['ok'] also counts the model's frames it found
     # nothing to compile in (BERT: 4 'ok' frames for 2 graphs), cdynamo counts none (docs/python_api.md, counters)
     assert not problems, f"[{name}, {batches}] over (batch, seq) {calls}:\n  " + "\n  ".join(problems)
+
+
+class _Widths(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.fc = nn.Linear(8, d)
+        self.register_buffer("scale", torch.ones(d))
+
+    def forward(self, x):
+        return self.fc(x) * self.scale
+
+
+def _symbolic_inputs(example_inputs):
+    return [tuple(x.shape) for x in example_inputs
+            if isinstance(x, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in x.shape)]
+
+
+def test_parameters_and_buffers_stay_static_as_torch_dynamo_keeps_them():
+    # Two models of different widths through one forward, then a third batch size: the weights' and the buffer's
+    # sizes changed between compiles, yet torch._dynamo keeps parameters and module buffers static
+    # (force_parameter_static_shapes, force_nn_module_property_static_shapes); only the input becomes dynamic.
+    def run(compile_fn):
+        seen = []
+
+        def backend(gm, example_inputs):
+            seen.append(_symbolic_inputs(example_inputs))
+            return gm.forward
+
+        fn = compile_fn(lambda m, x: m(x), backend)
+        outs = []
+        for d, batch in [(16, 3), (32, 5), (32, 7)]:
+            torch.manual_seed(d)
+            m = _Widths(d)
+            x = torch.randn(batch, 8)
+            outs.append((fn(m, x), m(x)))
+        return seen, outs
+
+    ref_seen, ref_outs = run(lambda f, b: torch.compile(f, backend=b))
+    got_seen, got_outs = run(lambda f, b: cdynamo.optimize(b)(f))
+    for got, want in got_outs + ref_outs:
+        torch.testing.assert_close(got, want)
+    # torch._dynamo hands its backend real tensors (no symbols to see): its compile count is the reference. The second
+    # compile is dynamic in the batch; a symbolic weight would also have made the third call compile again.
+    assert len(ref_seen) == 2
+    assert len(got_seen) == 2
+    assert got_seen[1] == [(got_seen[1][0][0], 8)]  # only the input has a symbolic size, never a weight or buffer

@@ -127,6 +127,94 @@ def test_min_calls():
         config.compile_regions = "yes"
 
 
+def _eager_by_region():
+    cnt = CompileCounterWithBackend("eager")
+    cnt._cdynamo_regions = True  # as the inductor backend: by region under the automatic policy (compile_regions None)
+    return cnt
+
+
+def _layer_cost(d, batch, seq):
+    """The automatic policy's estimate for one Block, in compiled-segment calls' worth (regions_min_work's unit)."""
+    from cdynamo import _region_work, _regions, _split
+    seen = {}
+
+    def backend(gm, ex):
+        nodes = _split.compute_nodes(gm)
+        values = _regions._fake_values(gm, ex)
+        a, b, *_ = _regions.find_calls(nodes, 3)[0]
+        seen["cost"] = _region_work.layer_seconds(nodes[a:b], values)
+        return gm.forward
+
+    cdynamo.optimize(backend)(_model(d=d, n=3))(_x(batch=batch, seq=seq))
+    cdynamo.reset()
+    seconds, dev = seen["cost"]
+    return seconds / _region_work._SEGMENT_CALL_S[dev]
+
+
+@pytest.mark.parametrize("n,work,segments,cls", [
+    (6, 0.5, 8, "Block"),      # a layer holds twice the work asked: one region per layer
+    (6, 1.5, 5, "Block (2 layers)"),   # two layers make a region: 3 regions of 2 (+ before and after)
+    (9, 2.5, 5, "Block (3 layers)"),   # three: 3 regions of 3
+    (6, 2.5, 0, None),         # three, but 6 layers make only 2 such regions (< regions_min_calls): whole graph
+    (6, 7.0, 0, None),         # more work than all layers hold: whole graph
+])
+def test_automatic_policy_groups_layers_by_work(n, work, segments, cls):
+    # The automatic policy (compile_regions None, a backend that asks for regions) cuts only where a region's
+    # estimated work is regions_min_work segment calls' worth: small layers are grouped k at a time (k dividing the
+    # number of layers), or the graph compiled whole. Results equal eager and torch._dynamo.
+    cost = _layer_cost(16, 3, 5)
+    cnt = _eager_by_region()
+    model, x = _model(n=n), _x(1)
+    before = _stats()
+    stream = io.StringIO()
+    _logging.enable("regions", stream=stream)
+    try:
+        with config.patch(regions_min_work=work * cost):
+            got = cdynamo.optimize(cnt)(model)(x)
+    finally:
+        _logging.disable("regions")
+        _logging.set_stream(None)
+    after = _stats()
+    assert after.get("region_segments", 0) - before.get("region_segments", 0) == segments
+    assert cnt.frame_count == (1 if cls is None else 3)
+    text = stream.getvalue()
+    assert (f"region {cls}: {segments - 2} calls" in text) if cls else ("layers too small to pay for a cut each" in text)
+    ref = torch.compile(model, backend="eager")(x)
+    torch.testing.assert_close(got, model(x))
+    torch.testing.assert_close(got, ref)
+
+
+def test_automatic_policy_compiles_tiny_layers_whole_and_big_layers_by_region():
+    # With the default regions_min_work: 4 layers of width 16 over 15 tokens are far too small to pay for a cut each
+    # (the graph compiles whole); width 128 over 512 tokens pays (one region per layer).
+    assert config.compile_regions is None and config.regions_min_work == 10.0
+    cnt = _eager_by_region()
+    cdynamo.optimize(cnt)(_model(n=4))(_x())
+    assert cnt.frame_count == 1
+    cnt = _eager_by_region()
+    model, x = _model(d=128, n=4), _x(batch=8, seq=64)
+    got = cdynamo.optimize(cnt)(model)(x)
+    assert cnt.frame_count == 3
+    torch.testing.assert_close(got, model(x))
+    with pytest.raises(ValueError):
+        config.regions_min_work = -1.0
+    with pytest.raises(TypeError):
+        config.regions_min_work = "10"
+
+
+def test_automatic_policy_grouped_regions_train_like_eager():
+    # Grouped regions (2 layers each) in a training step: gradients equal eager's.
+    cost = _layer_cost(16, 3, 5)
+    model = _model(n=6)
+    before = _stats()
+    with config.patch(regions_min_work=1.5 * cost):  # cost is measured with gradients flowing (backward counted)
+        got, got_g = _train_step(model, cdynamo.optimize(_eager_by_region())(model), _x())
+    assert _stats().get("region_segments", 0) - before.get("region_segments", 0) == 5
+    ref, ref_g = _train_step(model, model, _x())
+    torch.testing.assert_close(got, ref)
+    torch.testing.assert_close(got_g, ref_g)
+
+
 class CastBlock(Block):
     def forward(self, x):
         return super().forward(x.to(self.fc1.weight.dtype)).to(x.dtype)
@@ -414,13 +502,14 @@ def _grads_of(model):
 def test_inductor_default_policy_compiles_layers_once(mode, monkeypatch):
     # reduce-overhead: compile()'s inductor-with-options backend takes the same path when regions are asked for
     # (CUDA graphs: GPU only); by default it compiles whole graphs (test_reduce_overhead_compiles_whole_by_default).
+    # Width 128 over 512 tokens: layers big enough for the automatic policy to cut each (regions_min_work).
     if mode is not None:
         monkeypatch.setattr(cdynamo.config, "compile_regions", True)
-    model = _model(n=4)
+    model = _model(d=128, n=4)
     before = _stats()
     fn = cdynamo.optimize("inductor")(model) if mode is None else cdynamo.compile(model, mode=mode)
-    got, got_g = _train_step(model, fn, _x())
-    ref, ref_g = _train_step(model, model, _x())
+    got, got_g = _train_step(model, fn, _x(batch=8, seq=64))
+    ref, ref_g = _train_step(model, model, _x(batch=8, seq=64))
     after = _stats()
     assert after.get("region_graphs", 0) == before.get("region_graphs", 0) + 1
     assert after["region_compiles"] - before.get("region_compiles", 0) == 3
@@ -453,7 +542,8 @@ def test_inductor_dropout_layers_do_not_share_masks():
             return [layer(x) for layer in self.layers]
 
     before = _stats().get("region_graphs", 0)
-    outs = cdynamo.optimize("inductor")(Outs())(torch.ones(4096))
+    with config.patch(regions_min_work=0.0):  # one region per layer, however small (the automatic policy's switch)
+        outs = cdynamo.optimize("inductor")(Outs())(torch.ones(4096))
     assert _stats()["region_graphs"] == before + 1
     masks = [o != 0 for o in outs]
     for i in range(4):
