@@ -3,6 +3,7 @@
 import functools
 import inspect
 import types
+import weakref
 
 import torch
 
@@ -15,14 +16,33 @@ _TRAMPOLINE_SRC = "def module_call(*args, _cdynamo_module):\n    return _cdynamo
 _TRAMPOLINE_CODE = compile(_TRAMPOLINE_SRC, "<cdynamo module call>", "exec").co_consts[0]
 
 
+# One trampoline code object per forward function: compiled code is cached per code object, so the instances of one
+# module class wrapped one by one (compile(model.layers[i]) for each i, FSDP2's per-block compile) share their
+# entries as under torch.compile, where the cache lives on forward's code: modules are guarded by type and structure,
+# and an instance that needs an entry of its own still gets its own recompile limit (`_cdynamo_module` is the frame's
+# first local, hook/translate.cpp: same_pinned_locals).
+_TRAMPOLINES = weakref.WeakKeyDictionary()
+
+
+def _trampoline_code(forward):
+    if forward is None:
+        return _TRAMPOLINE_CODE.replace()  # no forward function to share by: a code object of its own
+    try:
+        code = _TRAMPOLINES.get(forward)
+        if code is None:
+            code = _TRAMPOLINES[forward] = _TRAMPOLINE_CODE.replace()
+        return code
+    except TypeError:  # not weakly referenceable
+        return _TRAMPOLINE_CODE.replace()
+
+
 def _module_trampoline(mod):
     # The globals of the module's forward (the trampoline reads none itself): the tracer inlines a user function
     # only from a frame with the same globals, so forward is traced inside this frame, and nopython=True applies
-    # to it. A code object of its own per wrapper: compiled code is cached per code object, under the recompile
-    # limit, and guarded on the identity of `_cdynamo_module`; a shared one would stop compiling after the 8th.
+    # to it.
     forward = getattr(getattr(mod, "forward", None), "__func__", None)
     fwd_globals = getattr(forward, "__globals__", None)
-    fn = types.FunctionType(_TRAMPOLINE_CODE.replace(), fwd_globals if isinstance(fwd_globals, dict) else {},
+    fn = types.FunctionType(_trampoline_code(forward), fwd_globals if isinstance(fwd_globals, dict) else {},
                             "module_call")
     fn.__kwdefaults__ = {"_cdynamo_module": mod}
     return fn

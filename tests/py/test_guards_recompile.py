@@ -6,6 +6,7 @@ import warnings
 
 import pytest
 import torch
+import torch._dynamo.testing
 
 import cdynamo
 from cdynamo import _C
@@ -905,3 +906,56 @@ def test_recompile_limit_counts_per_self_instance_when_not_pinned():
                 for b in blocks:
                     torch.testing.assert_close(fwd(b, x), b(x))
         assert cnt.frame_count == graphs
+
+
+# ---- modules wrapped one by one ------------------------------------------------------------------------
+
+class _IdxLayer(torch.nn.Module):
+    def __init__(self, idx=0):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.idx = idx
+
+    def forward(self, x):
+        return torch.relu(self.fc(x)) + self.idx
+
+
+def test_instances_wrapped_one_by_one_share_one_compile():
+    # compile(layer) for each layer of a model (the manual "regional compilation", FSDP2's per-block compile): the
+    # instances of one class share their compiled entry as under torch.compile, whose cache lives on forward's code.
+    torch.manual_seed(0)
+    layers = [_IdxLayer() for _ in range(6)]
+    x = torch.randn(2, 4)
+    cnt = CompileCounter()
+    opt = cdynamo.optimize(cnt)
+    ref_cnt = torch._dynamo.testing.CompileCounter()
+    for layer in layers:
+        got = opt(layer)(x)
+        ref = torch.compile(layer, backend=ref_cnt)(x)
+        torch.testing.assert_close(got, layer(x))
+        torch.testing.assert_close(ref, layer(x))
+    assert ref_cnt.frame_count == 1
+    assert cnt.frame_count == ref_cnt.frame_count
+    # Each instance's own parameters are read: replacing one layer's weight changes only its result.
+    with torch.no_grad():
+        layers[3].fc.weight.mul_(2)
+    for layer in layers:
+        torch.testing.assert_close(opt(layer)(x), layer(x))
+    assert cnt.frame_count == 1
+
+
+def test_instances_that_need_their_own_entry_each_get_the_recompile_limit():
+    # Each layer reads its own `idx` (GPT-2's blocks read their layer_idx): one entry per instance, and each
+    # instance counts against its own recompile limit, so none of 10 layers runs as Python under a limit of 3.
+    cdynamo.config.recompile_limit = 3
+    torch.manual_seed(0)
+    layers = [_IdxLayer(i) for i in range(10)]
+    x = torch.randn(2, 4)
+    cnt = CompileCounter()
+    opt = cdynamo.optimize(cnt)
+    for layer in layers:
+        torch.testing.assert_close(opt(layer)(x), layer(x))
+    assert cnt.frame_count == 10
+    for layer in layers:  # cached now
+        torch.testing.assert_close(opt(layer)(x), layer(x))
+    assert cnt.frame_count == 10
