@@ -14,6 +14,8 @@ namespace {
 
 // Memo.from_ver of a tuple item (no dict version: the tuple's identity, proven by its parent, is the stamp).
 constexpr uint64_t kTupleItem = ~uint64_t{0};
+// Memo.from_ver of a class root (its value is always the one class).
+constexpr uint64_t kClassRoot = ~uint64_t{0} - 1;
 
 // Interned names of the function and cell fields read directly (owned for the process).
 struct FieldNames {
@@ -73,6 +75,15 @@ bool generic_getattribute(PyTypeObject* type) {
   return _PyType_Lookup(type, getattribute_name()) == slot;
 }
 
+// True if every object of class `cls` (borrowed) reads `cls` for `x.__class__` (kind Attr: getattr; GenericAttr:
+// object.__getattribute__): the class keeps object's __class__ descriptor and, for getattr, object's __getattribute__.
+bool class_reads_type(PyObject* cls, Source::Kind kind) {
+  if (!PyType_Check(cls)) return false;
+  auto* type = reinterpret_cast<PyTypeObject*>(cls);
+  return _PyType_Lookup(type, class_name()) == object_class_descriptor() &&
+         (kind == Source::Kind::GenericAttr || generic_getattribute(type));
+}
+
 PyObject* hook_name(int i) {
   static PyObject* names[4] = {PyUnicode_InternFromString("_forward_pre_hooks"), PyUnicode_InternFromString("_forward_hooks"),
                                PyUnicode_InternFromString("_backward_pre_hooks"),
@@ -95,6 +106,19 @@ uint64_t own_state(PyObject* v, const void** d) {
   uint64_t ver = compat::dict_version(dict);
   *d = ver ? dict : nullptr;
   return ver;
+}
+
+// True if `a` and `b` (guards on one node) check the same thing of its value: identity, type, equality with one
+// object, or a length; other kinds are never merged.
+bool same_check(const Guard& a, const Guard& b) {
+  if (a.kind != b.kind || a.expected != b.expected || a.weak != b.weak) return false;
+  switch (a.kind) {
+    case GuardKind::IdMatch:
+    case GuardKind::TypeMatch:
+    case GuardKind::EqualsMatch: return true;
+    case GuardKind::LengthMatch: return a.length == b.length;
+    default: return false;
+  }
 }
 
 // What NO_TENSOR_ALIASING compares: the storage of a tensor (state 1), else the object itself.
@@ -137,6 +161,9 @@ struct GuardTree::Walk {
 
 GuardTree::GuardTree(const GuardSet& set) {
   const auto& guards = set.guards();
+  for (const Guard& g : guards)  // first: the classes TYPE_MATCH pins, so `x.__class__` steps can share a class root
+    if (g.kind == GuardKind::TypeMatch && g.source && g.expected && PyType_Check(g.expected))
+      type_matched_.emplace(intern(g.source.get()), g.expected);
   for (uint32_t i = 0; i < guards.size(); ++i) {
     const Guard& g = guards[i];
     switch (g.kind) {
@@ -170,6 +197,7 @@ GuardTree::GuardTree(const GuardSet& set) {
     leaf.guard = i;
     leaf.kind = g.kind;
     leaf.tensor = g.tensor.get();
+    if (g.kind == GuardKind::TypeMatch) leaf.type = g.expected;
     leaf.cost = cost_of(g.kind);
     leaf.skip = Skip::Never;
     switch (g.kind) {
@@ -188,6 +216,9 @@ GuardTree::GuardTree(const GuardSet& set) {
       case GuardKind::NoModuleHooks: leaf.skip = Skip::Hooks; break;
       default: break;
     }
+    // The same check on the same node (a class root's guards, read once per instance path): kept once.
+    if (std::any_of(n.leaves.begin(), n.leaves.end(), [&](const Leaf& l) { return same_check(guards[l.guard], g); }))
+      continue;
     n.wants_own = n.wants_own || leaf.skip == Skip::SameContents || leaf.skip == Skip::Hooks;
     n.has_hooks = n.has_hooks || leaf.skip == Skip::Hooks;
     n.leaves.push_back(leaf);
@@ -204,12 +235,18 @@ GuardTree::GuardTree(const GuardSet& set) {
     std::vector<Leaf>().swap(n.leaves);
     std::vector<uint32_t>().swap(n.children);
   }
+  type_matched_.clear();
 }
 
 uint32_t GuardTree::intern(const Source* s) {
   auto have = by_source_.find(s);
   if (have != by_source_.end()) return have->second;
   int32_t parent = s->base ? static_cast<int32_t>(intern(s->base.get())) : -1;
+  uint32_t cls = intern_class(s, parent);
+  if (cls != UINT32_MAX) {
+    by_source_.emplace(s, cls);
+    return cls;
+  }
   // The step from the parent: kind, operands, and the parent's node (equal paths share a node).
   std::string key = std::to_string(parent) + "|" + std::to_string(static_cast<int>(s->kind)) + "|" +
                     std::to_string(s->index) + "|" + std::to_string(reinterpret_cast<uintptr_t>(s->owner)) + "|" +
@@ -231,9 +268,48 @@ uint32_t GuardTree::intern(const Source* s) {
   return it->second;
 }
 
+uint32_t GuardTree::intern_class(const Source* s, int32_t parent) {
+  if (parent < 0 || (s->kind != Source::Kind::Attr && s->kind != Source::Kind::GenericAttr) ||
+      s->name_obj != class_name())
+    return UINT32_MAX;
+  auto t = type_matched_.find(static_cast<uint32_t>(parent));
+  if (t == type_matched_.end() || !class_reads_type(t->second, s->kind)) return UINT32_MAX;
+  std::string key = "class|" + std::to_string(static_cast<int>(s->kind)) + "|" +
+                    std::to_string(reinterpret_cast<uintptr_t>(t->second));
+  auto [it, fresh] = by_step_.emplace(std::move(key), static_cast<uint32_t>(nodes_.size()));
+  if (fresh) {
+    Node n;
+    n.source = s;
+    n.kind = s->kind;
+    n.name_obj = s->name_obj;
+    n.class_of = t->second;
+    n.class_ver = compat::type_version(reinterpret_cast<PyTypeObject*>(t->second));
+    nodes_.push_back(std::move(n));
+    roots_.push_back(it->second);
+  }
+  return it->second;
+}
+
+// A class root's value: the class itself while it reads its own type for `__class__` (re-checked when its version
+// changed), else missing (the check fails).
+PyObject* GuardTree::fetch_class(Node& n, bool* same, Stamp* stamp) const {
+  auto* cls = reinterpret_cast<PyTypeObject*>(n.class_of);
+  uint64_t ver = compat::type_version(cls);
+  if (!ver || ver != n.class_ver) {
+    if (!class_reads_type(n.class_of, n.kind)) return nullptr;
+    n.class_ver = ver;
+  }
+  *same = n.memo.value == n.class_of && n.memo.from_ver == kClassRoot;
+  stamp->from = n.class_of;
+  stamp->from_ver = kClassRoot;
+  Py_INCREF(n.class_of);
+  return n.class_of;
+}
+
 // The node's value from its parent's (borrowed; nullptr for a root): a new reference or nullptr (missing). *same:
 // proven the object the memo holds. *stamp: the stamp read now (from_ver 0: none), recorded if the node passes.
 PyObject* GuardTree::fetch(Walk& w, Node& n, PyObject* parent, bool parent_same, bool* same, Stamp* stamp) const {
+  if (n.class_of) return fetch_class(n, same, stamp);
   const Source& s = *n.source;  // dereferenced on the paths that read afresh
   const Memo& m = n.memo;
   *same = false;
@@ -449,6 +525,7 @@ bool GuardTree::visit(Walk& w, uint32_t id, PyObject* parent, bool parent_same) 
         }
       }
       if (leaf.skip == Skip::Hooks) hooks_checked = true;
+      if (leaf.type && reinterpret_cast<PyObject*>(Py_TYPE(v)) == leaf.type) continue;
       if (leaf.kind == GuardKind::TensorMatch && leaf.tensor->matches(v, w.keys())) continue;
       if (guards[leaf.guard].check_value(v, nullptr)) continue;
       // Failed: counted, and moved ahead of a neighbour no cheaper that fails less often.

@@ -50,6 +50,7 @@ class GuardTree {
     uint32_t guard;
     GuardKind kind;
     const TensorMatch* tensor;  // TENSOR_MATCH: owned by the guard
+    PyObject* type = nullptr;   // TYPE_MATCH: the class (borrowed from the guard, which owns it), checked inline
     uint8_t cost;  // 0: pointer compares; 1: a few loads or lookups; 2: a loop over items; 3: may call Python
     Skip skip;
     uint32_t fails = 0;
@@ -91,6 +92,11 @@ class GuardTree {
     bool wants_own = false;  // some leaf skips on the value's own dict state
     bool has_hooks = false;
     uint32_t busy = 0;  // visits iterating `leaves` now
+    // A class root (intern_class): the class C every `x.__class__` of an x TYPE_MATCHed to C reads (borrowed from
+    // that TYPE_MATCH guard's `expected`), and the class version at which C was last seen to read its own type for
+    // `__class__` (0: check again).
+    PyObject* class_of = nullptr;
+    uint64_t class_ver = 0;
     Memo memo;
   };
   // A guard over several sources, evaluated on the nodes' values; `last` holds the identities (or storages) of
@@ -104,6 +110,13 @@ class GuardTree {
   struct Walk;
 
   uint32_t intern(const Source* s);
+  // `x.__class__` (an attribute or object.__getattribute__ step) where x's node has TYPE_MATCH(C) and C reads its own
+  // type for `__class__`: one root per C (and step kind), shared by every such x, so the guards on a class (its
+  // forward, the forward's closure, ...) are checked once per call, not once per instance (16 decoder layers: one
+  // class subtree). Sound because the TYPE_MATCH on each x is checked too and the guards are a conjunction; the root
+  // fails (a recompile) if C stops reading its own type for `__class__`. Returns UINT32_MAX where it does not apply.
+  uint32_t intern_class(const Source* s, int32_t parent);
+  PyObject* fetch_class(Node& n, bool* same, Stamp* stamp) const;
   PyObject* fetch(Walk& w, Node& n, PyObject* parent, bool parent_same, bool* same, Stamp* stamp) const;
   // fetch()'s attribute cases: a function's or cell's field, obj.__class__, a class attribute, and an attribute read
   // through object's __getattribute__ (Attr falls through to GenericAttr); same contract as fetch().
@@ -123,6 +136,7 @@ class GuardTree {
   std::vector<uint32_t> generic_guards_;  // SHAPE_ENV and relational guards with a source missing a node
   mutable std::vector<Relation> relations_;
   std::unordered_map<const Source*, uint32_t> by_source_;
+  std::unordered_map<uint32_t, PyObject*> type_matched_;  // while building: node -> the class its TYPE_MATCH expects
   std::unordered_map<std::string, uint32_t> by_step_;
 };
 

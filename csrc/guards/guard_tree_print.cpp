@@ -17,8 +17,11 @@ void GuardTree::text_of(const std::vector<Guard>& guards, uint32_t id, int inden
   const Node& n = nodes_[id];
   std::string self = n.source->describe();
   std::string step = self;
-  if (n.parent >= 0) {  // the step from the parent ("._modules", "['0']", "[1]"), or the whole source
-    std::string up = nodes_[n.parent].source->describe();
+  if (n.class_of) {  // a class root: the class every x.__class__ of its TYPE_MATCHed objects reads
+    step = std::string("class ") + reinterpret_cast<PyTypeObject*>(n.class_of)->tp_name + " (x.__class__ of every x " +
+           "TYPE_MATCHed to it)";
+  } else if (n.parent >= 0 && n.source->base) {  // the step from the base ("._modules", "['0']", "[1]")
+    std::string up = n.source->base->describe();
     if (self.compare(0, up.size(), up) == 0 && self.size() > up.size()) step = self.substr(up.size());
   }
   *out += std::string(2 * static_cast<size_t>(indent), ' ') + step;

@@ -686,3 +686,107 @@ def test_tree_drops_an_object_guarded_identical_to_itself():
     with torch.no_grad():
         m.weight = torch.nn.Parameter(torch.full((4,), 2.0, dtype=torch.float64))
         same(opt(x), m(x))
+
+
+# --- class roots: the guards on a class checked once per call, not once per instance ---------------------------
+
+
+class _Blk(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc(x).relu()
+
+
+def _blk_forward_doubled(self, x):
+    return self.fc(x).relu() * 2
+
+
+class _Deep(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(_Blk() for _ in range(n))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def _guard_log(opt, *args):
+    buf = io.StringIO()
+    _logging.enable("guards", stream=buf)
+    try:
+        opt(*args)
+    finally:
+        _logging.disable()
+    flat, tree = buf.getvalue().split("GUARD TREE:", 1)
+    return flat, tree
+
+
+def test_class_guards_are_checked_once_per_class():
+    # Each layer's `type(layer).forward` guard reads the same class: the tree checks it once under one class root
+    # (the flat list keeps one line per layer for reasons), and the TYPE_MATCH on each layer ties it to that class.
+    torch.manual_seed(0)
+    m = _Deep(5)
+    opt, cnt = compiled(m)
+    x = torch.randn(2, 4)
+    flat, tree = _guard_log(opt, x)
+    assert flat.count("._modules['layers']._modules['") and \
+        sum(".__class__.forward FUNCTION_MATCH" in line and "._modules['fc']" not in line and "['layers']._modules" in line
+            for line in flat.splitlines()) == 5
+    assert sum(line.strip().startswith("class _Blk ") for line in tree.splitlines()) == 1
+    assert sum("TYPE_MATCH" in line for line in tree.splitlines() if "['layers']._modules" not in line) >= 1
+    run_twice(opt, m, x)
+    assert cnt.frame_count == 1
+
+
+def test_class_root_sees_a_patched_forward_and_a_changed_class():
+    torch.manual_seed(0)
+    m = _Deep(4)
+    opt, cnt = compiled(m)
+    x = torch.randn(2, 4)
+    run_twice(opt, m, x)
+    old = _Blk.forward
+    try:
+        _Blk.forward = _blk_forward_doubled  # every layer's forward changes: the class root's guard fails
+        run_twice(opt, m, x)
+        assert cnt.frame_count == 2
+    finally:
+        _Blk.forward = old
+    run_twice(opt, m, x)
+    assert cnt.frame_count == 2  # the first entry again
+
+    class Doubled(_Blk):
+        forward = _blk_forward_doubled
+
+    m.layers[2].__class__ = Doubled  # one layer's class: its TYPE_MATCH fails; the others' class root still holds
+    run_twice(opt, m, x)
+    assert cnt.frame_count == 3
+    m.layers[2].__class__ = _Blk
+    run_twice(opt, m, x)
+    assert cnt.frame_count == 3
+
+
+def test_class_root_fails_when_the_class_stops_reading_its_own_type():
+    # A class that later gets a `__getattribute__` of its own may answer anything for x.__class__: the class root
+    # fails rather than assume type(x) (a recompile), and results still equal eager.
+    torch.manual_seed(0)
+
+    class Blk(_Blk):
+        pass
+
+    m = _Deep(3)
+    for i in range(3):
+        m.layers[i].__class__ = Blk
+    opt, cnt = compiled(m)
+    x = torch.randn(2, 4)
+    run_twice(opt, m, x)
+    Blk.__getattribute__ = lambda self, name: object.__getattribute__(self, name)
+    try:
+        run_twice(opt, m, x)
+        assert cnt.frame_count == 2
+    finally:
+        del Blk.__getattribute__
