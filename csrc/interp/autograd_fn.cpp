@@ -163,8 +163,8 @@ ValuePtr Tracer::autograd_function_apply(const ValuePtr& fn, const std::vector<V
     fargs.insert(fargs.end(), args.begin(), args.end());
     out = inline_call(wrap(forward, fwd_src), std::move(fargs), {});
   }
-  std::vector<ValuePtr> outs = out->kind == VKind::Tuple && !out->obj ? out->items : std::vector<ValuePtr>{out};
-  bool tuple_out = out->kind == VKind::Tuple && !out->obj;
+  bool tuple_out = out->kind == VKind::Tuple && !out->tuple_class();
+  std::vector<ValuePtr> outs = tuple_out ? out->items : std::vector<ValuePtr>{out};
   for (const auto& o : outs)
     if (!o->is_tensor() && !(o->is_const() && o->obj.is_none()))
       unsupported(what + ": forward returned " + o->describe() + " (only tensors and None are supported)");

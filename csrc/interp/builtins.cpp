@@ -48,14 +48,14 @@ bool type_only_instance_check(py::handle obj, py::handle clsinfo) {
 
 PyObject* known_type(const ValuePtr& v) {
   switch (v->kind) {
-    case VKind::Tuple: return v->obj ? v->obj.ptr() : reinterpret_cast<PyObject*>(&PyTuple_Type);
+    case VKind::Tuple: return v->tuple_class() ? v->tuple_class().ptr() : reinterpret_cast<PyObject*>(&PyTuple_Type);
     case VKind::List: return reinterpret_cast<PyObject*>(&PyList_Type);
     case VKind::Dict: {
       if (!v->default_dict()) return reinterpret_cast<PyObject*>(&PyDict_Type);
       static PyObject* dd = py::object(loaded_module("collections").attr("defaultdict")).release().ptr();  // process lifetime
       return dd;
     }
-    case VKind::Set: return reinterpret_cast<PyObject*>(v->obj ? &PyFrozenSet_Type : &PySet_Type);
+    case VKind::Set: return reinterpret_cast<PyObject*>(v->frozenset_result() ? &PyFrozenSet_Type : &PySet_Type);
     case VKind::DictView:
       switch (v->view_of().part) {
         case ViewPart::Keys: return reinterpret_cast<PyObject*>(&PyDictKeys_Type);
@@ -114,22 +114,21 @@ ValuePtr Tracer::make_namedtuple(py::handle cls, const std::vector<ValuePtr>& ar
     if (!is_constant_object(d)) unsupported("namedtuple default that is not a constant");
     items[i] = Value::constant(py::reinterpret_borrow<py::object>(d));
   }
-  ValuePtr out = Value::tuple(std::move(items));
-  out->obj = py::reinterpret_borrow<py::object>(cls);
-  return out;
+  return Value::tuple(std::move(items), py::reinterpret_borrow<py::object>(cls));
 }
 
 ValuePtr Tracer::namedtuple_attr(const ValuePtr& nt, const std::string& name) {
   // A torch.Size of symbolic sizes (symbolic.cpp) has no fields: its methods run on its plain value (the trace
   // specialises it, Tracer::execute_one).
-  if (!is_structseq_class(nt->obj) && !py::hasattr(nt->obj, "_fields"))
-    unsupported("attribute '" + name + "' of a " + callable_name(nt->obj) + " of symbolic sizes");
-  py::tuple fields = tuple_field_names(nt->obj);
+  py::handle cls = nt->tuple_class();
+  if (!is_structseq_class(cls) && !py::hasattr(cls, "_fields"))
+    unsupported("attribute '" + name + "' of a " + callable_name(cls) + " of symbolic sizes");
+  py::tuple fields = tuple_field_names(cls);
   for (size_t i = 0; i < fields.size(); ++i)
     if (py::str(fields[i]).cast<std::string>() == name) return nt->items[i];
-  if (name == "_fields" && !is_structseq_class(nt->obj)) return Value::constant(fields);
+  if (name == "_fields" && !is_structseq_class(cls)) return Value::constant(fields);
   if (name == "_replace" || name == "_asdict" || name == "count" || name == "index") return Value::method(nt, name);
-  unsupported("attribute '" + name + "' of namedtuple " + callable_name(nt->obj));
+  unsupported("attribute '" + name + "' of namedtuple " + callable_name(cls));
 }
 
 namespace {

@@ -152,7 +152,7 @@ struct Tracer::ExceptionOps {
     py::object c;
     if (cls->kind == VKind::Object && PyExceptionClass_Check(cls->obj.ptr())) {
       c = cls->obj;
-    } else if (cls->kind == VKind::Tuple && !cls->obj) {
+    } else if (cls->kind == VKind::Tuple && !cls->tuple_class()) {
       py::tuple tup(cls->items.size());
       for (size_t i = 0; i < cls->items.size(); ++i) {
         const ValuePtr& it = cls->items[i];

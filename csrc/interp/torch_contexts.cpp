@@ -52,7 +52,7 @@ py::object constant_arg(const ValuePtr& v) {
     if (!i->is_const()) return py::object();
     items.append(i->obj);
   }
-  if (v->kind == VKind::Tuple && !v->obj) return py::tuple(items);
+  if (v->kind == VKind::Tuple && !v->tuple_class()) return py::tuple(items);
   return v->kind == VKind::List ? py::object(items) : py::object();
 }
 

@@ -217,11 +217,11 @@ void Tracer::save_undo(const ValuePtr& c) {
 }
 
 void Tracer::will_mutate(const ValuePtr& c) {
-  if (c->frozen) unsupported("changing an object's __dict__ (" + c->describe() + ") in place");
+  if (c->frozen_dict()) unsupported("changing an object's __dict__ (" + c->describe() + ") in place");
   if (may_hold_attributes(c)) items_written = true;
   if (c != autograd_.ctx) ++mutation_count_;
   save_undo(c);
-  if (c->source && c->obj && std::find(mutated.begin(), mutated.end(), c) == mutated.end()) mutated.push_back(c);
+  if (c->source && c->frame_container() && std::find(mutated.begin(), mutated.end(), c) == mutated.end()) mutated.push_back(c);
 }
 
 namespace {
@@ -252,7 +252,7 @@ void Tracer::realize(const ValuePtr& v) {
     // A dict the trace models, read by a method that only looks its keys up (kwargs.get('dtype')): the values'
     // identities decide nothing (each is pinned where the trace uses it); any other method pins them all.
     const ValuePtr& self = v->bound_self();
-    if (self->kind == VKind::Dict && (!self->obj || PyDict_CheckExact(self->obj.ptr())) &&
+    if (self->kind == VKind::Dict && (!self->frame_container() || PyDict_CheckExact(self->frame_container().ptr())) &&
         key_lookup_method(v->bound_name())) {
       realize_own(guards, self);
     } else {
@@ -962,9 +962,7 @@ ValuePtr Tracer::specialize(const ValuePtr& v) {
       changed |= items.back() != i;
     }
     if (!changed) return v;
-    ValuePtr out = Value::tuple(std::move(items));
-    out->obj = v->obj;
-    return out;
+    return Value::tuple(std::move(items), py::reinterpret_borrow<py::object>(v->tuple_class()));
   }
   return v;
 }
@@ -1072,9 +1070,10 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
     Py_ssize_t n = PySequence_Fast_GET_SIZE(v);
     for (Py_ssize_t i = 0; i < n; ++i)
       items.push_back(wrap(PySequence_Fast_GET_ITEM(v, i), guards::Source::item(src, static_cast<int>(i))));
-    ValuePtr out = Value::tuple(std::move(items));
+    py::object cls;  // a namedtuple's or struct sequence's class
+    if (!PyTuple_CheckExact(v)) cls = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(v)));
+    ValuePtr out = Value::tuple(std::move(items), std::move(cls));
     out->source = src;
-    if (!PyTuple_CheckExact(v)) out->obj = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(v)));
     return out;
   }
   // A bound method made anew on each call (`f(self.method)`): its receiver and its function, when the
@@ -1181,7 +1180,7 @@ ValuePtr Tracer::wrap_frozen_dict(py::handle value, SourcePtr src) {
   }
   ValuePtr out = Value::dict(std::move(keys), std::move(items));
   out->source = std::move(src);
-  out->obj = py::reinterpret_borrow<py::object>(value);  // the real object: identity for codegen
+  out->set_frame_container(py::reinterpret_borrow<py::object>(value));  // the real object: identity for codegen
   return out;
 }
 
@@ -1229,7 +1228,7 @@ ValuePtr Tracer::wrap_container(py::handle value, SourcePtr src) {
     return nullptr;
   }
   out->source = std::move(src);
-  out->obj = py::reinterpret_borrow<py::object>(value);  // the real object: identity for codegen
+  out->set_frame_container(py::reinterpret_borrow<py::object>(value));  // the real object: identity for codegen
   return out;
 }
 
@@ -1291,7 +1290,7 @@ ValuePtr Tracer::load_attr(const ValuePtr& obj, const std::string& name) {
   // An attribute this trace assigned reads back the assigned value (the store is replayed later).
   if (ValuePtr v = pending_attr(obj, name)) return v;
   if (obj->super_of()) return super_attr(obj, name);
-  if (obj->kind == VKind::Tuple && obj->obj) return namedtuple_attr(obj, name);
+  if (obj->kind == VKind::Tuple && obj->tuple_class()) return namedtuple_attr(obj, name);
   if (obj->kind == VKind::Instance) return instance_attr(obj, name);
   if (obj->kind == VKind::Record) return record_attr(obj, name);
   switch (obj->kind) {
@@ -1425,10 +1424,10 @@ ValuePtr Tracer::wrap_result(graph::Node* node, py::handle result, py::object de
       items.push_back(wrap_result(n, item, device));
     }
     if (PyList_Check(result.ptr())) return Value::list(std::move(items));
-    ValuePtr out = Value::tuple(std::move(items));
     py::handle type = reinterpret_cast<PyObject*>(Py_TYPE(result.ptr()));
-    if (is_structseq_class(type)) out->obj = py::reinterpret_borrow<py::object>(type);  // torch.return_types
-    return out;
+    py::object cls;  // torch.return_types
+    if (is_structseq_class(type)) cls = py::reinterpret_borrow<py::object>(type);
+    return Value::tuple(std::move(items), std::move(cls));
   }
   unsupported("operation returned " + std::string(Py_TYPE(result.ptr())->tp_name) + ", not a tensor");
 }
