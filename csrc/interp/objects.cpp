@@ -70,7 +70,7 @@ struct Tracer::ObjectAttrs {
   // checked without running Python. nullptr when the inline failed before changing anything: the caller then reads
   // the attribute with getattr, guarded on obj.name (a guard that calls the override on every check).
   static ValuePtr through_override(Tracer& t, const ValuePtr& obj, PyObject* ga, const std::string& name) {
-    size_t nodes = t.graph.mark(), stores = t.attr_stores.size(), muts = t.mutation_count_;
+    const TraceMark mark = t.mark_state();
     StopInfo stop = t.stop;
     ValuePtr f = t.wrap(ga, guards::Source::attr(t.type_source(obj), "__getattribute__"));
     try {
@@ -80,7 +80,7 @@ struct Tracer::ObjectAttrs {
     } catch (const OpRaised&) {
       throw;
     } catch (const Unsupported&) {
-      if (t.graph.mark() != nodes || t.attr_stores.size() != stores || t.mutation_count_ != muts) throw;
+      if (!t.unchanged_since(mark)) throw;
       t.stop = std::move(stop);
       return nullptr;
     }

@@ -52,7 +52,7 @@ std::optional<std::vector<ValuePtr>> Tracer::iterate_user_object(const ValuePtr&
     std::vector<ValuePtr> items;
     for (long i = 0;; ++i) {
       if (i > kMaxSequenceItems) unsupported("iteration over a Sequence too long to unroll");
-      size_t nodes = graph.mark(), stores = attr_stores.size(), muts = mutation_count_;
+      const TraceMark mark = mark_state();
       bool ended = false;
       ValuePtr item;
       try {
@@ -61,8 +61,7 @@ std::optional<std::vector<ValuePtr>> Tracer::iterate_user_object(const ValuePtr&
         if (!PyErr_GivenExceptionMatches(e.exc.ptr(), PyExc_IndexError)) throw;
         ended = true;
       }
-      if (graph.mark() != nodes || attr_stores.size() != stores || mutation_count_ != muts)
-        unsupported("iteration over a Sequence whose __getitem__ has side effects");
+      if (!unchanged_since(mark)) unsupported("iteration over a Sequence whose __getitem__ has side effects");
       if (ended) return items;
       if (!item) unsupported("iteration over " + v->describe());
       items.push_back(item);

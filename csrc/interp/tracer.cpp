@@ -216,6 +216,16 @@ void Tracer::save_undo(const ValuePtr& c) {
   undo_.push_back(Undo{c, c->items, c->keys, c->payload});
 }
 
+Tracer::TraceMark Tracer::mark_state() const {
+  return TraceMark{graph.mark(), attr_stores.size(), mutation_count_, mutated.size()};
+}
+
+bool Tracer::state_unchanged_since(const TraceMark& m) const {
+  return attr_stores.size() == m.stores && mutation_count_ == m.mutations && mutated.size() == m.mutated;
+}
+
+bool Tracer::unchanged_since(const TraceMark& m) const { return graph.mark() == m.nodes && state_unchanged_since(m); }
+
 void Tracer::will_mutate(const ValuePtr& c) {
   if (c->frozen_dict()) unsupported("changing an object's __dict__ (" + c->describe() + ") in place");
   if (may_hold_attributes(c)) items_written = true;
@@ -500,12 +510,13 @@ void Tracer::execute_one() {
   size_t nuse = uses < 0 || static_cast<size_t>(uses) > stack.size() ? stack.size() : static_cast<size_t>(uses);
   std::vector<ValuePtr> used(stack.end() - static_cast<long>(nuse), stack.end());
   size_t before = pc;
-  size_t nodes = graph.mark();
+  const TraceMark mark = mark_state();
+  const size_t nodes = mark.nodes;
   // Dynamic shapes: what the instruction may change before it fails, to run it again on plain numbers.
   std::vector<ValuePtr> stack_before = dynamic() ? stack : std::vector<ValuePtr>{};
   py::object kw_before = kw_names;
   std::string reason_before = stop.reason;
-  size_t undo_before = undo_.size(), stores_before = attr_stores.size(), mutated_before = mutated.size();
+  const size_t undo_before = undo_.size();  // the changes it can take back: none yet (cleared per instruction)
   try {
     h(*this, inst);
   } catch (const TracedRaise&) {
@@ -524,8 +535,7 @@ void Tracer::execute_one() {
     // cannot inline) runs once more on the plain numbers its operands have now: the ShapeEnv guards them, so
     // the size is specialised (as torch._dynamo specialises) rather than the graph broken. Only when the
     // failed attempt changed nothing the trace cannot take back.
-    if (!dynamic() || dynamic_cast<const OpRaised*>(&e) || undo_.size() != undo_before ||
-        attr_stores.size() != stores_before || mutated.size() != mutated_before)
+    if (!dynamic() || dynamic_cast<const OpRaised*>(&e) || undo_.size() != undo_before || !state_unchanged_since(mark))
       throw;
     bool any = false;
     for (size_t k = stack_before.size() - nuse; k < stack_before.size(); ++k) {

@@ -501,6 +501,20 @@ class Tracer : private Frame, private TraceOptions, private Trace, private Outpu
   AutogradSpeculation autograd_;
   // Number of will_mutate() calls (containers, instances, cells changed in place) over the whole trace.
   size_t mutation_count_ = 0;
+  // What a speculative step (an inline that may fail, an attribute read that may raise) can change, taken before it:
+  // graph nodes, attribute stores, changes to containers / instances / cells, frame containers recorded as mutated.
+  struct TraceMark {
+    size_t nodes = 0;      // graph.mark()
+    size_t stores = 0;     // attr_stores.size()
+    size_t mutations = 0;  // mutation_count_
+    size_t mutated = 0;    // mutated.size()
+  };
+  TraceMark mark_state() const;
+  // No Python state changed since `m` (no attribute store, no container / instance / cell change); graph nodes may
+  // have been added.
+  bool state_unchanged_since(const TraceMark& m) const;
+  // Nothing changed since `m`: Python state as above, and no graph node added.
+  bool unchanged_since(const TraceMark& m) const;
   ValuePtr call_object(const ValuePtr& fn, std::vector<ValuePtr> args,
                        std::vector<std::pair<std::string, ValuePtr>> kwargs);
   // Calls pure `f` on constant-like values at trace time and wraps the constant result; `what` names it
