@@ -1080,9 +1080,8 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
     Py_ssize_t n = PySequence_Fast_GET_SIZE(v);
     for (Py_ssize_t i = 0; i < n; ++i)
       items.push_back(wrap(PySequence_Fast_GET_ITEM(v, i), guards::Source::item(src, static_cast<int>(i))));
-    py::object cls;  // a namedtuple's or struct sequence's class
-    if (!PyTuple_CheckExact(v)) cls = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(v)));
-    ValuePtr out = Value::tuple(std::move(items), std::move(cls));
+    ValuePtr out = Value::tuple(std::move(items),  // a namedtuple's or struct sequence's class
+                                PyTuple_CheckExact(v) ? py::object() : py::reinterpret_borrow<py::object>(vtype));
     out->source = src;
     return out;
   }
