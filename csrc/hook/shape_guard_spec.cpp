@@ -25,7 +25,8 @@ int64_t int_field(py::handle obj, const char* type, const char* name, int64_t lo
   if (!PyLong_CheckExact(v.ptr())) bad(std::string(type) + "." + name + " is not an int");
   int overflow = 0;
   long long n = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
-  if (overflow || n < lo || n > hi) bad(std::string(type) + "." + name + " = " + py::repr(v).cast<std::string>() + " is out of range");
+  if (overflow || n < lo || n > hi)
+    bad(std::string(type) + "." + name + " = " + py::repr(v).cast<std::string>() + " is out of range");
   return n;
 }
 

@@ -242,7 +242,7 @@ ValuePtr Tracer::wrap_default_dict(py::handle value, SourcePtr src) {
   ValuePtr factory = wrap(value.attr("default_factory"), guards::Source::attr(src, "default_factory"));
   ValuePtr out = Value::default_dict_of(std::move(factory), std::move(keys), std::move(items));
   out->source = std::move(src);
-  out->set_frame_container(py::reinterpret_borrow<py::object>(value));  // the real object: identity for codegen, written back into
+  out->set_frame_container(py::reinterpret_borrow<py::object>(value));  // the real object: identity, written back
   return out;
 }
 

@@ -231,7 +231,8 @@ void Tracer::will_mutate(const ValuePtr& c) {
   if (may_hold_attributes(c)) items_written = true;
   if (c != autograd_.ctx) ++mutation_count_;
   save_undo(c);
-  if (c->source && c->frame_container() && std::find(mutated.begin(), mutated.end(), c) == mutated.end()) mutated.push_back(c);
+  if (c->source && c->frame_container() && std::find(mutated.begin(), mutated.end(), c) == mutated.end())
+    mutated.push_back(c);
 }
 
 namespace {

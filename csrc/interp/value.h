@@ -277,9 +277,10 @@ struct Value {
   // once); the first use that may depend on which object it is installs this (Tracer::realize).
   std::shared_ptr<guards::Guard> pending_id;
   // Tensor: TensorOf; SymNum: SymOf; Iter: IterOf; Cell: CellOf; Instance / Record: InstanceOf; DictView: DictViewOf;
-  // Method: BoundOf; Tuple: TupleOf; List: ListOf; Set: SetOf; Dict: DictOf; Object: BoundOf for a bound method, FunctionOf for a function made in the trace, else (a
-  // Const for Slot::Noop) what the trace models in place of `obj`, if anything (GradExitOf, PartialOf, SuperOf,
-  // SlotOf, ExceptionOf); monostate otherwise.
+  // Method: BoundOf; Tuple: TupleOf; List: ListOf; Set: SetOf; Dict: DictOf; Object: BoundOf for a bound method,
+  // FunctionOf for a function made in the trace, ModuleMadeOf, TorchCtxOf / CtxExitOf, else (a Const for Slot::Noop)
+  // what the trace models in place of `obj`, if anything (GradExitOf, PartialOf, SuperOf, SlotOf, ExceptionOf);
+  // monostate otherwise.
   Payload payload;
 
   // A Method's or bound-method Object's receiver and attribute name (BoundOf); nullptr / "" for any other value.
