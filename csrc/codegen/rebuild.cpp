@@ -13,7 +13,7 @@ using interp::VKind;
 namespace {
 
 // A container from the frame with its real object: rebuilt by loading its Source (identity kept).
-bool from_frame(const ValuePtr& v) { return v->is_container() && v->source && v->obj; }
+bool from_frame(const ValuePtr& v) { return v->is_container() && v->source && v->frame_container(); }
 
 bool has_items(const ValuePtr& v) {
   return v->kind == VKind::Tuple || v->kind == VKind::List || v->kind == VKind::Dict || v->kind == VKind::Instance ||
@@ -32,7 +32,7 @@ bool made_partial(const ValuePtr& v) { return v->made_in_trace() && v->partial()
 
 // The values `v` holds that are rebuilt with it: items, a closure's cells, a cell's content, a partial's parts.
 std::vector<ValuePtr> held(const ValuePtr& v) {
-  if (const interp::DefaultDictOf* dd = v->default_dict()) {  // its factory, then its values
+  if (const interp::DictOf* dd = v->default_dict()) {  // its factory, then its values
     std::vector<ValuePtr> out{dd->factory};
     out.insert(out.end(), v->items.begin(), v->items.end());
     return out;
@@ -592,8 +592,8 @@ void Rebuilder::push(const ValuePtr& v, int above) {
         e_.load_source(*v->source);  // the caller's own tuple
         return;
       }
-      if (v->kind == VKind::Tuple && v->obj) {  // a namedtuple (cls._make) or struct sequence (cls)
-        call_on_tuple(interp::tuple_maker(v->obj), v->items, above);
+      if (v->kind == VKind::Tuple && v->tuple_class()) {  // a namedtuple (cls._make) or struct sequence (cls)
+        call_on_tuple(interp::tuple_maker(v->tuple_class()), v->items, above);
         return;
       }
       int k = 0;
@@ -631,7 +631,7 @@ void Rebuilder::push(const ValuePtr& v, int above) {
       return;
     case VKind::Dict: {
       // An object's __dict__ read in the trace is that object's live dict, not a new one.
-      if (v->frozen) throw interp::Unsupported("an object's __dict__ cannot be rebuilt apart from its object");
+      if (v->frozen_dict()) throw interp::Unsupported("an object's __dict__ cannot be rebuilt apart from its object");
       if (v->tensor_keyed())
         throw interp::Unsupported("a dict keyed by a tensor cannot be rebuilt at a graph break yet");
       if (v->default_dict()) {  // collections.defaultdict(factory, {keys: values})
@@ -650,8 +650,8 @@ void Rebuilder::push(const ValuePtr& v, int above) {
       return;
     }
     case VKind::Set: {
-      if (v->obj) {  // a frozenset result: an immutable constant
-        e_.load_const(v->obj);
+      if (py::handle fs = v->frozenset_result()) {  // an immutable constant
+        e_.load_const(py::reinterpret_borrow<py::object>(fs));
         return;
       }
       for (const auto& k : v->keys) e_.load_const(k);

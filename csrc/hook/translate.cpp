@@ -15,6 +15,7 @@
 #include "interp/skip_files.h"
 #include "hook/eval_frame.h"
 #include "hook/graph_call.h"
+#include "hook/shape_guard_spec.h"
 #include "hook/state.h"
 #include "guards/shape_guard.h"
 
@@ -276,34 +277,18 @@ void add_shape_guards(interp::Tracer& t) {
   py::list inputs;
   for (const auto& in : t.trace().inputs)
     inputs.append(py::make_tuple(interp::shape_source_name(*in.source), in.node->example_value));
-  py::object spec = t.options().shapes.attr("guard_spec")(inputs);  // a cdynamo._dynamic.GuardSpec
-  py::list slots = spec.attr("slots"), masks = spec.attr("masks");
-  for (size_t i = 0; i < t.trace().inputs.size(); ++i) {
-    const auto& in = t.trace().inputs[i];
-    if (!guards::is_tensor(in.value.ptr())) continue;
-    py::tuple m = masks[i];
-    t.trace().guards.add(guards::tensor_match(in.source, in.value.ptr(), m[0].cast<uint64_t>(), m[1].cast<uint64_t>()));
+  const auto& ins = t.trace().inputs;
+  ShapeGuardSpec spec = read_guard_spec(t.options().shapes.attr("guard_spec")(inputs), ins.size());
+  for (size_t i = 0; i < ins.size(); ++i) {
+    if (!guards::is_tensor(ins[i].value.ptr())) continue;
+    const InputMask& m = spec.masks[i];
+    t.trace().guards.add(guards::tensor_match(ins[i].source, ins[i].value.ptr(), m.sizes, m.strides));
   }
-  py::list exprs = spec.attr("programs");
-  py::object fallback = spec.attr("fallback");
-  if (exprs.empty() && fallback.is_none()) return;
+  if (py::len(spec.programs) == 0 && spec.fallback.is_none()) return;
   std::vector<guards::ShapeSlot> shape_slots;
-  for (py::handle item : slots) {
-    py::tuple sl = py::reinterpret_borrow<py::tuple>(item);
-    guards::ShapeSlot slot;
-    slot.source = t.trace().inputs[sl[0].cast<size_t>()].source;
-    std::string kind = sl[1].cast<std::string>();
-    slot.kind = kind == "size"     ? guards::ShapeSlot::Kind::Size
-                : kind == "stride" ? guards::ShapeSlot::Kind::Stride
-                : kind == "offset" ? guards::ShapeSlot::Kind::StorageOffset
-                : kind == "float"  ? guards::ShapeSlot::Kind::Float
-                                   : guards::ShapeSlot::Kind::Int;
-    slot.dim = sl[2].cast<int>();
-    shape_slots.push_back(std::move(slot));
-  }
-  std::vector<std::string> texts;
-  for (py::handle tx : py::list(spec.attr("texts"))) texts.push_back(py::str(tx).cast<std::string>());
-  t.trace().guards.add(guards::shape_guard(std::move(shape_slots), exprs.ptr(), fallback.ptr(), std::move(texts)));
+  for (const SlotSpec& s : spec.slots) shape_slots.push_back(guards::ShapeSlot{ins[s.input].source, s.kind, s.dim});
+  t.trace().guards.add(guards::shape_guard(std::move(shape_slots), spec.programs.ptr(), spec.fallback.ptr(),
+                                           std::move(spec.texts)));
 }
 
 // Names put into a frame's globals (borrowed dict) for a new entry; removed again if the entry is not made.

@@ -41,7 +41,8 @@ struct Tracer::ConstantResults {
         py::list items;
         for (const auto& i : v->items) items.append(real_value(t, i, what));
         if (v->kind == VKind::List) return items;
-        if (v->obj && !is_structseq_class(v->obj)) return tuple_maker(v->obj)(py::tuple(items));  // a namedtuple
+        py::handle cls = v->kind == VKind::Tuple ? v->tuple_class() : py::handle();
+        if (cls && !is_structseq_class(cls)) return tuple_maker(cls)(py::tuple(items));  // a namedtuple
         return py::tuple(items);
       }
       case VKind::Dict: {

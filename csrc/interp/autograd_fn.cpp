@@ -141,7 +141,7 @@ ValuePtr Tracer::autograd_function_apply(const ValuePtr& fn, const std::vector<V
   if (new_style && !PyFunction_Check(setup_fn.ptr())) unsupported(what + ": setup_context is not a Python function");
 
   // --- speculation: trace forward (and setup_context) and backward, then undo every node they made ---
-  size_t mark = graph.mark(), stores = attr_stores.size(), muts = mutation_count_, frame_muts = mutated.size();
+  const TraceMark mark = mark_state();
   ValuePtr ctx = Value::new_instance(VKind::Instance, Value::object(refs.ctx_cls));
   ctx->keys.push_back(py::str("needs_input_grad"));
   std::vector<ValuePtr> need_items;
@@ -163,13 +163,13 @@ ValuePtr Tracer::autograd_function_apply(const ValuePtr& fn, const std::vector<V
     fargs.insert(fargs.end(), args.begin(), args.end());
     out = inline_call(wrap(forward, fwd_src), std::move(fargs), {});
   }
-  std::vector<ValuePtr> outs = out->kind == VKind::Tuple && !out->obj ? out->items : std::vector<ValuePtr>{out};
-  bool tuple_out = out->kind == VKind::Tuple && !out->obj;
+  bool tuple_out = out->kind == VKind::Tuple && !out->tuple_class();
+  std::vector<ValuePtr> outs = tuple_out ? out->items : std::vector<ValuePtr>{out};
   for (const auto& o : outs)
     if (!o->is_tensor() && !(o->is_const() && o->obj.is_none()))
       unsupported(what + ": forward returned " + o->describe() + " (only tensors and None are supported)");
   const auto& nodes = graph.nodes();
-  for (size_t i = nodes.size() - (graph.mark() - mark); i < nodes.size(); ++i)
+  for (size_t i = nodes.size() - (graph.mark() - mark.nodes); i < nodes.size(); ++i)
     if (mutates(*nodes[i])) unsupported(what + ": forward changes a tensor in place (" + nodes[i]->name + ")");
 
   // Examples of the outputs as apply gives them: differentiable outputs require grad when an input does.
@@ -207,9 +207,8 @@ ValuePtr Tracer::autograd_function_apply(const ValuePtr& fn, const std::vector<V
   for (const auto& g : gouts)
     if (!g->is_tensor() && !(g->is_const() && g->obj.is_none()))
       unsupported(what + ": backward returned " + g->describe());
-  if (attr_stores.size() != stores || mutation_count_ != muts || mutated.size() != frame_muts)
-    unsupported(what + ": forward or backward changes Python state");
-  graph.rollback(mark);
+  if (!state_unchanged_since(mark)) unsupported(what + ": forward or backward changes Python state");
+  graph.rollback(mark.nodes);
 
   // --- the call itself: Fn.apply(*args) as one node; autograd builds the same backward at run time ---
   std::vector<graph::Arg> gargs;

@@ -48,14 +48,14 @@ bool type_only_instance_check(py::handle obj, py::handle clsinfo) {
 
 PyObject* known_type(const ValuePtr& v) {
   switch (v->kind) {
-    case VKind::Tuple: return v->obj ? v->obj.ptr() : reinterpret_cast<PyObject*>(&PyTuple_Type);
+    case VKind::Tuple: return v->tuple_class() ? v->tuple_class().ptr() : reinterpret_cast<PyObject*>(&PyTuple_Type);
     case VKind::List: return reinterpret_cast<PyObject*>(&PyList_Type);
     case VKind::Dict: {
       if (!v->default_dict()) return reinterpret_cast<PyObject*>(&PyDict_Type);
       static PyObject* dd = py::object(loaded_module("collections").attr("defaultdict")).release().ptr();  // process lifetime
       return dd;
     }
-    case VKind::Set: return reinterpret_cast<PyObject*>(v->obj ? &PyFrozenSet_Type : &PySet_Type);
+    case VKind::Set: return reinterpret_cast<PyObject*>(v->frozenset_result() ? &PyFrozenSet_Type : &PySet_Type);
     case VKind::DictView:
       switch (v->view_of().part) {
         case ViewPart::Keys: return reinterpret_cast<PyObject*>(&PyDictKeys_Type);
@@ -114,22 +114,21 @@ ValuePtr Tracer::make_namedtuple(py::handle cls, const std::vector<ValuePtr>& ar
     if (!is_constant_object(d)) unsupported("namedtuple default that is not a constant");
     items[i] = Value::constant(py::reinterpret_borrow<py::object>(d));
   }
-  ValuePtr out = Value::tuple(std::move(items));
-  out->obj = py::reinterpret_borrow<py::object>(cls);
-  return out;
+  return Value::tuple(std::move(items), py::reinterpret_borrow<py::object>(cls));
 }
 
 ValuePtr Tracer::namedtuple_attr(const ValuePtr& nt, const std::string& name) {
   // A torch.Size of symbolic sizes (symbolic.cpp) has no fields: its methods run on its plain value (the trace
   // specialises it, Tracer::execute_one).
-  if (!is_structseq_class(nt->obj) && !py::hasattr(nt->obj, "_fields"))
-    unsupported("attribute '" + name + "' of a " + callable_name(nt->obj) + " of symbolic sizes");
-  py::tuple fields = tuple_field_names(nt->obj);
+  py::handle cls = nt->tuple_class();
+  if (!is_structseq_class(cls) && !py::hasattr(cls, "_fields"))
+    unsupported("attribute '" + name + "' of a " + callable_name(cls) + " of symbolic sizes");
+  py::tuple fields = tuple_field_names(cls);
   for (size_t i = 0; i < fields.size(); ++i)
     if (py::str(fields[i]).cast<std::string>() == name) return nt->items[i];
-  if (name == "_fields" && !is_structseq_class(nt->obj)) return Value::constant(fields);
+  if (name == "_fields" && !is_structseq_class(cls)) return Value::constant(fields);
   if (name == "_replace" || name == "_asdict" || name == "count" || name == "index") return Value::method(nt, name);
-  unsupported("attribute '" + name + "' of namedtuple " + callable_name(nt->obj));
+  unsupported("attribute '" + name + "' of namedtuple " + callable_name(cls));
 }
 
 namespace {
@@ -340,26 +339,9 @@ struct Tracer::BuiltinRules {
   static ValuePtr attr_of_frame_object(Tracer& t, bool has_only, const ValuePtr& obj, const std::string& attr, Args& args) {
     if (ValuePtr v = t.pending_attr(obj, attr)) return has_only ? Value::constant(py::bool_(true)) : v;
     if (t.frame_getattribute_override(obj->obj)) {
-      // Through the class's __getattribute__, inlined (Tracer::object_attr): a missing attribute is the AttributeError
-      // it raises; if it cannot be traced, presence is guarded through getattr below.
-      size_t nodes = t.graph.mark(), stores = t.attr_stores.size(), muts = t.mutation_count_;
-      StopInfo stop = t.stop;
-      try {
-        ValuePtr r = t.load_attr(obj, attr);
-        return has_only ? Value::constant(py::bool_(true)) : r;
-      } catch (const TracedRaise& e) {
-        if (!PyErr_GivenExceptionMatches(e.exc.ptr(), PyExc_AttributeError) || t.graph.mark() != nodes ||
-            t.attr_stores.size() != stores || t.mutation_count_ != muts)
-          throw;
-        if (has_only) return Value::constant(py::bool_(false));
-        if (args.size() == 3) return args[2];
-        throw;
-      } catch (const OpRaised&) {
-        throw;
-      } catch (const Unsupported&) {
-        if (t.graph.mark() != nodes || t.attr_stores.size() != stores || t.mutation_count_ != muts) throw;
-        t.stop = std::move(stop);
-      }
+      // Through the class's __getattribute__, inlined (Tracer::object_attr); if it cannot be traced, presence is
+      // guarded through getattr below.
+      if (ValuePtr r = attr_through_getattribute(t, has_only, obj, attr, args, true)) return r;
     }
     int has = PyObject_HasAttrString(obj->obj.ptr(), attr.c_str());
     if (!has_only && has == 1) return t.load_attr(obj, attr);
@@ -381,21 +363,30 @@ struct Tracer::BuiltinRules {
     return Value::constant(py::bool_(has == 1));
   }
 
-  // ... on an object made in the trace whose class has a Python __getattribute__: the AttributeError it raises is
-  // hasattr's / getattr's case, when raising it changed nothing.
+  // ... through the class's Python __getattribute__, inlined (Tracer::object_attr): the AttributeError it raises is
+  // hasattr's False / getattr's default, when raising it changed nothing (else the trace stops there). `fallback` (an
+  // object of the frame): an inline that cannot be traced and changed nothing gives nullptr, and the caller reads the
+  // attribute's presence through getattr, guarded; without it (an object made in the trace) it stops the trace.
   static ValuePtr attr_through_getattribute(Tracer& t, bool has_only, const ValuePtr& obj, const std::string& attr,
-                                            Args& args) {
-    size_t nodes = t.graph.mark(), stores = t.attr_stores.size(), muts = t.mutation_count_;
+                                            Args& args, bool fallback) {
+    const TraceMark mark = t.mark_state();
+    StopInfo stop = t.stop;
     try {
       ValuePtr r = t.load_attr(obj, attr);
       return has_only ? Value::constant(py::bool_(true)) : r;
     } catch (const TracedRaise& e) {
       if (!PyErr_GivenExceptionMatches(e.exc.ptr(), PyExc_AttributeError)) throw;
-      if (t.graph.mark() != nodes || t.attr_stores.size() != stores || t.mutation_count_ != muts)
+      if (!t.unchanged_since(mark))
         t.unsupported("getattr through a __getattribute__ that changed state before raising AttributeError");
       if (has_only) return Value::constant(py::bool_(false));
       if (args.size() == 3) return args[2];
       throw;
+    } catch (const OpRaised&) {
+      throw;
+    } catch (const Unsupported&) {
+      if (!fallback || !t.unchanged_since(mark)) throw;
+      t.stop = std::move(stop);
+      return nullptr;
     }
   }
 
@@ -424,7 +415,8 @@ struct Tracer::BuiltinRules {
     if (obj->kind == VKind::Object && obj->source && !PyModule_Check(obj->obj.ptr()))
       return attr_of_frame_object(t, kHas, obj, attr, args);
     if (obj->is_tensor() && kHas) return hasattr_of_tensor(t, obj, attr);
-    if (obj->kind == VKind::Instance && t.getattribute_override(obj)) return attr_through_getattribute(t, kHas, obj, attr, args);
+    if (obj->kind == VKind::Instance && t.getattribute_override(obj))
+      return attr_through_getattribute(t, kHas, obj, attr, args, false);
     if (obj->kind == VKind::Instance) return attr_of_instance(t, kHas, obj, attr, args);
     if (!kHas && args.size() == 2) return t.load_attr(obj, attr);
     return nullptr;

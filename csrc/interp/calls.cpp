@@ -225,9 +225,10 @@ struct Tracer::CallSteps {
   static ValuePtr call_method_value(Tracer& t, const ValuePtr& fn, std::vector<ValuePtr> args, Kwargs kwargs) {
     const ValuePtr& self = fn->bound_self();
     const std::string& name = fn->bound_name();
-    if (self->kind == VKind::Tuple && self->obj && (name == "_replace" || name == "_asdict")) {
-      if (is_structseq_class(self->obj)) t.unsupported("struct sequence ." + name + "()");
-      py::tuple fields = self->obj.attr("_fields");
+    if (self->kind == VKind::Tuple && self->tuple_class() && (name == "_replace" || name == "_asdict")) {
+      py::object cls = py::reinterpret_borrow<py::object>(self->tuple_class());
+      if (is_structseq_class(cls)) t.unsupported("struct sequence ." + name + "()");
+      py::tuple fields = cls.attr("_fields");
       if (name == "_asdict" && args.empty() && kwargs.empty()) {
         std::vector<py::object> keys;
         for (auto k : fields) keys.push_back(py::reinterpret_borrow<py::object>(k));
@@ -238,7 +239,7 @@ struct Tracer::CallSteps {
         for (size_t i = 0; i < fields.size(); ++i) all.emplace_back(py::str(fields[i]).cast<std::string>(), self->items[i]);
         for (auto& kv : kwargs)
           if (!set_kwarg(all, kv.first, kv.second)) t.unsupported("namedtuple._replace with an unknown field '" + kv.first + "'");
-        return t.make_namedtuple(self->obj, {}, all);
+        return t.make_namedtuple(cls, {}, all);
       }
     }
     if (t.autograd_.ctx && self == t.autograd_.ctx) return t.autograd_ctx_call(name, args, kwargs);
@@ -387,7 +388,7 @@ struct Tracer::CallSteps {
     std::function<void(const ValuePtr&)> collect = [&](const ValuePtr& c) {
       if (c->kind == VKind::Object && PyType_Check(c->obj.ptr())) {
         classes.push_back(c->obj);
-      } else if (c->kind == VKind::Tuple && !c->obj) {
+      } else if (c->kind == VKind::Tuple && !c->tuple_class()) {
         for (const auto& i : c->items) collect(i);
       } else {
         known = false;
@@ -733,7 +734,7 @@ ValuePtr Tracer::apply_operator(py::handle op, std::vector<ValuePtr> args) {
   }
   // An index tuple may hold tensors (advanced indexing: mask[batch_idx, kv_idx]).
   auto index_tuple = [&](const ValuePtr& a) {
-    if (name != "getitem" || a != args.back() || a->kind != VKind::Tuple || a->obj) return false;
+    if (name != "getitem" || a != args.back() || a->kind != VKind::Tuple || a->tuple_class()) return false;
     for (const auto& i : a->items)
       if (!i->is_tensor() && !i->is_constant_like() && !i->is_sym() && i->kind != VKind::Slice) return false;
     return true;

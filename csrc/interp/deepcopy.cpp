@@ -55,8 +55,7 @@ ValuePtr Tracer::deep_copy(const ValuePtr& v, CopyMemo& memo) {
     case VKind::Tuple: {
       std::vector<ValuePtr> items;
       for (const auto& item : v->items) items.push_back(deep_copy(item, memo));
-      ValuePtr out = Value::tuple(std::move(items));
-      out->obj = v->obj;  // a namedtuple's class
+      ValuePtr out = Value::tuple(std::move(items), py::reinterpret_borrow<py::object>(v->tuple_class()));
       return memo[v.get()] = out;
     }
     case VKind::List: {
@@ -67,7 +66,7 @@ ValuePtr Tracer::deep_copy(const ValuePtr& v, CopyMemo& memo) {
     }
     case VKind::Dict: {
       // A dict-like object of another kind, or one keyed by a tensor (deepcopy copies the key too).
-      if ((v->obj && !v->source) || v->default_dict() || v->tensor_keyed()) break;
+      if ((v->frame_container() && !v->source) || v->default_dict() || v->tensor_keyed()) break;
       ValuePtr out = Value::dict({}, {});
       memo[v.get()] = out;
       out->keys = v->keys;  // hashable constants: copied as themselves
@@ -75,7 +74,7 @@ ValuePtr Tracer::deep_copy(const ValuePtr& v, CopyMemo& memo) {
       return out;
     }
     case VKind::Set:
-      if (v->obj && !v->source) break;
+      if (v->frozenset_result()) break;
       return memo[v.get()] = Value::set(v->keys);
     case VKind::Instance: {
       if (!deepcopied_by_dict(reinterpret_cast<PyTypeObject*>(v->instance().cls->obj.ptr())) ||

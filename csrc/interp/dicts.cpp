@@ -12,7 +12,7 @@ using bytecode::Instruction;
 
 // A plain tuple of constants (no namedtuple, no list inside): a constant key, as `(device, dtype)` groupings use.
 bool constant_tuple(const ValuePtr& k) {
-  if (k->kind != VKind::Tuple || k->obj) return false;
+  if (k->kind != VKind::Tuple || k->tuple_class()) return false;
   for (const auto& i : k->items)
     if (!i->is_const() && !constant_tuple(i)) return false;
   return true;
@@ -115,7 +115,7 @@ bool Tracer::dict_subscr(const ValuePtr& d, const ValuePtr& key) {
   if (d->kind != VKind::Dict) return false;
   py::object k = DictOps::key_of(*this, key);
   int at = d->find_key(k);
-  const DefaultDictOf* dd = d->default_dict();
+  const DictOf* dd = d->default_dict();
   if (at < 0 && dd && !(dd->factory->is_const() && dd->factory->obj.is_none())) {
     // defaultdict.__missing__: the factory's value is stored under the key, then returned.
     if (key->is_tensor() && d->source) unsupported("a tensor stored as a key of " + d->describe());
@@ -242,7 +242,7 @@ ValuePtr Tracer::wrap_default_dict(py::handle value, SourcePtr src) {
   ValuePtr factory = wrap(value.attr("default_factory"), guards::Source::attr(src, "default_factory"));
   ValuePtr out = Value::default_dict_of(std::move(factory), std::move(keys), std::move(items));
   out->source = std::move(src);
-  out->obj = py::reinterpret_borrow<py::object>(value);  // the real object: identity for codegen, written back into
+  out->set_frame_container(py::reinterpret_borrow<py::object>(value));  // the real object: identity, written back
   return out;
 }
 
@@ -254,7 +254,7 @@ ValuePtr Tracer::make_default_dict(const std::vector<ValuePtr>& args, const Kwar
     unsupported("collections.defaultdict with a default factory that is " + factory->describe());
   std::vector<ValuePtr> rest(args.size() > 1 ? args.begin() + 1 : args.end(), args.end());
   ValuePtr d = make_dict(rest, kwargs);
-  d->payload = DefaultDictOf{factory};
+  d->dict_of().factory = factory;
   return d;
 }
 

@@ -54,9 +54,7 @@ ValuePtr Tracer::torch_size_call(Tracer& t, py::handle f, std::vector<ValuePtr>&
       t.unsupported("torch.Size(...) holding " + i->describe() + " (a size is an int)");
   }
   if (constant) return t.fold_call(f, "torch.Size", {Value::tuple(std::move(items))}, {});
-  ValuePtr out = Value::tuple(std::move(items));  // rebuilt as torch.Size((...)) (tuple_maker)
-  out->obj = py::reinterpret_borrow<py::object>(f);
-  return out;
+  return Value::tuple(std::move(items), py::reinterpret_borrow<py::object>(f));  // rebuilt as torch.Size((...))
 }
 
 ValuePtr Tracer::legacy_tensor_call(Tracer& t, py::handle f, std::vector<ValuePtr>& args, Kwargs& kwargs) {

@@ -59,11 +59,10 @@ struct Tracer::ListOps {
   // Python's own result of a set method / operator on the current elements: the order sets iterate in.
   static ValuePtr python_set_result(Tracer& t, py::object r) {
     if (!PySet_Check(r.ptr()) && !PyFrozenSet_Check(r.ptr())) t.unsupported("set operation result is not a set");
+    if (PyFrozenSet_Check(r.ptr())) return Value::frozenset_value(std::move(r));  // also an immutable constant
     std::vector<py::object> elements;
     for (auto e : r) elements.push_back(py::reinterpret_borrow<py::object>(e));
-    ValuePtr out = Value::set(std::move(elements));
-    if (PyFrozenSet_Check(r.ptr())) out->obj = r;  // frozenset: also an immutable constant
-    return out;
+    return Value::set(std::move(elements));
   }
 
   static void build_set(Tracer& t, const Instruction& i) {
@@ -74,7 +73,7 @@ struct Tracer::ListOps {
   }
 
   static ValuePtr& own_set(Tracer& t, ValuePtr& s, const char* what) {
-    if (s->kind != VKind::Set || (s->obj && !s->source)) t.unsupported(std::string(what) + " on " + s->describe());
+    if (s->kind != VKind::Set || s->frozenset_result()) t.unsupported(std::string(what) + " on " + s->describe());
     return s;
   }
 
@@ -175,7 +174,7 @@ ValuePtr Tracer::call_list_method(ValuePtr l, const std::string& name, std::vect
 
 ValuePtr Tracer::call_set_method(ValuePtr s, const std::string& name, std::vector<ValuePtr> args, Kwargs kwargs) {
   if (!kwargs.empty()) unsupported("set." + name + " with keyword arguments");
-  bool frozen = s->obj && !s->source;
+  bool frozen = bool(s->frozenset_result());
   if ((name == "add" || name == "discard" || name == "remove") && args.size() == 1 && !frozen) {
     py::object e = ListOps::element_of(*this, args[0]);
     int at = s->find_key(e);

@@ -70,7 +70,7 @@ struct Tracer::ObjectAttrs {
   // checked without running Python. nullptr when the inline failed before changing anything: the caller then reads
   // the attribute with getattr, guarded on obj.name (a guard that calls the override on every check).
   static ValuePtr through_override(Tracer& t, const ValuePtr& obj, PyObject* ga, const std::string& name) {
-    size_t nodes = t.graph.mark(), stores = t.attr_stores.size(), muts = t.mutation_count_;
+    const TraceMark mark = t.mark_state();
     StopInfo stop = t.stop;
     ValuePtr f = t.wrap(ga, guards::Source::attr(t.type_source(obj), "__getattribute__"));
     try {
@@ -80,7 +80,7 @@ struct Tracer::ObjectAttrs {
     } catch (const OpRaised&) {
       throw;
     } catch (const Unsupported&) {
-      if (t.graph.mark() != nodes || t.attr_stores.size() != stores || t.mutation_count_ != muts) throw;
+      if (!t.unchanged_since(mark)) throw;
       t.stop = std::move(stop);
       return nullptr;
     }
@@ -532,7 +532,7 @@ ValuePtr Tracer::call_module(const ValuePtr& mod, std::vector<ValuePtr> args,
       for (size_t i = 0; i < r->items[1]->keys.size(); ++i)
         kwargs.emplace_back(py::str(r->items[1]->keys[i]).cast<std::string>(), r->items[1]->items[i]);
     } else {
-      args = r->kind == VKind::Tuple && !r->obj ? r->items : std::vector<ValuePtr>{r};
+      args = r->kind == VKind::Tuple && !r->tuple_class() ? r->items : std::vector<ValuePtr>{r};
     }
   }
   py::object forward = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(f.ptr())))
@@ -633,11 +633,11 @@ ValuePtr Tracer::instance_generic_attr(const ValuePtr& inst, const std::string& 
   if (name == "__class__") return inst->instance().cls;
   if (name == "__dict__") {
     // A view of its attributes, kept equal to them by instance_setattr / instance_delattr; the trace only
-    // reads it (see Value::frozen).
+    // reads it (see DictOf::frozen).
     ValuePtr& view = inst->instance().dict_view;
     if (!view) {
       view = Value::dict(inst->keys, inst->items);
-      view->frozen = true;
+      view->dict_of().frozen = true;
     }
     return view;
   }

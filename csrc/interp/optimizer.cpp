@@ -47,15 +47,15 @@ ValuePtr Tracer::optimizer_init_group(const ValuePtr& fn, const std::vector<Valu
   if (is_opt < 0) throw py::error_already_set();
   if (!is_opt) return nullptr;
   // The group: a param group read from the frame, unchanged by the trace so far.
-  if (group->kind != VKind::Dict || !group->source || !group->obj) return nullptr;
+  if (group->kind != VKind::Dict || !group->source || !group->frame_container()) return nullptr;
   // What the trace would still write back could be read by the real call before the graph wrote it: attribute
   // stores (a param's .grad), or changes to the group, its params list, the optimizer's state dict or the state of
   // one of the group's params. Then the call is traced as ordinary code instead. (Changes to other groups' state, as
   // SGD's momentum buffers stored after the previous group's update, do not matter to this call.)
   if (!attr_stores.empty()) return nullptr;
   if (!mutated.empty()) {
-    std::vector<PyObject*> read{group->obj.ptr()};
-    PyObject* params_obj = PyDict_GetItemString(group->obj.ptr(), "params");  // borrowed
+    std::vector<PyObject*> read{group->frame_container().ptr()};
+    PyObject* params_obj = PyDict_GetItemString(group->frame_container().ptr(), "params");  // borrowed
     if (params_obj) read.push_back(params_obj);
     PyObject* state_obj = PyObject_GetAttrString(self->obj.ptr(), "state");  // new
     if (!state_obj) {
@@ -72,12 +72,12 @@ ValuePtr Tracer::optimizer_init_group(const ValuePtr& fn, const std::vector<Valu
       }
     for (const auto& m : mutated)
       for (PyObject* r : read)
-        if (m->obj && m->obj.ptr() == r) return nullptr;
+        if (m->frame_container() && m->frame_container().ptr() == r) return nullptr;
   }
   // The other arguments: empty lists made in the trace (filled by the call) or constants.
   py::list real_args;
   real_args.append(self->obj);
-  real_args.append(group->obj);
+  real_args.append(group->frame_container());
   std::vector<std::pair<ValuePtr, py::list>> lists;
   for (size_t i = 2; i < args.size(); ++i) {
     const ValuePtr& a = args[i];

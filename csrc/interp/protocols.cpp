@@ -52,7 +52,7 @@ std::optional<std::vector<ValuePtr>> Tracer::iterate_user_object(const ValuePtr&
     std::vector<ValuePtr> items;
     for (long i = 0;; ++i) {
       if (i > kMaxSequenceItems) unsupported("iteration over a Sequence too long to unroll");
-      size_t nodes = graph.mark(), stores = attr_stores.size(), muts = mutation_count_;
+      const TraceMark mark = mark_state();
       bool ended = false;
       ValuePtr item;
       try {
@@ -61,8 +61,7 @@ std::optional<std::vector<ValuePtr>> Tracer::iterate_user_object(const ValuePtr&
         if (!PyErr_GivenExceptionMatches(e.exc.ptr(), PyExc_IndexError)) throw;
         ended = true;
       }
-      if (graph.mark() != nodes || attr_stores.size() != stores || mutation_count_ != muts)
-        unsupported("iteration over a Sequence whose __getitem__ has side effects");
+      if (!unchanged_since(mark)) unsupported("iteration over a Sequence whose __getitem__ has side effects");
       if (ended) return items;
       if (!item) unsupported("iteration over " + v->describe());
       items.push_back(item);
@@ -152,7 +151,7 @@ struct Tracer::ExceptionOps {
     py::object c;
     if (cls->kind == VKind::Object && PyExceptionClass_Check(cls->obj.ptr())) {
       c = cls->obj;
-    } else if (cls->kind == VKind::Tuple && !cls->obj) {
+    } else if (cls->kind == VKind::Tuple && !cls->tuple_class()) {
       py::tuple tup(cls->items.size());
       for (size_t i = 0; i < cls->items.size(); ++i) {
         const ValuePtr& it = cls->items[i];

@@ -186,9 +186,9 @@ ValuePtr Tracer::metadata_value(const ValuePtr& self, const std::string& name, c
       graph::Node* n = graph.call_method(method, {to_arg(self), graph::Arg::constant(py::int_(d))}, {}, item);
       items.push_back(Value::sym_num(n, item));
     }
-    ValuePtr out = Value::tuple(std::move(items));
-    if (name != "stride") out->obj = PyRefs::get().torch.attr("Size");  // rebuilt as torch.Size((...))
-    return out;
+    py::object cls;  // size(): rebuilt as torch.Size((...))
+    if (name != "stride") cls = PyRefs::get().torch.attr("Size");
+    return Value::tuple(std::move(items), std::move(cls));
   }
   if (is_symbolic_number(result)) {
     std::vector<graph::Arg> gargs{to_arg(self)};

@@ -1,6 +1,4 @@
-// torch_contexts.cpp — owns the torch contexts whose state a graph records: torch.autocast (and its torch.amp /
-// torch.cpu.amp / torch.cuda.amp forms), torch.inference_mode and torch.nn.attention.sdpa_kernel made in the trace
-// from constants, their enter/exit nodes, the real state while tracing, and the exit helper of rewritten frames.
+// torch_contexts.cpp — owns torch.autocast / inference_mode / sdpa_kernel blocks: graph enter/exit nodes, real state.
 #include "guards/tensor_match.h"
 #include "interp/tracer.h"
 #include "interp/torch_rules.h"
@@ -52,7 +50,7 @@ py::object constant_arg(const ValuePtr& v) {
     if (!i->is_const()) return py::object();
     items.append(i->obj);
   }
-  if (v->kind == VKind::Tuple && !v->obj) return py::tuple(items);
+  if (v->kind == VKind::Tuple && !v->tuple_class()) return py::tuple(items);
   return v->kind == VKind::List ? py::object(items) : py::object();
 }
 

@@ -42,7 +42,7 @@ struct Trace {
   // Tensors the graph holds as constants (get_attr targets, assume_constant_result): set on the GraphModule's root.
   std::vector<std::pair<std::string, py::object>> graph_attrs;
   std::vector<AttrStore> attr_stores;  // pending `obj.name = value` side effects, in program order
-  // Lists, dicts and sets from the frame (with a Source and `obj`) whose contents the trace changed, in
+  // Lists, dicts and sets from the frame (with a Source and `frame_container()`) whose contents the trace changed, in
   // first-change order: codegen writes their final contents back into the real objects after the graph.
   std::vector<ValuePtr> mutated;
   // The value of each list / dict / set object read from the frame: one object seen through two sources

@@ -216,12 +216,23 @@ void Tracer::save_undo(const ValuePtr& c) {
   undo_.push_back(Undo{c, c->items, c->keys, c->payload});
 }
 
+Tracer::TraceMark Tracer::mark_state() const {
+  return TraceMark{graph.mark(), attr_stores.size(), mutation_count_, mutated.size()};
+}
+
+bool Tracer::state_unchanged_since(const TraceMark& m) const {
+  return attr_stores.size() == m.stores && mutation_count_ == m.mutations && mutated.size() == m.mutated;
+}
+
+bool Tracer::unchanged_since(const TraceMark& m) const { return graph.mark() == m.nodes && state_unchanged_since(m); }
+
 void Tracer::will_mutate(const ValuePtr& c) {
-  if (c->frozen) unsupported("changing an object's __dict__ (" + c->describe() + ") in place");
+  if (c->frozen_dict()) unsupported("changing an object's __dict__ (" + c->describe() + ") in place");
   if (may_hold_attributes(c)) items_written = true;
   if (c != autograd_.ctx) ++mutation_count_;
   save_undo(c);
-  if (c->source && c->obj && std::find(mutated.begin(), mutated.end(), c) == mutated.end()) mutated.push_back(c);
+  if (c->source && c->frame_container() && std::find(mutated.begin(), mutated.end(), c) == mutated.end())
+    mutated.push_back(c);
 }
 
 namespace {
@@ -252,7 +263,7 @@ void Tracer::realize(const ValuePtr& v) {
     // A dict the trace models, read by a method that only looks its keys up (kwargs.get('dtype')): the values'
     // identities decide nothing (each is pinned where the trace uses it); any other method pins them all.
     const ValuePtr& self = v->bound_self();
-    if (self->kind == VKind::Dict && (!self->obj || PyDict_CheckExact(self->obj.ptr())) &&
+    if (self->kind == VKind::Dict && (!self->frame_container() || PyDict_CheckExact(self->frame_container().ptr())) &&
         key_lookup_method(v->bound_name())) {
       realize_own(guards, self);
     } else {
@@ -500,12 +511,13 @@ void Tracer::execute_one() {
   size_t nuse = uses < 0 || static_cast<size_t>(uses) > stack.size() ? stack.size() : static_cast<size_t>(uses);
   std::vector<ValuePtr> used(stack.end() - static_cast<long>(nuse), stack.end());
   size_t before = pc;
-  size_t nodes = graph.mark();
+  const TraceMark mark = mark_state();
+  const size_t nodes = mark.nodes;
   // Dynamic shapes: what the instruction may change before it fails, to run it again on plain numbers.
   std::vector<ValuePtr> stack_before = dynamic() ? stack : std::vector<ValuePtr>{};
   py::object kw_before = kw_names;
   std::string reason_before = stop.reason;
-  size_t undo_before = undo_.size(), stores_before = attr_stores.size(), mutated_before = mutated.size();
+  const size_t undo_before = undo_.size();  // the changes it can take back: none yet (cleared per instruction)
   try {
     h(*this, inst);
   } catch (const TracedRaise&) {
@@ -524,8 +536,7 @@ void Tracer::execute_one() {
     // cannot inline) runs once more on the plain numbers its operands have now: the ShapeEnv guards them, so
     // the size is specialised (as torch._dynamo specialises) rather than the graph broken. Only when the
     // failed attempt changed nothing the trace cannot take back.
-    if (!dynamic() || dynamic_cast<const OpRaised*>(&e) || undo_.size() != undo_before ||
-        attr_stores.size() != stores_before || mutated.size() != mutated_before)
+    if (!dynamic() || dynamic_cast<const OpRaised*>(&e) || undo_.size() != undo_before || !state_unchanged_since(mark))
       throw;
     bool any = false;
     for (size_t k = stack_before.size() - nuse; k < stack_before.size(); ++k) {
@@ -962,9 +973,7 @@ ValuePtr Tracer::specialize(const ValuePtr& v) {
       changed |= items.back() != i;
     }
     if (!changed) return v;
-    ValuePtr out = Value::tuple(std::move(items));
-    out->obj = v->obj;
-    return out;
+    return Value::tuple(std::move(items), py::reinterpret_borrow<py::object>(v->tuple_class()));
   }
   return v;
 }
@@ -1072,9 +1081,9 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
     Py_ssize_t n = PySequence_Fast_GET_SIZE(v);
     for (Py_ssize_t i = 0; i < n; ++i)
       items.push_back(wrap(PySequence_Fast_GET_ITEM(v, i), guards::Source::item(src, static_cast<int>(i))));
-    ValuePtr out = Value::tuple(std::move(items));
+    ValuePtr out = Value::tuple(std::move(items),  // a namedtuple's or struct sequence's class
+                                PyTuple_CheckExact(v) ? py::object() : py::reinterpret_borrow<py::object>(vtype));
     out->source = src;
-    if (!PyTuple_CheckExact(v)) out->obj = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(v)));
     return out;
   }
   // A bound method made anew on each call (`f(self.method)`): its receiver and its function, when the
@@ -1181,7 +1190,7 @@ ValuePtr Tracer::wrap_frozen_dict(py::handle value, SourcePtr src) {
   }
   ValuePtr out = Value::dict(std::move(keys), std::move(items));
   out->source = std::move(src);
-  out->obj = py::reinterpret_borrow<py::object>(value);  // the real object: identity for codegen
+  out->set_frame_container(py::reinterpret_borrow<py::object>(value));  // the real object: identity for codegen
   return out;
 }
 
@@ -1229,7 +1238,7 @@ ValuePtr Tracer::wrap_container(py::handle value, SourcePtr src) {
     return nullptr;
   }
   out->source = std::move(src);
-  out->obj = py::reinterpret_borrow<py::object>(value);  // the real object: identity for codegen
+  out->set_frame_container(py::reinterpret_borrow<py::object>(value));  // the real object: identity for codegen
   return out;
 }
 
@@ -1291,7 +1300,7 @@ ValuePtr Tracer::load_attr(const ValuePtr& obj, const std::string& name) {
   // An attribute this trace assigned reads back the assigned value (the store is replayed later).
   if (ValuePtr v = pending_attr(obj, name)) return v;
   if (obj->super_of()) return super_attr(obj, name);
-  if (obj->kind == VKind::Tuple && obj->obj) return namedtuple_attr(obj, name);
+  if (obj->kind == VKind::Tuple && obj->tuple_class()) return namedtuple_attr(obj, name);
   if (obj->kind == VKind::Instance) return instance_attr(obj, name);
   if (obj->kind == VKind::Record) return record_attr(obj, name);
   switch (obj->kind) {
@@ -1425,10 +1434,10 @@ ValuePtr Tracer::wrap_result(graph::Node* node, py::handle result, py::object de
       items.push_back(wrap_result(n, item, device));
     }
     if (PyList_Check(result.ptr())) return Value::list(std::move(items));
-    ValuePtr out = Value::tuple(std::move(items));
     py::handle type = reinterpret_cast<PyObject*>(Py_TYPE(result.ptr()));
-    if (is_structseq_class(type)) out->obj = py::reinterpret_borrow<py::object>(type);  // torch.return_types
-    return out;
+    py::object cls;  // torch.return_types
+    if (is_structseq_class(type)) cls = py::reinterpret_borrow<py::object>(type);
+    return Value::tuple(std::move(items), std::move(cls));
   }
   unsupported("operation returned " + std::string(Py_TYPE(result.ptr())->tp_name) + ", not a tensor");
 }

@@ -274,7 +274,7 @@ class Tracer : private Frame, private TraceOptions, private Trace, private Outpu
   // typing forms mapped to constants, classes or functions (guarded whole), or nullptr.
   ValuePtr wrap_frozen_dict(py::handle value, SourcePtr src);
   // wrap() of an exact collections.defaultdict with string keys, a local, global or closure variable (dicts.cpp): a
-  // Dict value with a source, the real object and its factory (DefaultDictOf), or nullptr.
+  // Dict value with a source, the real object and its factory (DictOf::real, DictOf::factory), or nullptr.
   ValuePtr wrap_default_dict(py::handle value, SourcePtr src);
   // Loads a global / builtin by name (wrapped and guarded).
   ValuePtr load_global(const std::string& name);
@@ -377,7 +377,7 @@ class Tracer : private Frame, private TraceOptions, private Trace, private Outpu
   ValuePtr call_dict_method(ValuePtr d, const std::string& name, std::vector<ValuePtr> args,
                             std::vector<std::pair<std::string, ValuePtr>> kwargs);
   ValuePtr make_dict(const std::vector<ValuePtr>& args, const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
-  // collections.defaultdict(factory, ...) made in the trace: a Dict value with DefaultDictOf; reads of a missing key
+  // collections.defaultdict(factory, ...) made in the trace: a Dict value with DictOf::factory; reads of a missing key
   // (dict_subscr) call the factory and store its value, as defaultdict.__missing__ does.
   ValuePtr make_default_dict(const std::vector<ValuePtr>& args, const Kwargs& kwargs);
   // Call before changing container `c` (List / Dict / Set, or the content of a Cell) in place: saves its contents so that an
@@ -410,7 +410,7 @@ class Tracer : private Frame, private TraceOptions, private Trace, private Outpu
   ValuePtr super_attr(const ValuePtr& sup, const std::string& name);
   ValuePtr call_partial(const ValuePtr& p, std::vector<ValuePtr> args,
                         std::vector<std::pair<std::string, ValuePtr>> kwargs);
-  // namedtuple instances: Tuple values whose `obj` is the namedtuple class.
+  // namedtuple instances: Tuple values whose class (TupleOf::cls, tuple_class()) is the namedtuple class.
   ValuePtr make_namedtuple(py::handle cls, const std::vector<ValuePtr>& args,
                            const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
   ValuePtr namedtuple_attr(const ValuePtr& nt, const std::string& name);
@@ -501,6 +501,20 @@ class Tracer : private Frame, private TraceOptions, private Trace, private Outpu
   AutogradSpeculation autograd_;
   // Number of will_mutate() calls (containers, instances, cells changed in place) over the whole trace.
   size_t mutation_count_ = 0;
+  // What a speculative step (an inline that may fail, an attribute read that may raise) can change, taken before it:
+  // graph nodes, attribute stores, changes to containers / instances / cells, frame containers recorded as mutated.
+  struct TraceMark {
+    size_t nodes = 0;      // graph.mark()
+    size_t stores = 0;     // attr_stores.size()
+    size_t mutations = 0;  // mutation_count_
+    size_t mutated = 0;    // mutated.size()
+  };
+  TraceMark mark_state() const;
+  // No Python state changed since `m` (no attribute store, no container / instance / cell change); graph nodes may
+  // have been added.
+  bool state_unchanged_since(const TraceMark& m) const;
+  // Nothing changed since `m`: Python state as above, and no graph node added.
+  bool unchanged_since(const TraceMark& m) const;
   ValuePtr call_object(const ValuePtr& fn, std::vector<ValuePtr> args,
                        std::vector<std::pair<std::string, ValuePtr>> kwargs);
   // Calls pure `f` on constant-like values at trace time and wraps the constant result; `what` names it

@@ -29,10 +29,11 @@ ValuePtr Value::object(py::object o, SourcePtr src) {
   return v;
 }
 
-ValuePtr Value::tuple(std::vector<ValuePtr> items) {
+ValuePtr Value::tuple(std::vector<ValuePtr> items, py::object cls) {
   auto v = std::make_shared<Value>();
   v->kind = VKind::Tuple;
   v->items = std::move(items);
+  v->payload = TupleOf{std::move(cls)};
   return v;
 }
 
@@ -40,6 +41,7 @@ ValuePtr Value::list(std::vector<ValuePtr> items) {
   auto v = std::make_shared<Value>();
   v->kind = VKind::List;
   v->items = std::move(items);
+  v->payload = ListOf{};
   return v;
 }
 
@@ -69,13 +71,45 @@ ValuePtr Value::dict(std::vector<py::object> keys, std::vector<ValuePtr> values)
   v->kind = VKind::Dict;
   v->keys = std::move(keys);
   v->items = std::move(values);
+  v->payload = DictOf{};
   return v;
 }
 
 ValuePtr Value::default_dict_of(ValuePtr factory, std::vector<py::object> keys, std::vector<ValuePtr> values) {
   ValuePtr v = dict(std::move(keys), std::move(values));
-  v->payload = DefaultDictOf{std::move(factory)};
+  v->dict_of().factory = std::move(factory);
   return v;
+}
+
+DictOf& Value::dict_of() {
+  if (DictOf* d = kind == VKind::Dict ? std::get_if<DictOf>(&payload) : nullptr) return *d;
+  throw std::logic_error("Value::dict_of() on " + describe());
+}
+
+const DictOf& Value::dict_of() const { return const_cast<Value*>(this)->dict_of(); }
+
+py::handle Value::tuple_class() const {
+  if (const TupleOf* t = kind == VKind::Tuple ? std::get_if<TupleOf>(&payload) : nullptr) return t->cls;
+  throw std::logic_error("Value::tuple_class() on " + describe());
+}
+
+py::handle Value::frame_container() const {
+  if (const ListOf* l = kind == VKind::List ? std::get_if<ListOf>(&payload) : nullptr) return l->real;
+  if (const DictOf* d = kind == VKind::Dict ? std::get_if<DictOf>(&payload) : nullptr) return d->real;
+  if (const SetOf* s = kind == VKind::Set ? std::get_if<SetOf>(&payload) : nullptr) return s->real;
+  return py::handle();
+}
+
+void Value::set_frame_container(py::object real) {
+  if (ListOf* l = kind == VKind::List ? std::get_if<ListOf>(&payload) : nullptr) l->real = std::move(real);
+  else if (DictOf* d = kind == VKind::Dict ? std::get_if<DictOf>(&payload) : nullptr) d->real = std::move(real);
+  else if (SetOf* s = kind == VKind::Set ? std::get_if<SetOf>(&payload) : nullptr) s->real = std::move(real);
+  else throw std::logic_error("Value::set_frame_container() on " + describe());
+}
+
+py::handle Value::frozenset_result() const {
+  const SetOf* s = kind == VKind::Set ? std::get_if<SetOf>(&payload) : nullptr;
+  return s ? py::handle(s->frozenset) : py::handle();
 }
 
 ValuePtr Value::dict_view_of(ValuePtr dict, ViewPart part) {
@@ -238,6 +272,15 @@ ValuePtr Value::set(std::vector<py::object> elements) {
   auto v = std::make_shared<Value>();
   v->kind = VKind::Set;
   v->keys = std::move(elements);
+  v->payload = SetOf{};
+  return v;
+}
+
+ValuePtr Value::frozenset_value(py::object fs) {
+  std::vector<py::object> elements;
+  for (auto e : fs) elements.push_back(py::reinterpret_borrow<py::object>(e));
+  ValuePtr v = set(std::move(elements));
+  std::get<SetOf>(v->payload).frozenset = std::move(fs);
   return v;
 }
 
@@ -309,7 +352,7 @@ py::object Value::as_python() const {
     case VKind::Tuple: {
       py::tuple t(items.size());
       for (size_t i = 0; i < items.size(); ++i) t[i] = items[i]->as_python();
-      if (obj) return tuple_maker(obj)(t);  // a namedtuple or struct sequence
+      if (py::handle cls = tuple_class()) return tuple_maker(cls)(t);  // a namedtuple or struct sequence
       return t;
     }
     case VKind::List: {
@@ -321,7 +364,7 @@ py::object Value::as_python() const {
       if (tensor_keyed()) throw Unsupported("a dict keyed by a tensor as a Python value");
       py::dict d;
       for (size_t i = 0; i < keys.size(); ++i) d[keys[i]] = items[i]->as_python();
-      if (const DefaultDictOf* dd = default_dict()) {  // a plain dict would change its type
+      if (const DictOf* dd = default_dict()) {  // a plain dict would change its type
         const ValuePtr& f = dd->factory;
         if ((!f->is_const() && f->kind != VKind::Object) || f->made_in_trace() || f->is_modelled())
           throw Unsupported("a defaultdict whose factory is " + f->describe() + " as a Python value");
@@ -412,7 +455,7 @@ std::string Value::describe() const {
     }
     case VKind::Object: return short_repr(obj);
     case VKind::Tuple:
-      if (obj) return "namedtuple " + py::str(obj.attr("__name__")).cast<std::string>();
+      if (py::handle cls = tuple_class()) return "namedtuple " + py::str(cls.attr("__name__")).cast<std::string>();
       return "tuple of " + std::to_string(items.size());
     case VKind::List: return "list of " + std::to_string(items.size());
     case VKind::Null: return "NULL";

@@ -47,20 +47,20 @@ enum class VKind {
   Tensor,  // a graph value (TensorOf: node + meta example value + real device)
   Const,   // an immutable Python constant (int, float, bool, None, str, slice, dtype, device, Size, ...)
   Object,  // a known Python object with identity (module, function, class, user object)
-  Tuple,   // tuple of values
-  List,    // list of values (created in the trace)
+  Tuple,   // tuple of values (TupleOf: a namedtuple's / struct sequence's class)
+  List,    // list of values (ListOf: the frame's own list, for one read from the frame)
   Null,    // the NULL pushed by PUSH_NULL / LOAD_GLOBAL / LOAD_METHOD
   Method,  // bound method `self.name` run by the trace (BoundOf): self a Tensor, container, Record, ...
   Iter,    // an iterator over values known at trace time (IterOf); loops unroll over it
-  Dict,    // a dict: constant keys (`keys`) and values (`items`), insertion ordered; from the frame when
-           // it has a Source (and `obj`, the real dict)
+  Dict,    // a dict: constant keys (`keys`) and values (`items`), insertion ordered (DictOf: the frame's own dict,
+           // an Instance's `__dict__`, a defaultdict's factory)
   Instance,  // an object of a plain Python class made in the trace (InstanceOf: its class), its attributes in
              // `keys` (names) / `items` (values), insertion ordered
   Record,  // a transformers ModelOutput (dataclass and dict) made in the trace, read-only (InstanceOf: its class),
            // its dataclass fields in `keys` (names, field order) / `items` (values, None included);
            // as a dict it holds the fields that are not None (records.cpp)
   Cell,    // a closure cell shared by a frame of the trace and the functions made in it (CellOf)
-  Set,     // a set of constants (`keys`, insertion ordered); from the frame when it has a Source (and `obj`)
+  Set,     // a set of constants (`keys`, insertion ordered); SetOf: the frame's own set, or a frozenset result
   DictView,  // d.keys() / d.values() / d.items() of a Dict value: live (reads see later changes of the dict);
              // DictViewOf
   SymNum,    // a symbolic int / bool / float of a trace with dynamic shapes (SymOf): a size, arithmetic on sizes,
@@ -94,8 +94,39 @@ struct IterWatch {
 };
 
 // Payloads: what a value of one kind holds, one struct per kind. Value::payload holds at most one of them, read
-// through accessors that check the kind. The containers (Tuple, List, Dict, Set) and Const / Object keep their
-// contents in the shared fields of Value below (`obj`, `items`, `keys`, `frozen`).
+// through accessors that check the kind. The contents of containers (Tuple, List, Dict, Set, Instance, Record) are
+// in the shared fields `items` / `keys` of Value below, the object of a Const / Object in `obj`; everything else a
+// container is (its class, the frame's object it stands for) is in its payload.
+
+// A tuple (VKind::Tuple; every Tuple holds one): the class of a namedtuple, a struct sequence
+// (torch.return_types.max) or torch.Size it is an instance of, rebuilt as tuple_maker(cls)((items...)); none for a
+// plain tuple.
+struct TupleOf {
+  py::object cls;
+};
+
+// A list (VKind::List; every List holds one): the frame's own list it was read as (Tracer::wrap_container, with a
+// Source): its identity kept by codegen, its final contents written back after the graph; none for a list made in
+// the trace.
+struct ListOf {
+  py::object real;
+};
+
+// A set (VKind::Set; every Set holds one), its elements in `keys`.
+struct SetOf {
+  py::object real;       // the frame's own set it was read as (with a Source), as ListOf::real; none otherwise
+  py::object frozenset;  // a frozenset result of a set operation: the immutable constant itself; none otherwise
+};
+
+// A dict (VKind::Dict; every Dict holds one), its keys in `keys` and values in `items`.
+struct DictOf {
+  py::object real;       // the frame's own dict it was read as (with a Source), as ListOf::real; none otherwise
+  bool frozen = false;   // an Instance's `__dict__` (InstanceOf::dict_view): changing it in place is unsupported
+  // A collections.defaultdict made in the trace, or read from a variable of the frame (Tracer::wrap_default_dict):
+  // the factory a read of a missing key calls (an Object or Const value; a Const None: missing keys raise KeyError
+  // as in a dict). Null for a plain dict.
+  ValuePtr factory;
+};
 
 // A graph value (VKind::Tensor).
 struct TensorOf {
@@ -224,41 +255,32 @@ struct ModuleMadeOf {
   std::vector<std::pair<std::string, ValuePtr>> kwargs;
 };
 
-// A collections.defaultdict made in the trace, or read from a variable of the frame (a Dict value with a source,
-// Tracer::wrap_default_dict; its keys and values in `keys` / `items`): the factory a read of a missing key calls (an
-// Object or Const value; None: missing keys raise KeyError as in a dict).
-struct DefaultDictOf {
-  ValuePtr factory;
-};
-
 // The exception object a handler of an inlined function is running for (what a TracedRaise carried; made in
 // the trace, never passed back to Python).
 struct ExceptionOf {};
 
 using Payload = std::variant<std::monostate, TensorOf, IterOf, CellOf, InstanceOf, DictViewOf, BoundOf, FunctionOf,
                              GradExitOf, PartialOf, SuperOf, SlotOf, ExceptionOf, SymOf, SliceOf, ModuleMadeOf,
-                             DefaultDictOf, TorchCtxOf, CtxExitOf>;
+                             TorchCtxOf, CtxExitOf, TupleOf, ListOf, SetOf, DictOf>;
 
 struct Value {
   VKind kind = VKind::Const;
   SourcePtr source;                 // how to fetch it again from the frame (may be null)
-  py::object obj;                   // Const / Object: the object; List / Dict / Set from the frame: the real
-                                    // container (a Set without source: a frozenset result); Tuple: a namedtuple's
-                                    // or struct sequence's class
+  py::object obj;                   // Const / Object: the object (a stand-in for a modelled Object); none for
+                                    // any other kind
   std::vector<ValuePtr> items;      // Tuple / List / Dict values; Instance attributes / Record fields
-  std::vector<py::object> keys;     // Dict: hashable constant keys, parallel to `items`, or a tensor key's example
-                                    // (Trace::tensor_keys; compared by identity); Set elements;
-                                    // Instance attribute / Record field names
-  bool frozen = false;              // Dict: an Instance's `__dict__` (InstanceOf::dict_view); changing it in
-                                    // place is unsupported
+  std::vector<py::object> keys;     // Dict keys, parallel to `items`: hashable constants, or a tensor key's meta
+                                    // example standing for the tensor (Trace::tensor_keys; compared by identity);
+                                    // Set elements; Instance attribute / Record field names
   // Object read from the frame (a plain instance): its identity guard, not yet installed. Moving the value
   // (locals, stack, tuples, a continuation, the return) needs only its type (TYPE_MATCH, installed at
   // once); the first use that may depend on which object it is installs this (Tracer::realize).
   std::shared_ptr<guards::Guard> pending_id;
   // Tensor: TensorOf; SymNum: SymOf; Iter: IterOf; Cell: CellOf; Instance / Record: InstanceOf; DictView: DictViewOf;
-  // Method: BoundOf; Dict: DefaultDictOf for a defaultdict; Object: BoundOf for a bound method, FunctionOf for a function made in the trace, else (a
-  // Const for Slot::Noop) what the trace models in place of `obj`, if anything (GradExitOf, PartialOf, SuperOf,
-  // SlotOf, ExceptionOf); monostate otherwise.
+  // Method: BoundOf; Tuple: TupleOf; List: ListOf; Set: SetOf; Dict: DictOf; Object: BoundOf for a bound method,
+  // FunctionOf for a function made in the trace, ModuleMadeOf, TorchCtxOf / CtxExitOf, else (a Const for Slot::Noop)
+  // what the trace models in place of `obj`, if anything (GradExitOf, PartialOf, SuperOf, SlotOf, ExceptionOf);
+  // monostate otherwise.
   Payload payload;
 
   // A Method's or bound-method Object's receiver and attribute name (BoundOf); nullptr / "" for any other value.
@@ -299,11 +321,30 @@ struct Value {
   const ModuleMadeOf* made_module() const {
     return kind == VKind::Object ? std::get_if<ModuleMadeOf>(&payload) : nullptr;
   }
-  // A defaultdict made in the trace or read from the frame: its payload; nullptr for any other value (a plain dict
-  // included).
-  const DefaultDictOf* default_dict() const {
-    return kind == VKind::Dict ? std::get_if<DefaultDictOf>(&payload) : nullptr;
+  // A Dict's payload; throws std::logic_error for any other kind.
+  DictOf& dict_of();
+  const DictOf& dict_of() const;
+  // A defaultdict made in the trace or read from the frame: its payload (`factory` set); nullptr for any other value
+  // (a plain dict included).
+  const DictOf* default_dict() const {
+    const DictOf* d = kind == VKind::Dict ? std::get_if<DictOf>(&payload) : nullptr;
+    return d && d->factory ? d : nullptr;
   }
+  // A Dict that is an Instance's `__dict__` (DictOf::frozen); false for any other value.
+  bool frozen_dict() const {
+    const DictOf* d = kind == VKind::Dict ? std::get_if<DictOf>(&payload) : nullptr;
+    return d && d->frozen;
+  }
+  // A Tuple's class (TupleOf::cls): a namedtuple's, a struct sequence's or torch.Size; a null handle for a plain
+  // tuple; throws std::logic_error for any other kind.
+  py::handle tuple_class() const;
+  // A List, Dict or Set read from the frame: the real container (ListOf / DictOf / SetOf::real); a null handle for
+  // one made in the trace and for any other kind.
+  py::handle frame_container() const;
+  // Sets it (List, Dict, Set only; throws std::logic_error for any other kind).
+  void set_frame_container(py::object real);
+  // A Set made as a frozenset by a set operation: the frozenset (SetOf::frozenset); a null handle otherwise.
+  py::handle frozenset_result() const;
   bool is_traced_exception() const { return kind == VKind::Object && std::holds_alternative<ExceptionOf>(payload); }
   // A partial, super object, slot or traced exception: a value Python has no plain object for.
   bool is_modelled() const {
@@ -321,7 +362,7 @@ struct Value {
   static ValuePtr slice_value(SliceOf s);
   static ValuePtr constant(py::object o, SourcePtr src = nullptr);
   static ValuePtr object(py::object o, SourcePtr src = nullptr);
-  static ValuePtr tuple(std::vector<ValuePtr> items);
+  static ValuePtr tuple(std::vector<ValuePtr> items, py::object cls = py::object());  // cls: TupleOf::cls
   static ValuePtr list(std::vector<ValuePtr> items);
   static ValuePtr iterator(std::vector<ValuePtr> items);  // at its first item, watching no dict
   static ValuePtr new_cell(ValuePtr content);             // content null: an empty cell
@@ -331,6 +372,8 @@ struct Value {
   // collections.defaultdict(factory) made in the trace, holding `keys` / `values`.
   static ValuePtr default_dict_of(ValuePtr factory, std::vector<py::object> keys, std::vector<ValuePtr> values);
   static ValuePtr set(std::vector<py::object> elements);  // elements: distinct hashable constants
+  // The Set value of a frozenset result (SetOf::frozenset): its elements, in the order it iterates in.
+  static ValuePtr frozenset_value(py::object fs);
   // Dict / Set: index of `key` (Python equality; a tensor key's example: identity) or -1.
   int find_key(py::handle key) const;
   static ValuePtr method(ValuePtr self, std::string name);
@@ -372,7 +415,7 @@ bool is_numpy_scalar(py::handle o);
 bool is_typing_form(py::handle o);
 
 // A struct sequence class whose fields are all sequence items (torch.return_types.max, ...): a Tuple value
-// with this class in `obj` is rebuilt as cls((items...)).
+// with this class (TupleOf::cls) is rebuilt as cls((items...)).
 bool is_structseq_class(py::handle cls);
 // Field names of a Tuple value's class (a namedtuple's _fields, a struct sequence's __match_args__).
 py::tuple tuple_field_names(py::handle cls);

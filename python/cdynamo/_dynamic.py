@@ -282,13 +282,36 @@ class _Source(torch._guards.Source):
         return self._text
 
 
+SLOT_KINDS = ("size", "stride", "offset", "int", "float")
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotSpec:
+    """One number the SHAPE_ENV guard reads from the frame: of graph input ``input`` (an index into the trace's
+    inputs, in C++'s order), ``kind`` one of SLOT_KINDS ("size" / "stride": the tensor's ``dim``-th; "offset": its
+    storage offset; "int": the input itself, a dynamic int; "float": a float input), ``dim`` 0 unless a size or
+    stride."""
+
+    input: int
+    kind: str
+    dim: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class InputMask:
+    """Per graph input: bit masks of the dimensions whose sizes / strides TENSOR_MATCH must not check (they are
+    symbolic; the SHAPE_ENV guard checks them). Zero for an input that is not a tensor."""
+
+    sizes: int = 0
+    strides: int = 0
+
+
 @dataclasses.dataclass(frozen=True)
 class GuardSpec:
-    """What TraceShapes.guard_spec hands the C++ side (hook/translate.cpp: add_shape_guards), by field name:
-    ``slots`` (input index, "size" | "stride" | "offset" | "int", dim) read from the frame; ``programs`` that must
+    """What TraceShapes.guard_spec hands the C++ side, read by field name in one place (hook/shape_guard_spec.cpp:
+    read_guard_spec, which checks every field): ``slots`` (SlotSpec) read from the frame; ``programs`` that must
     all hold on the slots' values; ``fallback`` checking what could not be lowered (or None); ``texts``, the
-    guards as ShapeEnv prints them; ``masks``, per input the (sizes, strides) bit masks of the dimensions
-    TENSOR_MATCH must not check."""
+    guards as ShapeEnv prints them; ``masks`` (InputMask), one per input."""
 
     slots: list
     programs: list
@@ -440,9 +463,9 @@ class TraceShapes:
 
     def guard_spec(self, inputs):
         """The SHAPE_ENV guard of this trace, over ``inputs``: per graph input (in C++'s order) a (source text,
-        example) pair, the example a fake tensor, a SymInt or an int. Returns a GuardSpec: slots are (input index, "size" | "stride" | "offset" | "int", dim); every program must hold (on
-        the slots' values); `fallback` checks what could not be lowered (or None); masks are per input the
-        (sizes, strides) bit masks of the dimensions TENSOR_MATCH must not check."""
+        example) pair, the example a fake tensor, a SymInt or an int. Returns a GuardSpec (SlotSpec slots, one
+        InputMask per input): every program must hold (on the slots' values); `fallback` checks what could not be
+        lowered (or None)."""
         from ._shape_lower import lower
         import sympy
 
@@ -456,7 +479,7 @@ class TraceShapes:
             # the symbols as they were made (s1 == s0 is a guard, not a renaming).
             expr = value.node._expr if isinstance(value, torch.SymInt) else sympy.Integer(value)
             k = len(slots)
-            slots.append((i, kind, dim))
+            slots.append(SlotSpec(i, kind, dim))
             slot_exprs.append(expr)
             texts_of_slot.append(text)
             if isinstance(expr, sympy.Symbol) and expr not in symbol_slot:
@@ -469,7 +492,7 @@ class TraceShapes:
             if isinstance(ex, torch.Tensor) and id(ex) in self._floats and self._floats[id(ex)][0] is ex:
                 sym = self._floats[id(ex)][1]
                 float_slot[sym] = len(slots)
-                slots.append((i, "float", 0))
+                slots.append(SlotSpec(i, "float"))
                 slot_exprs.append(sym)
                 texts_of_slot.append(name)
             elif isinstance(ex, torch.Tensor):
@@ -486,7 +509,7 @@ class TraceShapes:
                     add_slot(i, "offset", 0, off, f"{name}.storage_offset()")
             elif isinstance(ex, torch.SymInt):
                 add_slot(i, "int", 0, ex, name)
-            masks.append((size_mask, stride_mask))
+            masks.append(InputMask(size_mask, stride_mask))
 
         names = {sym: texts_of_slot[k] for sym, k in list(symbol_slot.items()) + list(float_slot.items())}
 

@@ -223,3 +223,26 @@ def test_object_made_in_the_trace_is_rebuilt_once_with_its_attributes():
         assert cnt.frame_count == 2
     finally:
         _Acc.bias = 1.0
+
+
+def test_type_of_a_set_from_the_frame_is_set_and_of_a_frozenset_result_frozenset():
+    fs = frozenset({5, 6})
+
+    def f(x, s):
+        r = fs | s  # a frozenset result (the left operand's type)
+        return x + 1, type(s) is set, isinstance(s, frozenset), type(r) is frozenset, type(s | fs) is set, len(r)
+
+    opt, cnt = compiled(f)
+    s, x = {1, 2}, torch.randn(3)
+    expected = f(x, s)
+    assert expected[1:] == (True, False, True, True, 4)
+    got = opt(x, s)
+    assert_same(got[0], expected[0])
+    assert got[1:] == expected[1:]
+    assert cnt.frame_count == 1 and cnt.op_count == 1
+    import torch._dynamo as dynamo
+
+    dynamo.reset()
+    dyn = dynamo.optimize("eager")(f)(x, s)
+    dynamo.reset()
+    assert dyn[1:] == expected[1:]

@@ -392,3 +392,58 @@ def test_an_op_that_raises_for_some_sizes_compiles_once_for_all_of_them():
         else:
             torch.testing.assert_close(opt(x), view_pairs(x))
     assert len(g.gms) == 3, [gm.code for gm in g.gms]
+
+
+def spec_with(monkeypatch, change):
+    """Makes TraceShapes.guard_spec hand C++ its spec changed by `change` (a GuardSpec -> GuardSpec)."""
+    real = _dynamic.TraceShapes.guard_spec
+    monkeypatch.setattr(_dynamic.TraceShapes, "guard_spec", lambda self, inputs: change(real(self, inputs)))
+
+
+def test_guard_spec_is_typed_records_read_by_field_name(monkeypatch):
+    seen = []
+
+    def keep(spec):
+        seen.append(spec)
+        return spec
+
+    spec_with(monkeypatch, keep)
+    run(pair, [(torch.randn(4, 3), torch.randn(4, 3))], dynamic=True)
+    (spec,) = seen
+    assert spec.slots and all(isinstance(s, _dynamic.SlotSpec) and s.kind in _dynamic.SLOT_KINDS for s in spec.slots)
+    assert {(s.input, s.kind, s.dim) for s in spec.slots} >= {(0, "size", 0), (1, "size", 0)}
+    # dynamic=True: both sizes symbolic (bits 0, 1), the stride of dim 0 too (s1), that of dim 1 is 1
+    assert spec.masks == [_dynamic.InputMask(3, 1), _dynamic.InputMask(3, 1)]
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda s: _replace(s, slots=[_dynamic.SlotSpec(0, "bogus")]), "SlotSpec.kind 'bogus' is not one of"),
+        (lambda s: _replace(s, slots=[_dynamic.SlotSpec(7, "size")]), "SlotSpec.input = 7 is out of range"),
+        (lambda s: _replace(s, slots=[(0, "size", 0)]), "SlotSpec has no field 'input'"),
+        (lambda s: _replace(s, masks=s.masks[:1]), "1 masks for 2 inputs"),
+        (lambda s: _replace(s, masks=[(1, 1)] * 2), "InputMask has no field 'sizes'"),
+        (lambda s: _replace(s, texts=s.texts + [3]), "texts holds a int, not a str"),
+        (lambda s: _replace(s, fallback=3), "fallback is neither None nor callable"),
+    ],
+)
+def test_malformed_guard_spec_is_refused_naming_the_field(monkeypatch, change, message):
+    from cdynamo.exc import InternalError
+
+    spec_with(monkeypatch, change)
+    cdynamo.reset()
+    opt = cdynamo.optimize(Graphs(), nopython=True, dynamic=True)(pair)
+    with pytest.raises(InternalError, match="GuardSpec: " + message):
+        opt(torch.randn(4, 3), torch.randn(4, 3))
+    # Without nopython the frame runs as Python: eager's result.
+    cdynamo.reset()
+    g = Graphs()
+    x, y = torch.randn(4, 3), torch.randn(4, 3)
+    torch.testing.assert_close(cdynamo.optimize(g, dynamic=True)(pair)(x, y), x + y)
+
+
+def _replace(spec, **kw):
+    import dataclasses
+
+    return dataclasses.replace(spec, **kw)
