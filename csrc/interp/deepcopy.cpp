@@ -75,7 +75,7 @@ ValuePtr Tracer::deep_copy(const ValuePtr& v, CopyMemo& memo) {
       return out;
     }
     case VKind::Set:
-      if (v->obj && !v->source) break;
+      if ((v->obj && !v->source) || v->tensor_keyed()) break;
       return memo[v.get()] = Value::set(v->keys);
     case VKind::Instance: {
       if (!deepcopied_by_dict(reinterpret_cast<PyTypeObject*>(v->instance().cls->obj.ptr())) ||
