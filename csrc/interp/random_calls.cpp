@@ -1,16 +1,14 @@
 // random_calls.cpp — owns module-level `random` calls traced as torch._dynamo traces them (random.random / uniform /
 // randint / randrange of constants): each a graph input drawn by the rewritten code before the graph runs.
+#include "interp/services.h"
 #include "interp/tracer.h"
 
 namespace cdynamo::interp {
 
 namespace {
 
-// cdynamo._random_values (imported once; process lifetime).
-py::handle random_values_module() {
-  static PyObject* m = py::module_::import("cdynamo._random_values").release().ptr();
-  return m;
-}
+// cdynamo._random_values, through the services (imported on first need).
+py::handle random_values_module() { return services().random_values(); }
 
 // The module-level function `fn` calls (random.uniform, ...), or None: `fn` is that bound method itself, or (a method
 // call through the module, split by the trace) its function with the module's hidden generator as the receiver.
