@@ -81,10 +81,11 @@ bool holds_values(const ValuePtr& v) {
   return has_items(v) || (v->kind == VKind::Set && !v->obj && !tensor_key_values(v).empty()) || made_function(v) || made_partial(v) || v->kind == VKind::Cell || v->kind == VKind::DictView;
 }
 
-// Objects with identity the trace made: rebuilt once when reached twice (two closures over one cell).
+// Objects with identity the trace made: rebuilt once when reached twice (two closures over one cell; a torch context
+// object `with torch.autocast(...) as ac` stored in a list and held in a local).
 bool has_identity(const ValuePtr& v) {
   return v->kind == VKind::List || v->kind == VKind::Dict || v->kind == VKind::Instance || v->kind == VKind::Record ||
-         v->kind == VKind::Cell || made_function(v) || made_partial(v);
+         v->kind == VKind::Cell || made_function(v) || made_partial(v) || v->torch_ctx();
 }
 
 // The receiver a bound method value carries (a tensor method, or a method of an object the trace made):
@@ -375,6 +376,10 @@ void count_lists(const ValuePtr& v, std::unordered_map<const interp::Value*, int
   if (!v) return;
   if (bound_receiver(v)) {
     count_lists(v->receiver(), n, order);
+    return;
+  }
+  if (v->torch_ctx()) {  // holds nothing, but is one object wherever it is reached
+    if (n[v.get()]++ == 0) order.push_back(v.get());
     return;
   }
   if (!holds_values(v) || from_frame(v)) return;

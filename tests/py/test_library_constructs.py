@@ -754,13 +754,11 @@ def test_nonlocal_of_a_real_closure_one_graph_as_torch_dynamo():
     assert (mine.frame_count, mine.op_count) == (theirs.frame_count, theirs.op_count) == (1, theirs.op_count)
 
 
-@pytest.mark.xfail(strict=True, reason="with the object stored in a list before the break, the frame runs as Python "
-                   "(1 graph, torch._dynamo 3): codegen/rebuild.cpp refuses 'the __exit__ of a torch context block "
-                   "outside the stack slot of its block'")
 def test_autocast_object_across_graph_breaks_is_eagers():
-    # `with torch.autocast(...) as ac` split by graph breaks: every part sees the one object the block entered, as in
-    # eager (torch._dynamo hands the parts None for `ac`); the graph count is torch._dynamo's. Results, identity and
-    # state are as eager's today because the frame runs as Python.
+    # `with torch.autocast(...) as ac` split by graph breaks, `ac` stored in a list before each: every part sees one
+    # autocast object (made once after the first graph, shared by the list and the local; the continuations enter
+    # the block's context again in their prologue), as eager sees one (torch._dynamo hands the parts None for `ac`);
+    # the graph count is torch._dynamo's.
     def make(graph_break):
         seen = []
 
