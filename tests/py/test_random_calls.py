@@ -112,7 +112,9 @@ def test_draws_around_graph_breaks_as_eager(fn):
     assert got_state == state
     (ref, _), theirs = _theirs(_dynamo_spelling(fn), fullgraph=False, calls=8)
     torch.testing.assert_close(ref, expected)
-    assert mine.frame_count <= theirs.frame_count, (mine.frame_count, theirs.frame_count)
+    # branch_on_draw 3 (the draw's graph, then one continuation per side), draw_break_draw 2, seeded_inside 1 (only
+    # the continuation after the seed has ops), choice_of_constants 2: torch._dynamo's counts.
+    assert mine.frame_count == theirs.frame_count, (mine.frame_count, theirs.frame_count)
 
 
 def _dynamo_spelling(fn):
