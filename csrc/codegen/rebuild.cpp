@@ -78,7 +78,8 @@ std::vector<ValuePtr> held(const ValuePtr& v) {
 
 // A value rebuilt from the values it holds (held() is not empty for it).
 bool holds_values(const ValuePtr& v) {
-  return has_items(v) || (v->kind == VKind::Set && !v->obj && !tensor_key_values(v).empty()) || made_function(v) || made_partial(v) || v->kind == VKind::Cell || v->kind == VKind::DictView;
+  return has_items(v) || (v->kind == VKind::Set && !v->obj && !tensor_key_values(v).empty()) || made_function(v) ||
+         made_partial(v) || v->kind == VKind::Cell || v->kind == VKind::DictView;
 }
 
 // Objects with identity the trace made: rebuilt once when reached twice (two closures over one cell; a torch context

@@ -55,9 +55,10 @@ ValuePtr Tracer::random_call(const ValuePtr& fn, const std::vector<ValuePtr>& ar
   if (make.is_none()) return nullptr;
   realize(fn);  // which function it is: its identity guarded (and its receiver's, for a split method call)
   if (ValuePtr self = fn->bound_self()) realize(self);
-  if (!dynamic())
-    request_restart(Restart::fake_tensors(
-        "random." + py::str(target.attr("__name__")).cast<std::string>() + "() (traced again with fake tensors)", true));
+  if (!dynamic()) {
+    std::string name = py::str(target.attr("__name__")).cast<std::string>();
+    request_restart(Restart::fake_tensors("random." + name + "() (traced again with fake tensors)", true));
+  }
   int index = 0;
   for (const auto& in : inputs) index += in.source && in.source->kind == guards::Source::Kind::RandomValue;
   SourcePtr src = guards::Source::random_value(index, make.ptr());

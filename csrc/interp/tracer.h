@@ -88,7 +88,7 @@ std::string describe_module_made(const ValuePtr& cls);  // the class a made modu
 // The module `name` from sys.modules, imported only when missing: an import through the running frame's
 // __import__ fails in a frame whose builtins lack it (a function made with globals without __builtins__).
 py::object loaded_module(const char* name);
-// True when class `cls` (borrowed) has type's own __subclasses__ (its metaclass does not override it): class_queries.cpp.
+// True when class `cls` (borrowed) has type's own __subclasses__ (no metaclass override; class_queries.cpp).
 bool is_type_subclasses(PyObject* cls);
 // Whether `exc` (borrowed) is an error of the user's request a compile raises to the caller (ConstraintViolationError);
 // never throws.

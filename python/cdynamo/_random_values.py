@@ -1,5 +1,5 @@
-# _random_values.py — owns the run-time side of module-level `random` calls traced into a graph (interp/random_calls.cpp):
-# the callable the rewritten code calls to draw each value, and the trace-time check of a call on a copy of the state.
+# _random_values.py — owns the run-time side of module-level `random` calls traced into a graph (random_calls.cpp): the
+# callable the rewritten code calls to draw each value, and the trace-time check of a call on a copy of the state.
 import random
 
 import torch
