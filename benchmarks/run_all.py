@@ -16,12 +16,13 @@ import bench_graph_breaks  # noqa: E402
 import bench_hf_zoo  # noqa: E402
 import bench_modules  # noqa: E402
 import bench_optim  # noqa: E402
+import bench_random_calls  # noqa: E402
 import bench_timm_zoo  # noqa: E402
 
 BENCHES = {"first_call": bench_first_call, "call_overhead": bench_call_overhead,
            "graph_breaks": bench_graph_breaks, "modules": bench_modules, "hf_zoo": bench_hf_zoo,
            "timm_zoo": bench_timm_zoo, "optim": bench_optim, "aliased_inputs": bench_aliased_inputs,
-           "gpu": bench_gpu}
+           "gpu": bench_gpu, "random_calls": bench_random_calls}
 
 
 def main():

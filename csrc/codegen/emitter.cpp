@@ -212,6 +212,19 @@ void Emitter::load_source(const guards::Source& src) {
       load_source(*src.base);
       load_attr(src.name);
       return;
+    case K::ClosureCell:
+      load_closure(src.index);
+      return;
+    case K::Call:  // base()
+      null_before_callable();
+      load_source(*src.base);
+      null_after_callable();
+      call(0);
+      return;
+    case K::RandomValue:  // make_value(): the random call, at this point of the input loads (in trace order)
+      load_callable(src.owner);
+      call(0);
+      return;
     case K::GenericAttr:  // object.__getattribute__(base, name)
       load_callable(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyBaseObject_Type)).attr("__getattribute__"));
       load_source(*src.base);

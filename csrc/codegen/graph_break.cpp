@@ -498,7 +498,8 @@ void BreakEmitter::begin(const std::string& compiled_name, const std::vector<gra
   rb->share(roots);
   if (Rebuilder::has_effects(t.trace())) {
     rb->stage_effects(t.trace());
-    for (const auto& v : rebuilt) rb->pin(v->kind == VKind::Method ? v->bound_self() : v);
+    for (const auto& v : rebuilt)  // a NULL or a torch context's __exit__ is not rebuilt (emit_deep_stack)
+      if (v->kind != VKind::Null && !v->ctx_exit()) rb->pin(v->kind == VKind::Method ? v->bound_self() : v);
     rb->commit_effects();
   } else {
     for (const auto& v : rebuilt)

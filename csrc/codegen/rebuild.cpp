@@ -30,8 +30,33 @@ bool made_function(const ValuePtr& v) {
 // (interp::PartialOf: func, args, keyword names / values).
 bool made_partial(const ValuePtr& v) { return v->made_in_trace() && v->partial(); }
 
+thread_local const std::unordered_map<PyObject*, ValuePtr>* g_tensor_keys = nullptr;  // see TensorKeysScope
+
+// The tensor values of a dict's keys or a set's elements that are tensors (by their examples), in order; Unsupported
+// when one is not known (no TensorKeysScope).
+std::vector<ValuePtr> tensor_key_values(const ValuePtr& v) {
+  std::vector<ValuePtr> out;
+  if (v->kind != VKind::Dict && v->kind != VKind::Set) return out;
+  for (const auto& k : v->keys) {
+    if (!guards::is_tensor(k.ptr())) continue;
+    auto it = g_tensor_keys ? g_tensor_keys->find(k.ptr()) : decltype(g_tensor_keys->end()){};
+    if (!g_tensor_keys || it == g_tensor_keys->end())
+      throw interp::Unsupported("a dict or set keyed by a tensor the trace does not know");
+    out.push_back(it->second);
+  }
+  return out;
+}
+
 // The values `v` holds that are rebuilt with it: items, a closure's cells, a cell's content, a partial's parts.
 std::vector<ValuePtr> held(const ValuePtr& v) {
+  if ((v->kind == VKind::Dict || v->kind == VKind::Set) && !v->frame_container()) {
+    std::vector<ValuePtr> out = tensor_key_values(v);  // tensor keys first, then what the rest holds
+    if (!out.empty()) {
+      if (const interp::DictOf* dd = v->default_dict()) out.push_back(dd->factory);
+      out.insert(out.end(), v->items.begin(), v->items.end());
+      return out;
+    }
+  }
   if (const interp::DictOf* dd = v->default_dict()) {  // its factory, then its values
     std::vector<ValuePtr> out{dd->factory};
     out.insert(out.end(), v->items.begin(), v->items.end());
@@ -53,13 +78,15 @@ std::vector<ValuePtr> held(const ValuePtr& v) {
 
 // A value rebuilt from the values it holds (held() is not empty for it).
 bool holds_values(const ValuePtr& v) {
-  return has_items(v) || made_function(v) || made_partial(v) || v->kind == VKind::Cell || v->kind == VKind::DictView;
+  return has_items(v) || (v->kind == VKind::Set && !v->frame_container() && !tensor_key_values(v).empty()) || made_function(v) ||
+         made_partial(v) || v->kind == VKind::Cell || v->kind == VKind::DictView;
 }
 
-// Objects with identity the trace made: rebuilt once when reached twice (two closures over one cell).
+// Objects with identity the trace made: rebuilt once when reached twice (two closures over one cell; a torch context
+// object `with torch.autocast(...) as ac` stored in a list and held in a local).
 bool has_identity(const ValuePtr& v) {
   return v->kind == VKind::List || v->kind == VKind::Dict || v->kind == VKind::Instance || v->kind == VKind::Record ||
-         v->kind == VKind::Cell || made_function(v) || made_partial(v);
+         v->kind == VKind::Cell || made_function(v) || made_partial(v) || v->torch_ctx();
 }
 
 // The receiver a bound method value carries (a tensor method, or a method of an object the trace made):
@@ -304,9 +331,10 @@ bool reads_locals(const ValuePtr& v, std::unordered_set<const interp::Value*>& s
     case VKind::Dict:
       if (v->default_dict() && reads_locals(v->default_dict()->factory, seen)) return true;
       break;
+    case VKind::Set:
+      break;  // its tensor elements, below
     case VKind::Const:
     case VKind::Null:
-    case VKind::Set:
     case VKind::Slice:
       return false;
     case VKind::SymNum:
@@ -318,9 +346,14 @@ bool reads_locals(const ValuePtr& v, std::unordered_set<const interp::Value*>& s
   }
   for (const auto& i : v->items)
     if (reads_locals(i, seen)) return true;
+  for (const auto& k : tensor_key_values(v))
+    if (reads_locals(k, seen)) return true;
   return false;
 }
 }  // namespace
+
+TensorKeysScope::TensorKeysScope(const interp::Trace& t) : outer_(g_tensor_keys) { g_tensor_keys = &t.tensor_keys; }
+TensorKeysScope::~TensorKeysScope() { g_tensor_keys = outer_; }
 
 bool reads_frame_locals(const ValuePtr& v) {
   std::unordered_set<const interp::Value*> seen;
@@ -344,6 +377,10 @@ void count_lists(const ValuePtr& v, std::unordered_map<const interp::Value*, int
   if (!v) return;
   if (bound_receiver(v)) {
     count_lists(v->receiver(), n, order);
+    return;
+  }
+  if (v->torch_ctx()) {  // holds nothing, but is one object wherever it is reached
+    if (n[v.get()]++ == 0) order.push_back(v.get());
     return;
   }
   if (!holds_values(v) || from_frame(v)) return;
@@ -466,6 +503,16 @@ bool Rebuilder::push_output(graph::Node* node, int above) {
   e_.load_const(py::int_(it->second));
   e_.emit("BINARY_SUBSCR");
   return true;
+}
+
+void Rebuilder::push_key(const py::object& key, int above) {
+  if (!guards::is_tensor(key.ptr())) {
+    e_.load_const(key);
+    return;
+  }
+  auto it = g_tensor_keys ? g_tensor_keys->find(key.ptr()) : decltype(g_tensor_keys->end()){};
+  if (!g_tensor_keys || it == g_tensor_keys->end()) throw interp::Unsupported("a tensor key the trace does not know");
+  push(it->second, above);
 }
 
 void Rebuilder::push_slice(const ValuePtr& v) {
@@ -632,8 +679,6 @@ void Rebuilder::push(const ValuePtr& v, int above) {
     case VKind::Dict: {
       // An object's __dict__ read in the trace is that object's live dict, not a new one.
       if (v->frozen_dict()) throw interp::Unsupported("an object's __dict__ cannot be rebuilt apart from its object");
-      if (v->tensor_keyed())
-        throw interp::Unsupported("a dict keyed by a tensor cannot be rebuilt at a graph break yet");
       if (v->default_dict()) {  // collections.defaultdict(factory, {keys: values})
         e_.load_callable(interp::loaded_module("collections").attr("defaultdict"));
         push(v->default_dict()->factory, above + 2);
@@ -641,7 +686,7 @@ void Rebuilder::push(const ValuePtr& v, int above) {
       }
       int k = 0;
       for (size_t i = 0; i < v->items.size(); ++i) {
-        e_.load_const(v->keys[i]);
+        push_key(v->keys[i], above + k);
         push(v->items[i], above + k + 1);
         k += 2;
       }
@@ -654,7 +699,8 @@ void Rebuilder::push(const ValuePtr& v, int above) {
         e_.load_const(py::reinterpret_borrow<py::object>(fs));
         return;
       }
-      for (const auto& k : v->keys) e_.load_const(k);
+      int k = 0;
+      for (const auto& key : v->keys) push_key(key, above + k++);
       e_.emit("BUILD_SET", static_cast<int>(v->keys.size()));
       return;
     }

@@ -15,6 +15,21 @@ namespace cdynamo::codegen {
 // calls to it to make the library objects the trace modelled). Borrowed: kept for the process lifetime.
 void set_untraced_call(PyObject* fn);
 
+// While one is alive (on the compiling thread), the trace's tensor keys (Trace::tensor_keys: a dict key's or set
+// element's example -> its tensor value): a dict or set of the trace keyed by tensors is rebuilt with those tensors
+// (graph outputs, or the frame's own) as its keys, in the trace's order. hook/translate.cpp opens one around
+// collect_outputs and the code's emission; without one such a dict is Unsupported.
+class TensorKeysScope {
+ public:
+  explicit TensorKeysScope(const interp::Trace& t);
+  ~TensorKeysScope();
+  TensorKeysScope(const TensorKeysScope&) = delete;
+  TensorKeysScope& operator=(const TensorKeysScope&) = delete;
+
+ private:
+  const std::unordered_map<PyObject*, interp::ValuePtr>* outer_;
+};
+
 class Rebuilder {
  public:
   // Graph output k is read either from a temporary local `out_slot` (>= 0) or, when out_slot < 0, from
@@ -50,6 +65,8 @@ class Rebuilder {
   void push_object(const interp::ValuePtr& v, int above);
   void push_record(const interp::ValuePtr& v, int above);
   void push_slice(const interp::ValuePtr& v);
+  // A dict key or set element: a constant, or the tensor value a tensor key's example stands for (TensorKeysScope).
+  void push_key(const py::object& key, int above);
   // One staged effect: write-back of container contents (`name` empty, `obj_slot` the container) or a
   // store of `value_slot` to attribute `name` of `obj_slot` (a global when obj_slot < 0).
   struct Effect {

@@ -30,10 +30,18 @@ SourcePtr Source::local(int slot, const std::string& n) { return make(Kind::Loca
 SourcePtr Source::global(const std::string& n) { return make(Kind::Global, 0, n, nullptr); }
 SourcePtr Source::builtin(const std::string& n) { return make(Kind::Builtin, 0, n, nullptr); }
 SourcePtr Source::closure(int slot, const std::string& n) { return make(Kind::Closure, slot, n, nullptr); }
+SourcePtr Source::closure_cell(int slot, const std::string& n) { return make(Kind::ClosureCell, slot, n, nullptr); }
+SourcePtr Source::call(SourcePtr b) { return make(Kind::Call, 0, "", std::move(b)); }
 SourcePtr Source::attr(SourcePtr b, const std::string& n) { return make(Kind::Attr, 0, n, std::move(b)); }
 SourcePtr Source::item(SourcePtr b, int i) { return make(Kind::Item, i, "", std::move(b)); }
 SourcePtr Source::generic_attr(SourcePtr b, const std::string& n) {
   return make(Kind::GenericAttr, 0, n, std::move(b));
+}
+SourcePtr Source::random_value(int i, PyObject* make_value) {
+  auto s = make(Kind::RandomValue, i, "random_value_" + std::to_string(i), nullptr);
+  Py_INCREF(make_value);
+  s->owner = make_value;  // owned by the Source
+  return s;
 }
 SourcePtr Source::dict_item(SourcePtr b, const std::string& k) { return make(Kind::DictItem, 0, k, std::move(b)); }
 SourcePtr Source::dict_item_key(SourcePtr b, PyObject* key) {
@@ -109,12 +117,13 @@ PyObject* Source::fetch_step(const FrameView& fv, PyObject* b) const {
       Py_INCREF(v);
       return v;
     }
-    case Kind::Closure: {
+    case Kind::Closure:
+    case Kind::ClosureCell: {
       if (!fv.closure) return nullptr;
       Py_ssize_t i = index - fv.nfree_base;
       if (i < 0 || i >= PyTuple_GET_SIZE(fv.closure)) return nullptr;
       PyObject* cell = PyTuple_GET_ITEM(fv.closure, i);  // borrowed
-      PyObject* v = PyCell_GET(cell);                     // borrowed
+      PyObject* v = kind == Kind::ClosureCell ? cell : PyCell_GET(cell);  // borrowed
       Py_XINCREF(v);
       return v;
     }
@@ -133,6 +142,17 @@ PyObject* Source::fetch_step(const FrameView& fv, PyObject* b) const {
       Py_XINCREF(v);
       if (!v) PyErr_Clear();
       return v;  // new reference or nullptr
+    }
+    case Kind::Call: {  // base(): a new object from the call (no Python error left set on failure)
+      if (!b) return nullptr;
+      PyObject* v = PyObject_CallNoArgs(b);  // new
+      if (!v) PyErr_Clear();
+      return v;
+    }
+    case Kind::RandomValue: {  // a fresh value (draws a random number: only the rewritten code's input load calls it)
+      PyObject* v = PyObject_CallNoArgs(owner);  // new
+      if (!v) PyErr_Clear();
+      return v;
     }
     case Kind::Item: {
       if (!b) return nullptr;
@@ -186,9 +206,12 @@ std::string Source::describe() const {
     case Kind::Global: return "global '" + name + "'";
     case Kind::Builtin: return "builtin '" + name + "'";
     case Kind::Closure: return "closure '" + name + "'";
+    case Kind::ClosureCell: return "cell of closure '" + name + "'";
     case Kind::Attr: return base->describe() + "." + name;
     case Kind::GenericAttr: return "object.__getattribute__(" + base->describe() + ", '" + name + "')";
     case Kind::Item: return base->describe() + "[" + std::to_string(index) + "]";
+    case Kind::RandomValue: return "random value " + std::to_string(index);
+    case Kind::Call: return base->describe() + "()";
     case Kind::DictItem: {
       if (!owner) return base->describe() + "['" + name + "']";
       PyObject* r = PyObject_Repr(owner);  // new
@@ -210,7 +233,8 @@ std::string Source::describe() const {
 std::string Source::dynamo_name() const {
   switch (kind) {
     case Kind::Local:
-    case Kind::Closure: return "L['" + name + "']";
+    case Kind::Closure:
+    case Kind::ClosureCell: return "L['" + name + "']";
     case Kind::Global:
     case Kind::Builtin:
     case Kind::ModuleGlobal:
@@ -218,6 +242,8 @@ std::string Source::dynamo_name() const {
     case Kind::Attr:
     case Kind::GenericAttr: return base->dynamo_name() + "." + name;
     case Kind::Item: return base->dynamo_name() + "[" + std::to_string(index) + "]";
+    case Kind::RandomValue: return name;  // torch._dynamo's RandomValueSource: random_value_<i>
+    case Kind::Call: return base->dynamo_name() + "()";
     case Kind::DictItem: {
       if (owner) {  // a non-string key
         PyObject* r = PyObject_Repr(owner);  // new

@@ -44,7 +44,14 @@ struct Source {
   // module than the frame's, read from that module's globals dict `owner` (an inlined callee's globals).
   // GenericAttr: object.__getattribute__(base, name), past a __getattribute__ override of base's class
   // (what super().__getattribute__(name) reads in a config class that remaps attribute names).
-  enum class Kind { Local, Global, Builtin, Closure, Attr, Item, DictItem, ModuleGlobal, ModuleBuiltin, GenericAttr };
+  // RandomValue: graph input `index` of the trace's module-level `random` calls, made anew on each call of the graph by
+  // calling `owner` (no arguments; interp/random_calls.cpp): it never reads the frame, and no guard may use it.
+  // Call: base() (the value of calling base with no arguments, anew on every fetch: cls.__subclasses__(), whose answer
+  // a guard re-reads).
+  // ClosureCell: the cell object itself of free variable `index` (what a `nonlocal` assignment of the frame stores
+  // into; Closure reads its contents).
+  enum class Kind { Local, Global, Builtin, Closure, Attr, Item, DictItem, ModuleGlobal, ModuleBuiltin, GenericAttr,
+                    RandomValue, ClosureCell, Call };
   Kind kind = Kind::Local;
   int index = 0;          // Local: localsplus slot; Closure: localsplus slot of the free var; Item: index
   std::string name;       // Local/Global/Builtin/Closure/Attr name
@@ -59,6 +66,8 @@ struct Source {
   static SourcePtr global(const std::string& name);
   static SourcePtr builtin(const std::string& name);
   static SourcePtr closure(int slot, const std::string& name);
+  static SourcePtr closure_cell(int slot, const std::string& name);
+  static SourcePtr call(SourcePtr base);
   static SourcePtr attr(SourcePtr base, const std::string& name);
   static SourcePtr item(SourcePtr base, int index);
   static SourcePtr generic_attr(SourcePtr base, const std::string& name);
@@ -70,6 +79,8 @@ struct Source {
   // Borrowed dicts (a reference is kept by the Source).
   static SourcePtr module_global(PyObject* globals, const std::string& name);
   static SourcePtr module_builtin(PyObject* globals, PyObject* builtins, const std::string& name);
+  // The index-th random value of a trace, made by calling `make` (borrowed; the Source keeps a reference).
+  static SourcePtr random_value(int index, PyObject* make);
 
   // Returns a NEW reference to the value, or nullptr (with no Python error left set) when the value is
   // missing (unbound local, deleted global, empty cell, failing attribute/item lookup).

@@ -616,6 +616,7 @@ py::object build_graph_module(FrameCompile& c, py::list& example_inputs) {
   std::vector<interp::ValuePtr> values =
       c.is_break() ? codegen::break_values(t) : std::vector<interp::ValuePtr>{t.frame().return_value};
   for (const auto& v : codegen::effect_values(t.trace())) values.push_back(v);  // tensors stored by side effects
+  codegen::TensorKeysScope keys(t.trace());
   c.outs = codegen::collect_outputs(values);
   std::vector<graph::Arg> out_args;
   for (auto* n : c.outs) out_args.push_back(graph::Arg::ref(n));
@@ -686,6 +687,7 @@ std::optional<EntryPtr> compile_graph(FrameCompile& c) {
 // the break that cannot be rebuilt as Python makes the whole frame run as Python.
 std::optional<EntryPtr> emit_code(FrameCompile& c, py::object& new_code, std::vector<codegen::Resume>& resumes) {
   interp::Tracer& t = c.t();
+  codegen::TensorKeysScope keys(t.trace());
   try {
     if (c.is_break()) {
       codegen::BreakCode bcode = codegen::graph_break(t, c.name, c.outs, g_resume_counter);

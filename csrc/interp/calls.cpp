@@ -132,7 +132,7 @@ struct Tracer::CallSupport {
 bool foldable(const ValuePtr& v) {
   switch (v->kind) {
     case VKind::Const: return true;
-    case VKind::Set: return true;  // elements are constants; folded on a fresh set
+    case VKind::Set: return !v->tensor_keyed();  // elements are constants; folded on a fresh set
     case VKind::Dict:
       if (v->default_dict()) return false;  // folded as a plain dict, its type would change
       [[fallthrough]];
@@ -582,6 +582,8 @@ struct Tracer::CallSteps {
 ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
                       std::vector<std::pair<std::string, ValuePtr>> kwargs) {
   if (fn->kind == VKind::Method) return CallSteps::call_method_value(*this, fn, std::move(args), std::move(kwargs));
+  if (ValuePtr r = random_call(fn, args, kwargs)) return r;      // random_calls.cpp
+  if (ValuePtr r = subclasses_call(fn, args, kwargs)) return r;  // class_queries.cpp
   if (ValuePtr r = CallSteps::call_modelled(*this, fn, args, kwargs)) return r;
   if (fn->kind != VKind::Object && fn->kind != VKind::Const) unsupported("call to " + fn->describe());
   if (ValuePtr r = CallSteps::call_known_object(*this, fn, args, kwargs)) return r;

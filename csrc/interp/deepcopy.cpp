@@ -74,7 +74,7 @@ ValuePtr Tracer::deep_copy(const ValuePtr& v, CopyMemo& memo) {
       return out;
     }
     case VKind::Set:
-      if (v->frozenset_result()) break;
+      if (v->frozenset_result() || v->tensor_keyed()) break;
       return memo[v.get()] = Value::set(v->keys);
     case VKind::Instance: {
       if (!deepcopied_by_dict(reinterpret_cast<PyTypeObject*>(v->instance().cls->obj.ptr())) ||

@@ -44,6 +44,11 @@ struct Tracer::ListOps {
   }
 
   static py::object element_of(Tracer& t, const ValuePtr& v) {
+    // A tensor hashes by identity: its example stands for it, as for a dict key (Trace::tensor_keys).
+    if (v->is_tensor() && v->tensor().example && guards::is_tensor(v->tensor().example.ptr())) {
+      t.tensor_keys.emplace(v->tensor().example.ptr(), v);
+      return v->tensor().example;
+    }
     if (!v->is_const()) t.unsupported("set element " + v->describe() + " (only constants are traced in sets)");
     if (PyObject_Hash(v->obj.ptr()) == -1) throw py::error_already_set();
     return v->obj;

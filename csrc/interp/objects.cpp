@@ -219,11 +219,10 @@ ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name, bool 
   // A builtin function stored on the object (self.act = F.gelu) is a plain function; a bound method of
   // another kind (a C method of some object) is not modelled.
   if (PyCFunction_Check(v) && PyCFunction_GET_SELF(v) && !PyModule_Check(PyCFunction_GET_SELF(v))) {
-    // cls.__subclasses__(): its answer changes when a subclass is defined or collected; torch._dynamo guards it by
-    // calling it again, a kind of source csrc/guards does not have.
-    if (name == "__subclasses__" && PyType_Check(o.ptr()))
-      unsupported("cls.__subclasses__() of " + obj->describe() +
-                  " (its answer can change between calls and no guard re-reads it)");
+    // cls.__subclasses__ (type's own): the bound method, unguarded (it is the class's, which is guarded); a call of it
+    // is traced by subclasses_call (class_queries.cpp), whose guards re-read the answer.
+    if (name == "__subclasses__" && PyType_Check(o.ptr()) && obj->source && is_type_subclasses(o.ptr()))
+      return Value::object(value, guards::Source::attr(obj->source, name));
     unsupported("attribute '" + name + "' of " + obj->describe() + " is a bound method of another kind");
   }
   return wrap(value, guards::Source::attr(obj->source, name));

@@ -256,8 +256,9 @@ struct Tracer::ArithOps {
       return;
     }
     if (container->kind == VKind::Set) {
-      if (!item->is_const()) t.unsupported("`in` on a set with " + item->describe());
-      bool in = container->find_key(item->obj) >= 0;
+      bool tensor = item->is_tensor() && item->tensor().example;  // by identity: its example (Trace::tensor_keys)
+      if (!item->is_const() && !tensor) t.unsupported("`in` on a set with " + item->describe());
+      bool in = container->find_key(tensor ? item->tensor().example : item->obj) >= 0;
       t.push(Value::constant(py::bool_(i.arg ? !in : in)));
       return;
     }

@@ -74,12 +74,14 @@ struct Tracer::FunctionOps {
       return;
     }
     const auto at = static_cast<size_t>(i.arg);
-    if (at < t.real_cells_.size() && t.real_cells_[at]) {  // a `nonlocal` of a real closure, in an inlined function
+    int kind = compat::code_localsplus_kind(t.code, i.arg);
+    if ((kind & compat::kFastFree) && !t.owns_free(i.arg) && t.inline_depth() == 0) t.top_frame_cell(i.arg);
+    if (at < t.real_cells_.size() && t.real_cells_[at]) {  // a `nonlocal` of a real closure (see top_frame_cell)
       t.store_attr(t.real_cells_[at], "cell_contents", v);
       t.locals[at] = std::move(v);
+      t.local_loaded[at] = 1;  // the traced frame's later reads see it, not the cell's old contents
       return;
     }
-    int kind = compat::code_localsplus_kind(t.code, i.arg);
     if ((kind & compat::kFastFree) && !t.owns_free(i.arg))
       t.unsupported("assignment to the free variable '" + t.local_name(i.arg) + "' (nonlocal) of a real closure");
     t.locals[static_cast<size_t>(i.arg)] = std::move(v);
@@ -99,6 +101,16 @@ struct Tracer::FunctionOps {
     t.push(Value::constant(py::none()));
   }
 };
+
+ValuePtr Tracer::top_frame_cell(int slot) {
+  const auto at = static_cast<size_t>(slot);
+  if (at < real_cells_.size() && real_cells_[at]) return real_cells_[at];
+  SourcePtr src = guards::Source::closure_cell(slot, local_name(slot));
+  PyObject* cell = src->fetch(fv);  // new
+  if (!cell) unsupported("the cell of the free variable '" + local_name(slot) + "' is missing");
+  if (real_cells_.size() < locals.size()) real_cells_.resize(locals.size());
+  return real_cells_[at] = Value::object(py::reinterpret_steal<py::object>(cell), src);
+}
 
 py::handle unbound_cell_check() {
   static PyObject* f = py::cpp_function(

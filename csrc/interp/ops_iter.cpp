@@ -90,6 +90,8 @@ std::vector<ValuePtr> Tracer::unpack_iterable(const ValuePtr& v) {
       refuse_unordered(v->view_of().dict);
       return v->view_items([this](const py::object& k) { return key_value(k); });
     case VKind::Set: {
+      // A set of tensors iterates in the order of their ids, known only when it runs: left to Python.
+      if (v->tensor_keyed()) unsupported("iteration over a set of tensors (its order depends on their ids)");
       // In the order Python iterates a set holding these elements (inserted in this order).
       std::vector<ValuePtr> es;
       for (auto e : v->as_python()) es.push_back(Value::constant(py::reinterpret_borrow<py::object>(e)));

@@ -28,6 +28,7 @@ py::handle Services::meta_fallback_run() const { return lazy("lazy_meta_fallback
 py::handle Services::autograd_function_apply() const {
   return lazy("lazy_autograd_function_apply", autograd_function_apply_);
 }
+py::handle Services::random_values() const { return lazy("lazy_random_values", random_values_); }
 
 const Services& services() {
   if (!g_services) throw std::runtime_error("cdynamo._C used before `import cdynamo` installed its services");
@@ -53,7 +54,8 @@ void install_services(py::handle provider) {
     s->is_user_error = field(provider, "is_user_error");
     s->observe_tensor = field(provider, "observe_tensor");
     s->observe_scalar = field(provider, "observe_scalar");
-    for (const char* lazy : {"lazy_aten_meta_run", "lazy_meta_fallback_run", "lazy_autograd_function_apply"})
+    for (const char* lazy :
+         {"lazy_aten_meta_run", "lazy_meta_fallback_run", "lazy_autograd_function_apply", "lazy_random_values"})
       field(provider, lazy);
     s->provider = py::reinterpret_borrow<py::object>(provider);
   } catch (...) {

@@ -33,11 +33,12 @@ struct Services {
   py::handle aten_meta_run() const;             // _aten_meta.run
   py::handle meta_fallback_run() const;         // _meta_fallback.run
   py::handle autograd_function_apply() const;   // _autograd.FunctionApply
+  py::handle random_values() const;             // the _random_values module (interp/random_calls.cpp)
 
   py::object provider;  // the Python Services object itself
  private:
   py::handle lazy(const char* name, py::object& slot) const;
-  mutable py::object aten_meta_run_, meta_fallback_run_, autograd_function_apply_;
+  mutable py::object aten_meta_run_, meta_fallback_run_, autograd_function_apply_, random_values_;
 };
 
 // The installed services; throws std::runtime_error when the cdynamo package has not installed them (cdynamo._C

@@ -824,9 +824,13 @@ bool Tracer::local_bound(int slot) const {
 ValuePtr Tracer::load_local(int slot) {
   if (slot < 0 || slot >= static_cast<int>(locals.size())) unsupported("bad local slot");
   if (inline_depth_ > 0) return locals[slot];  // inlined frames are bound from the call's arguments
+  int kind = compat::code_localsplus_kind(code, slot);
+  if ((kind & compat::kFastFree) && !attr_stores.empty() && !options().owns_free(slot)) {
+    // A `nonlocal` store to this cell made by an inlined closure (or this frame) in this trace: the value it stored.
+    if (ValuePtr stored = pending_attr(top_frame_cell(slot), "cell_contents")) return stored;
+  }
   if (!local_loaded[slot]) {
     local_loaded[slot] = 1;
-    int kind = compat::code_localsplus_kind(code, slot);
     PyObject* v = nullptr;  // borrowed
     SourcePtr src;
     if (kind & compat::kFastFree) {
@@ -901,11 +905,20 @@ namespace {
 // an item of a list / dict (an optimizer's param_groups[0]['lr']): symbolic once it changed between compiles, or at
 // once under compile(dynamic=True); an object's attribute (an nn.Module's lr, or read through an object's __dict__),
 // symbolic only once it changed, so that under compile(dynamic=True) too the constants of config objects and torch.nn
-// modules (eps, momentum) stay constants. Globals stay constants.
+// modules (eps, momentum) stay constants. A global (of the frame's module or an inlined callee's) is as an attribute:
+// symbolic only once it changed (torch._dynamo: 2 graphs for a global that takes many values).
 enum class FloatSource { Constant, Input, Attribute };
+// Where an int that changes becomes a SymInt input (automatic dynamic): an argument, or the contents of a closure cell
+// (a `nonlocal` counter, read by the frame or by an inlined closure: torch._dynamo makes it dynamic at its second
+// value, 2 graphs where a guard per value makes one per call).
+bool dynamic_int_source(const guards::Source& s) {
+  using K = guards::Source::Kind;
+  return s.kind == K::Local || s.kind == K::Closure || (s.kind == K::Attr && s.name == "cell_contents");
+}
 FloatSource dynamic_float_source(const guards::Source& s) {
   using K = guards::Source::Kind;
   if (s.kind == K::Local) return FloatSource::Input;
+  if (s.kind == K::Global || s.kind == K::ModuleGlobal) return FloatSource::Attribute;
   if (s.kind == K::Attr || s.kind == K::GenericAttr) return FloatSource::Attribute;
   if (s.kind != K::Item && s.kind != K::DictItem) return FloatSource::Constant;
   for (const guards::Source* b = s.base.get(); b; b = b->base.get())
@@ -1049,7 +1062,7 @@ ValuePtr Tracer::wrap(py::handle value, SourcePtr src) {
   // An int argument, or a float argument, float in a list or dict of the frame (an optimizer's lr) or float attribute
   // (an nn.Module's lr): symbolic once it changed between compiles (dynamic_float_source). A float is a 0-d tensor
   // input and its item(), a backed SymFloat (wrap_dynamic_scalar).
-  if (PyLong_CheckExact(v) && src->kind == guards::Source::Kind::Local) {
+  if (PyLong_CheckExact(v) && dynamic_int_source(*src)) {
     if (ValuePtr s = wrap_dynamic_scalar(value, src, "symint", false)) return s;
   } else if (PyFloat_CheckExact(v)) {
     FloatSource kind = dynamic_float_source(*src);

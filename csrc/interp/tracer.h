@@ -88,6 +88,8 @@ std::string describe_module_made(const ValuePtr& cls);  // the class a made modu
 // The module `name` from sys.modules, imported only when missing: an import through the running frame's
 // __import__ fails in a frame whose builtins lack it (a function made with globals without __builtins__).
 py::object loaded_module(const char* name);
+// True when class `cls` (borrowed) has type's own __subclasses__ (no metaclass override; class_queries.cpp).
+bool is_type_subclasses(PyObject* cls);
 // Whether `exc` (borrowed) is an error of the user's request a compile raises to the caller (ConstraintViolationError);
 // never throws.
 bool is_user_error(py::handle exc);
@@ -186,6 +188,16 @@ class Tracer : private Frame, private TraceOptions, private Trace, private Outpu
   static ValuePtr parameter_list_item(Tracer& t, const ValuePtr& v, const ValuePtr& key);
   static ValuePtr parameter_list_len(Tracer& t, const ValuePtr& v);
   static std::optional<std::vector<ValuePtr>> parameter_list_items(Tracer& t, const ValuePtr& v);
+  // random.random() / uniform / randint / randrange of constant arguments (random_calls.cpp): an unbacked number read
+  // from a graph input drawn before the graph runs; nullptr for any other call.
+  ValuePtr random_call(const ValuePtr& fn, const std::vector<ValuePtr>& args, const Kwargs& kwargs);
+  // cls.__subclasses__() (class_queries.cpp): a list made in the trace, its answer guarded by calling it again; nullptr
+  // for any other call.
+  ValuePtr subclasses_call(const ValuePtr& fn, const std::vector<ValuePtr>& args, const Kwargs& kwargs);
+  // The traced frame's real cell of free slot `slot` (ops_functions.cpp): an Object read by LOAD_CLOSURE in the
+  // rewritten code (a ClosureCell source), the receiver of the frame's `nonlocal` stores (Frame::real_cells_, replayed
+  // as `cell.cell_contents = v`) and what a read of the slot checks for a store an inlined closure made to that cell.
+  ValuePtr top_frame_cell(int slot);
   // iter(seq) as GET_ITER makes it (ops_iter.cpp): an Iter over the items known now (a dict's keys watched for
   // changes); an Iter is its own iterator. iterator_next: the next item of Iter `it` (advancing it), nullptr when
   // exhausted.

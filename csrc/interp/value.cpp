@@ -297,7 +297,7 @@ int Value::find_key(py::handle key) const {
 }
 
 bool Value::tensor_keyed() const {
-  if (kind != VKind::Dict) return false;
+  if (kind != VKind::Dict && kind != VKind::Set) return false;
   for (const auto& k : keys)
     if (guards::is_tensor(k.ptr())) return true;
   return false;
@@ -373,6 +373,7 @@ py::object Value::as_python() const {
       return d;
     }
     case VKind::Set: {
+      if (tensor_keyed()) throw Unsupported("a set of tensors as a Python value");
       py::set out;
       for (const auto& k : keys) out.add(k);
       return out;

@@ -427,6 +427,19 @@ class TraceShapes:
         fake._cdynamo_float_input = True  # the call passes the float as a tensor (float_input_positions)
         return fake, sym
 
+    def random_input(self, dtype):
+        """A graph input of a traced ``random`` call (interp/random_calls.cpp): its fake 0-d tensor of ``dtype`` and the
+        unbacked symbol of its item() (a fresh value on every call: a branch on it cannot be guarded)."""
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        with unset_fake_temporarily():
+            real = torch.zeros((), dtype=dtype)
+        fake = self.fake_mode.from_tensor(real)
+        sym = self.unbacked_scalar(fake)
+        fake.item_memo = sym  # a backend tracing the graph in this fake mode gets the same symbol from item()
+        self.fake_mode.allow_scalar_outputs = True  # and a backend's own fake copy of the input an unbacked one
+        return fake, sym
+
     def unbacked_scalar(self, t):
         """The example of ``t.item()``: an unbacked SymFloat / SymInt / SymBool by ``t``'s dtype. The symbol is bound
         to the graph node that makes it (the item() call), so it is no longer pending in the ShapeEnv (a backend

@@ -44,6 +44,12 @@ class Services:
 
         return _autograd.FunctionApply
 
+    @staticmethod
+    def lazy_random_values():
+        from . import _random_values
+
+        return _random_values
+
 
 def install(C):
     """Hands the services to the loaded extension module ``C`` (cdynamo._C)."""

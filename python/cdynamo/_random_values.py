@@ -1,0 +1,48 @@
+# _random_values.py — owns the run-time side of module-level `random` calls traced into a graph (random_calls.cpp): the
+# callable the rewritten code calls to draw each value, and the trace-time check of a call on a copy of the state.
+import random
+
+import torch
+
+
+class RandomInput:
+    """Draws one value of ``fn(*args, **kwargs)`` (``random.random`` / ``uniform`` / ``randint`` / ``randrange`` of the
+    module's hidden generator) when the rewritten code loads the graph's inputs, in the order the trace made the calls,
+    and hands it to the graph as a 0-d tensor (float64 for a float, int64 for an int) whose ``item()`` the graph reads,
+    as torch._dynamo hands its random values to the graph before calling it."""
+
+    __slots__ = ("fn", "args", "kwargs", "dtype")
+
+    def __init__(self, fn, args, kwargs, dtype):
+        self.fn, self.args, self.kwargs, self.dtype = fn, args, kwargs, dtype
+
+    def __call__(self):
+        return torch.tensor(self.fn(*self.args, **self.kwargs), dtype=self.dtype)
+
+    def __repr__(self):
+        return f"RandomInput({self.fn.__name__}, {self.args}, {self.kwargs})"
+
+
+def supported():
+    """The module-level functions traced (as torch._dynamo's call_random_fn: random, randint, randrange, uniform)."""
+    return (random.random, random.uniform, random.randint, random.randrange)
+
+
+def try_call(fn, args, kwargs):
+    """What ``fn(*args, **kwargs)`` gives on a copy of the module's generator (the real state is left as it is): a
+    float or int, or None when the call raises or gives another type (left to Python)."""
+    copy = random.Random()
+    copy.setstate(random.getstate())
+    try:
+        v = getattr(copy, fn.__name__)(*args, **kwargs)
+    except Exception:
+        return None
+    return v if type(v) in (int, float) else None
+
+
+def make(fn, args, kwargs):
+    """The RandomInput of one traced call, or None when it is not traced (see try_call)."""
+    v = try_call(fn, tuple(args), dict(kwargs))
+    if v is None:
+        return None
+    return RandomInput(fn, tuple(args), dict(kwargs), torch.float64 if type(v) is float else torch.int64)
