@@ -5,8 +5,10 @@
 namespace cdynamo::interp {
 
 bool is_type_subclasses(PyObject* cls) {
-  static PyObject* own = PyDict_GetItemString(PyType_Type.tp_dict, "__subclasses__");  // borrowed: type's, immortal
-  static PyObject* key = PyUnicode_InternFromString("__subclasses__");                  // process lifetime
+  static PyObject* key = PyUnicode_InternFromString("__subclasses__");  // process lifetime
+  // borrowed from type's own dict (immortal); through the MRO lookup, as 3.12+ keeps a static type's dict out of
+  // tp_dict (NULL there)
+  static PyObject* own = _PyType_Lookup(&PyType_Type, key);
   PyObject* found = _PyType_Lookup(Py_TYPE(cls), key);                                 // borrowed, may be NULL
   return own && found == own;
 }

@@ -28,7 +28,8 @@ bool deepcopied_by_dict(PyTypeObject* type) {
   PyObject* mro = type->tp_mro;  // borrowed
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); ++i) {
     auto* t = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i));
-    if (t != &PyBaseObject_Type && PyDict_GetItemString(t->tp_dict, "__slots__")) return false;  // borrowed
+    // tp_dict is NULL for a static type on 3.12+ (its dict lives in the interpreter): only heap types are read here
+    if (t != &PyBaseObject_Type && t->tp_dict && PyDict_GetItemString(t->tp_dict, "__slots__")) return false;
   }
   int in_table = PyDict_Contains(PyRefs::get().copyreg_dispatch.ptr(), reinterpret_cast<PyObject*>(type));
   if (in_table < 0) throw py::error_already_set();

@@ -9,6 +9,7 @@ import torch._dynamo.testing
 
 import cdynamo
 from cdynamo.testing import CompileCounter
+from versions import REFERENCE_PINNED
 
 
 def uniform_scale(x):
@@ -114,8 +115,10 @@ def test_draws_around_graph_breaks_as_eager(fn):
     (ref, _), theirs = _theirs(_dynamo_spelling(fn), fullgraph=False, calls=8)
     torch.testing.assert_close(ref, expected)
     # branch_on_draw 3 (the draw's graph, then one continuation per side), draw_break_draw 2, seeded_inside 1 (only
-    # the continuation after the seed has ops), choice_of_constants 2: torch._dynamo's counts.
-    assert mine.frame_count == theirs.frame_count, (mine.frame_count, theirs.frame_count)
+    # the continuation after the seed has ops), choice_of_constants 2: torch._dynamo's counts on the pinned torch
+    # (torch 2.11's torch._dynamo captures no graph for branch_on_draw).
+    if REFERENCE_PINNED:
+        assert mine.frame_count == theirs.frame_count, (mine.frame_count, theirs.frame_count)
 
 
 def _dynamo_spelling(fn):
