@@ -242,52 +242,42 @@ uint32_t GuardTree::intern(const Source* s) {
   auto have = by_source_.find(s);
   if (have != by_source_.end()) return have->second;
   int32_t parent = s->base ? static_cast<int32_t>(intern(s->base.get())) : -1;
-  uint32_t cls = intern_class(s, parent);
-  if (cls != UINT32_MAX) {
-    by_source_.emplace(s, cls);
-    return cls;
-  }
-  // The step from the parent: kind, operands, and the parent's node (equal paths share a node).
-  std::string key = std::to_string(parent) + "|" + std::to_string(static_cast<int>(s->kind)) + "|" +
-                    std::to_string(s->index) + "|" + std::to_string(reinterpret_cast<uintptr_t>(s->owner)) + "|" +
-                    std::to_string(reinterpret_cast<uintptr_t>(s->builtins)) + "|" + s->name;
+  PyObject* cls = class_root_of(s, parent);  // borrowed; nullptr: an ordinary step from the parent
+  // The step from the parent: kind, operands, and the parent's node (equal paths share a node); a class root: the
+  // step kind and the class (every x.__class__ of x TYPE_MATCHed to it shares the node).
+  std::string key = cls ? "class|" + std::to_string(static_cast<int>(s->kind)) + "|" +
+                              std::to_string(reinterpret_cast<uintptr_t>(cls))
+                        : std::to_string(parent) + "|" + std::to_string(static_cast<int>(s->kind)) + "|" +
+                              std::to_string(s->index) + "|" + std::to_string(reinterpret_cast<uintptr_t>(s->owner)) +
+                              "|" + std::to_string(reinterpret_cast<uintptr_t>(s->builtins)) + "|" + s->name;
   auto [it, fresh] = by_step_.emplace(std::move(key), static_cast<uint32_t>(nodes_.size()));
   if (fresh) {
     Node n;
     n.source = s;
     n.kind = s->kind;
     n.name_obj = s->name_obj;
-    n.owner = s->owner;
-    n.parent = parent;
-    n.depth = parent < 0 ? 0 : nodes_[parent].depth + 1;
+    if (cls) {
+      n.class_of = cls;
+      n.class_ver = compat::type_version(reinterpret_cast<PyTypeObject*>(cls));
+    } else {
+      n.owner = s->owner;
+      n.parent = parent;
+      n.depth = parent < 0 ? 0 : nodes_[parent].depth + 1;
+    }
     nodes_.push_back(std::move(n));
-    if (parent < 0) roots_.push_back(it->second);
+    if (cls || parent < 0) roots_.push_back(it->second);
     else nodes_[parent].children.push_back(it->second);
   }
   by_source_.emplace(s, it->second);
   return it->second;
 }
 
-uint32_t GuardTree::intern_class(const Source* s, int32_t parent) {
+PyObject* GuardTree::class_root_of(const Source* s, int32_t parent) const {
   if (parent < 0 || (s->kind != Source::Kind::Attr && s->kind != Source::Kind::GenericAttr) ||
       s->name_obj != class_name())
-    return UINT32_MAX;
+    return nullptr;
   auto t = type_matched_.find(static_cast<uint32_t>(parent));
-  if (t == type_matched_.end() || !class_reads_type(t->second, s->kind)) return UINT32_MAX;
-  std::string key = "class|" + std::to_string(static_cast<int>(s->kind)) + "|" +
-                    std::to_string(reinterpret_cast<uintptr_t>(t->second));
-  auto [it, fresh] = by_step_.emplace(std::move(key), static_cast<uint32_t>(nodes_.size()));
-  if (fresh) {
-    Node n;
-    n.source = s;
-    n.kind = s->kind;
-    n.name_obj = s->name_obj;
-    n.class_of = t->second;
-    n.class_ver = compat::type_version(reinterpret_cast<PyTypeObject*>(t->second));
-    nodes_.push_back(std::move(n));
-    roots_.push_back(it->second);
-  }
-  return it->second;
+  return t != type_matched_.end() && class_reads_type(t->second, s->kind) ? t->second : nullptr;
 }
 
 // A class root's value: the class itself while it reads its own type for `__class__` (re-checked when its version

@@ -92,7 +92,7 @@ class GuardTree {
     bool wants_own = false;  // some leaf skips on the value's own dict state
     bool has_hooks = false;
     uint32_t busy = 0;  // visits iterating `leaves` now
-    // A class root (intern_class): the class C every `x.__class__` of an x TYPE_MATCHed to C reads (borrowed from
+    // A class root (class_root_of): the class C every `x.__class__` of an x TYPE_MATCHed to C reads (borrowed from
     // that TYPE_MATCH guard's `expected`), and the class version at which C was last seen to read its own type for
     // `__class__` (0: check again).
     PyObject* class_of = nullptr;
@@ -114,8 +114,9 @@ class GuardTree {
   // type for `__class__`: one root per C (and step kind), shared by every such x, so the guards on a class (its
   // forward, the forward's closure, ...) are checked once per call, not once per instance (16 decoder layers: one
   // class subtree). Sound because the TYPE_MATCH on each x is checked too and the guards are a conjunction; the root
-  // fails (a recompile) if C stops reading its own type for `__class__`. Returns UINT32_MAX where it does not apply.
-  uint32_t intern_class(const Source* s, int32_t parent);
+  // fails (a recompile) if C stops reading its own type for `__class__`. Returns C (borrowed from its TYPE_MATCH) when
+  // `s` is such a step under node `parent`, else nullptr; intern() then makes or finds the class root.
+  PyObject* class_root_of(const Source* s, int32_t parent) const;
   PyObject* fetch_class(Node& n, bool* same, Stamp* stamp) const;
   PyObject* fetch(Walk& w, Node& n, PyObject* parent, bool parent_same, bool* same, Stamp* stamp) const;
   // fetch()'s attribute cases: a function's or cell's field, obj.__class__, a class attribute, and an attribute read
