@@ -7,33 +7,11 @@
 #include "compat/versions.h"
 #include "guards/shape_guard.h"
 #include "guards/tensor_match.h"
+#include "guards/tree_util.h"
 
 namespace cdynamo::guards {
 
 namespace {
-
-// Memo.from_ver of a tuple item (no dict version: the tuple's identity, proven by its parent, is the stamp).
-constexpr uint64_t kTupleItem = ~uint64_t{0};
-// Memo.from_ver of a class root (its value is always the one class).
-constexpr uint64_t kClassRoot = ~uint64_t{0} - 1;
-
-// Interned names of the function and cell fields read directly (owned for the process).
-struct FieldNames {
-  PyObject* cell_contents = PyUnicode_InternFromString("cell_contents");
-  PyObject* closure = PyUnicode_InternFromString("__closure__");
-  PyObject* code = PyUnicode_InternFromString("__code__");
-  PyObject* defaults = PyUnicode_InternFromString("__defaults__");
-  PyObject* name = PyUnicode_InternFromString("__name__");
-};
-const FieldNames& field_names() {
-  static const FieldNames names;
-  return names;
-}
-
-PyObject* class_name() {
-  static PyObject* name = PyUnicode_InternFromString("__class__");  // owned for the process
-  return name;
-}
 
 // object's __class__ getset descriptor (borrowed from object's immortal type dict).
 PyObject* object_class_descriptor() {
@@ -91,23 +69,6 @@ PyObject* hook_name(int i) {
   return names[i];
 }
 
-bool hooks_empty(PyObject* const hooks[4]) {
-  for (int i = 0; i < 4; ++i) {
-    PyObject* h = hooks[i];  // borrowed: held by a dict whose version proved unchanged
-    if (h && !(PyDict_Check(h) && PyDict_GET_SIZE(h) == 0)) return false;
-  }
-  return true;
-}
-
-// The state of v's own dict (v itself if a dict, else its instance dict): its version (0: none) and, in *d, the
-// dict (borrowed).
-uint64_t own_state(PyObject* v, const void** d) {
-  PyObject* dict = PyDict_Check(v) ? v : compat::versioned_instance_dict(v);  // borrowed
-  uint64_t ver = compat::dict_version(dict);
-  *d = ver ? dict : nullptr;
-  return ver;
-}
-
 // True if `a` and `b` (guards on one node) check the same thing of its value: identity, type, equality with one
 // object, or a length; other kinds are never merged.
 bool same_check(const Guard& a, const Guard& b) {
@@ -129,35 +90,6 @@ const void* alias_key(PyObject* v, bool storages) {
 }
 
 }  // namespace
-
-// Per check: the fetched values (new references, released at the end) and the TLS keys, read once.
-struct GuardTree::Walk {
-  const std::vector<Guard>& guards;
-  const FrameView& fv;
-  PyObject** values;  // one per node: new references (nullptr: not fetched)
-  size_t n;
-  PyObject* inline_values[64];
-  std::vector<PyObject*> heap;
-  TlsKeys tls;
-  bool tls_read = false;
-  Walk(const std::vector<Guard>& g, const FrameView& f, size_t count) : guards(g), fv(f), n(count) {
-    if (n > 64) heap.resize(n);
-    values = n > 64 ? heap.data() : inline_values;
-    std::memset(values, 0, n * sizeof(PyObject*));
-  }
-  ~Walk() {
-    for (size_t i = 0; i < n; ++i) Py_XDECREF(values[i]);
-  }
-  Walk(const Walk&) = delete;
-  Walk& operator=(const Walk&) = delete;
-  const TlsKeys& keys() {
-    if (!tls_read) {
-      tls = read_tls_keys();
-      tls_read = true;
-    }
-    return tls;
-  }
-};
 
 GuardTree::GuardTree(const GuardSet& set) {
   const auto& guards = set.guards();
@@ -199,6 +131,8 @@ GuardTree::GuardTree(const GuardSet& set) {
     leaf.tensor = g.tensor.get();
     if (g.kind == GuardKind::TypeMatch) leaf.type = g.expected;
     leaf.cost = cost_of(g.kind);
+    leaf.pure = g.kind == GuardKind::LengthMatch && g.expected && PyType_Check(g.expected) &&
+                !(PyType_GetFlags(reinterpret_cast<PyTypeObject*>(g.expected)) & Py_TPFLAGS_HEAPTYPE);
     leaf.skip = Skip::Never;
     switch (g.kind) {
       case GuardKind::IdMatch: leaf.skip = Skip::SameObject; break;
@@ -224,6 +158,10 @@ GuardTree::GuardTree(const GuardSet& set) {
     n.leaves.push_back(leaf);
   }
   for (const auto& s : set.input_sources()) input_nodes_.push_back(intern(s.get()));
+  needed_.assign(nodes_.size(), 0);
+  for (uint32_t id : input_nodes_) needed_[id] = 1;
+  for (const Relation& r : relations_)
+    for (uint32_t id : r.nodes) needed_[id] = 1;
   for (Node& n : nodes_) {
     std::stable_sort(n.leaves.begin(), n.leaves.end(), [](const Leaf& a, const Leaf& b) { return a.cost < b.cost; });
     n.leaf_begin = static_cast<uint32_t>(leaves_.size());
@@ -555,8 +493,14 @@ bool GuardTree::visit(Walk& w, uint32_t id, PyObject* parent, bool parent_same) 
     n.memo.from_ver = 0;
     n.memo.leaves_ok = false;
   }
+  if (n.child_begin == n.child_end) return true;
+  if (!n.replay.ops.empty()) {
+    if (n.replay.anchor == v && replay(w, n)) return true;
+    n.replay.ops.clear();  // something below changed: walked, and rebuilt if it passes (a few times at most)
+  }
   for (uint32_t k = n.child_begin; k < n.child_end; ++k)
     if (!visit(w, child_ids_[k], v, proven)) return false;
+  if (n.replay.builds < kReplayBuilds) w.offered.push_back(id);
   return true;
 }
 
@@ -603,13 +547,19 @@ bool GuardTree::check(const std::vector<Guard>& guards, const FrameView& fv, std
   };
   if (state_fails_ && !state_ok()) return false;
   Walk w(guards, fv, nodes_.size());
-  for (uint32_t r : roots_)
+  const bool replayed = !roots_replay_.ops.empty() && run_replay(w, roots_replay_);
+  if (!replayed) roots_replay_.ops.clear();  // walked below; rebuilt if the walk passes (a few times at most)
+  w.roots_walked = !replayed;
+  for (uint32_t r : replayed ? walked_roots_ : roots_)
     if (!visit(w, r, nullptr, false)) return false;
   if (!state_fails_ && !state_ok()) return false;
   for (Relation& r : relations_)
     if (!check_relation(w, r)) return false;
   for (uint32_t i : generic_guards_)
     if (!guards[i].check(fv, nullptr)) return false;
+  if (passes_ < 2) ++passes_;
+  if (passes_ >= 2 && (!w.offered.empty() || (w.roots_walked && roots_replay_.builds < kReplayBuilds)))
+    build_replays(w);
   if (inputs) {
     // Every node was visited and fetched by a passing walk; no Python ran after its fetch that the guards did
     // not see through (leaves run after the fetch, relations and SHAPE_ENV read the same values).

@@ -45,6 +45,30 @@ class GuardTree {
   size_t node_count() const { return nodes_.size(); }
 
  private:
+  // One check of a replay list (guard_replay.cpp); `obj` and the pointers are borrowed, proven alive by the ops
+  // before it.
+  struct Op {
+    enum Code : uint8_t {
+      FrameGlobals, FrameBuiltins, DictVer, InstAttr, ClassVer, TypeIs, Tensor, Own, HookEmpty, Leaf, FieldLeaf, Value
+    };
+    Code code;
+    uint32_t node = 0;            // Value: the node whose value is handed to the walk
+    PyObject* obj = nullptr;      // the value read (DictVer: the dict; FrameGlobals/FrameBuiltins: the frame's dict)
+    const void* a = nullptr;      // InstAttr: the instance dict; TypeIs: the type; Tensor: the TensorMatch;
+                                  // Own: the own dict
+    uint64_t ver = 0;             // a's version (DictVer: obj's; ClassVer: the class obj's)
+    const void* b = nullptr;      // InstAttr: the class
+    uint64_t ver2 = 0;            // InstAttr: the class's version; Leaf / FieldLeaf: the guard's index
+    // FieldLeaf: `ver` is the field of the function or cell `obj` read live (Field), the guard runs on it.
+  };
+  enum class Field : uint8_t { CellContents, Code, Defaults, Name, Closure };
+  struct Replay {
+    PyObject* anchor = nullptr;  // the subtree root's value when built (an identity: compared, never dereferenced)
+    PyTypeObject* anchor_type = nullptr;  // its class then (borrowed: an identity as well)
+    std::vector<Op> ops;     // the checks, in walk order, each stamp once
+    std::vector<Op> values;  // Value ops: the values the walk hands to inputs and relations, set once all pass
+    uint8_t builds = 0;          // lists built for this node (capped: a subtree that keeps changing walks)
+  };
   enum class Skip : uint8_t { Never, SameObject, SameContents, Hooks };
   struct Leaf {
     uint32_t guard;
@@ -52,6 +76,7 @@ class GuardTree {
     const TensorMatch* tensor;  // TENSOR_MATCH: owned by the guard
     PyObject* type = nullptr;   // TYPE_MATCH: the class (borrowed from the guard, which owns it), checked inline
     uint8_t cost;  // 0: pointer compares; 1: a few loads or lookups; 2: a loop over items; 3: may call Python
+    bool pure = false;  // LIST_LENGTH of a static type's object: runs no Python (a replay list may run it)
     Skip skip;
     uint32_t fails = 0;
   };
@@ -98,6 +123,7 @@ class GuardTree {
     PyObject* class_of = nullptr;
     uint64_t class_ver = 0;
     Memo memo;
+    Replay replay;
   };
   // A guard over several sources, evaluated on the nodes' values; `last` holds the identities (or storages) of
   // the last passing check: the same identities give the same verdict.
@@ -125,6 +151,25 @@ class GuardTree {
   PyObject* fetch_generic_attr(Walk& w, Node& n, PyObject* parent, bool* same, Stamp* stamp) const;
   bool visit(Walk& w, uint32_t id, PyObject* parent, bool parent_same) const;
   bool check_relation(Walk& w, Relation& r) const;
+  // guard_replay.cpp: runs node `id`'s list (true: every check passed, and the needed values are in the walk);
+  // builds the lists of the nodes a passing walk offered, highest first, each covering its subtree.
+  // The roots have one list too, for those whose fetch is stamped (globals, builtins, class roots): the rest
+  // (locals, closure cells) are walked.
+  bool replay(Walk& w, const Node& n) const;
+  bool run_replay(Walk& w, const Replay& r) const;
+  void build_replays(Walk& w) const;
+  void build_roots_replay(Walk& w, std::vector<uint8_t>* covered) const;
+  // `proven`: `parent` is the object the memos saw (read under a stamp or held by a guard), not only an object at
+  // the same address (a list's root): its tuple items and a function's closure are then the same objects too.
+  bool replay_ops(const Walk& w, uint32_t id, PyObject* parent, bool proven, std::vector<Op>* ops,
+                  std::vector<Op>* values, std::vector<uint8_t>* covered) const;
+  bool root_ops(const Walk& w, const Node& n, std::vector<Op>* ops) const;
+  bool tuple_item_ops(const Walk& w, uint32_t id, PyObject* parent, std::vector<Op>* ops, std::vector<Op>* values,
+                      std::vector<uint8_t>* covered) const;
+  bool live_ops(const Walk& w, uint32_t id, PyObject* parent, bool proven, std::vector<Op>* ops,
+                std::vector<Op>* values, std::vector<uint8_t>* covered) const;
+  static std::vector<Op> dedup(const std::vector<Op>& ops);
+  static PyObject* read_field(PyObject* holder, Field f);
   void text_of(const std::vector<Guard>& guards, uint32_t id, int indent, std::string* out) const;
 
   mutable std::vector<Node> nodes_;  // mutable: memos change on check()
@@ -139,6 +184,11 @@ class GuardTree {
   std::unordered_map<const Source*, uint32_t> by_source_;
   std::unordered_map<uint32_t, PyObject*> type_matched_;  // while building: node -> the class its TYPE_MATCH expects
   std::unordered_map<std::string, uint32_t> by_step_;
+  std::vector<uint8_t> needed_;  // per node: its value is read after the walk (an input or a relation's source)
+  mutable uint32_t passes_ = 0;  // checks passed: lists are built from the second on (memos below a node
+                                 // proven on the first pass are filled on the second)
+  mutable Replay roots_replay_;             // anchor unused: the roots' fetches read the frame or owned dicts
+  mutable std::vector<uint32_t> walked_roots_;  // the roots roots_replay_ does not cover
 };
 
 }  // namespace cdynamo::guards

@@ -621,6 +621,128 @@ def test_deep_stack_mutation_found_at_depth():
     assert cnt.frame_count >= 2
 
 
+# --- replay lists: a passing subtree's checks flattened (guard_replay.cpp); warm calls build them first ---------
+
+
+class _Relu(torch.nn.Module):  # reads no attribute of its own: nothing below its node in the tree
+    def forward(self, x):
+        return x.relu()
+
+
+class _Tanh(torch.nn.Module):
+    def forward(self, x):
+        return x.tanh()
+
+
+class _Opts(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.act = _Relu()
+        self.opts = {}
+
+    def forward(self, x):
+        y = self.act(self.fc(x))
+        if "scale" in self.opts:
+            y = y * 3
+        return x + y
+
+
+class _OptsNet(torch.nn.Module):
+    def __init__(self, n=4):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(_Opts() for _ in range(n))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def _replayed_case():
+    torch.manual_seed(0)
+    m = _OptsNet()
+    opt, cnt = compiled(m)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        for _ in range(4):  # the second call builds the lists, the later ones run them
+            same(opt(x), m(x))
+    assert cnt.frame_count == 1
+    return m, opt, cnt, x
+
+
+def test_replayed_subtree_sees_class_of_a_leaf_module_swapped():
+    # act has a TYPE_MATCH and no attribute read below it: only the list's type check can see the swap.
+    m, opt, cnt, x = _replayed_case()
+    m.layers[2].act.__class__ = _Tanh
+    check(m, opt, x)
+    assert cnt.frame_count == 2
+    m.layers[1].act.__class__ = _Tanh
+    assert dynamo_frames(m, [lambda o: o(x), lambda o: (setattr(m.layers[1].act, "__class__", _Relu), o(x))]) == 2
+
+
+def test_replayed_subtree_sees_key_added_to_dict_attribute():
+    # `"scale" in self.opts` on an empty dict: a DICT_KEYS with no item below it (only its own version proves it).
+    m, opt, cnt, x = _replayed_case()
+    m.layers[3].opts["scale"] = 1
+    check(m, opt, x)
+    assert cnt.frame_count == 2
+    del m.layers[3].opts["scale"]
+    check(m, opt, x)
+    assert cnt.frame_count == 2  # the first entry's guards hold again
+
+
+def _mutations(m):
+    """(mutation, whether a compiled entry's guards must fail) on a warm _OptsNet, in order."""
+    return [
+        (lambda: m.layers[0].fc.weight.requires_grad_(False), True),
+        (lambda: setattr(m.layers[1].fc, "bias", torch.nn.Parameter(torch.randn(4))), False),  # a new input
+        (lambda: m.layers[2].register_forward_hook(lambda mod, inp, out: out * 2), True),
+        (lambda: m.layers[3].train(False), False),  # its instance dict changes; nothing read there did
+        (lambda: m.layers.__setitem__(3, _Opts()), False),  # same class and metadata: new parameter inputs
+    ]
+
+
+def run_mutations(opt, m, x, counter):
+    counts = []
+    with torch.no_grad():
+        for _ in range(4):
+            same(opt(x), m(x))
+        for mutate, _ in _mutations(m):
+            mutate()
+            for _ in range(3):
+                same(opt(x), m(x))
+            counts.append(counter())
+    return counts
+
+
+def test_replayed_subtree_sees_every_module_mutation():
+    torch.manual_seed(0)
+    m = _OptsNet()
+    opt, cnt = compiled(m)
+    counts = run_mutations(opt, m, torch.randn(2, 4), lambda: cnt.frame_count)
+    expected, n = [], 1
+    for _, fails in _mutations(m):
+        n += fails
+        expected.append(n)
+    assert counts == expected
+
+    import torch._dynamo as dynamo
+    from torch._dynamo.testing import CompileCounter as DC
+    dynamo.reset()
+    torch.manual_seed(0)
+    m2 = _OptsNet()
+    dc = DC()
+    try:
+        # torch._dynamo skips hook guards by default (skip_nnmodule_hook_guards): a hook added later is not run.
+        with dynamo.config.patch(skip_nnmodule_hook_guards=False):
+            dyn = run_mutations(torch.compile(m2, backend=dc, dynamic=False), m2, torch.randn(2, 4),
+                                lambda: dc.frame_count)
+    finally:
+        dynamo.reset()
+    assert dyn[-1] == counts[-1]
+
+
 # --- printer -----------------------------------------------------------------------------------------------------
 
 

@@ -1,0 +1,372 @@
+// guard_replay.cpp — owns GuardTree's replay lists: a passing subtree's memo checks flattened into one list.
+#include <algorithm>
+#include <unordered_set>
+
+#include "compat/versions.h"
+#include "guards/guard_tree.h"
+#include "guards/tensor_match.h"
+#include "guards/tree_util.h"
+
+namespace cdynamo::guards {
+
+namespace {
+
+// Identity of an op for de-duplication: the same stamp read twice (an instance dict proving several attributes,
+// a dict proving its items and its own contents) is checked once.
+struct OpKey {
+  int code;
+  const void* obj;
+  const void* a;
+  uint64_t ver;
+  bool operator==(const OpKey& o) const { return code == o.code && obj == o.obj && a == o.a && ver == o.ver; }
+};
+struct OpKeyHash {
+  size_t operator()(const OpKey& k) const {
+    size_t h = std::hash<const void*>()(k.obj) * 31 + std::hash<const void*>()(k.a);
+    return (h * 31 + std::hash<uint64_t>()(k.ver)) * 7 + static_cast<size_t>(k.code);
+  }
+};
+
+
+}  // namespace
+
+// The ops in order, each distinct one kept at its first place (its stamp is proven there for all later uses: no
+// A function's or cell's field as fetch_attr reads it (borrowed; nullptr: an empty cell).
+PyObject* GuardTree::read_field(PyObject* holder, Field f) {
+  switch (f) {
+    case Field::CellContents: return PyCell_GET(holder);
+    case Field::Code: return PyFunction_GET_CODE(holder);
+    case Field::Defaults: {
+      PyObject* d = PyFunction_GET_DEFAULTS(holder);
+      return d ? d : Py_None;
+    }
+    case Field::Name: return reinterpret_cast<PyFunctionObject*>(holder)->func_name;
+    case Field::Closure: {
+      PyObject* c = PyFunction_GET_CLOSURE(holder);
+      return c ? c : Py_None;
+    }
+  }
+  return nullptr;
+}
+
+// Python runs while a list runs).
+std::vector<GuardTree::Op> GuardTree::dedup(const std::vector<Op>& ops) {
+  std::unordered_set<OpKey, OpKeyHash> seen;
+  std::vector<Op> unique;
+  unique.reserve(ops.size());
+  for (const Op& o : ops)
+    if (seen.insert(OpKey{static_cast<int>(o.code), o.obj, o.a, o.ver}).second) unique.push_back(o);
+  return unique;
+}
+
+bool GuardTree::replay(Walk& w, const Node& n) const {
+  if (Py_TYPE(n.replay.anchor) != n.replay.anchor_type) return false;  // another object at the anchor's address
+  return run_replay(w, n.replay);
+}
+
+bool GuardTree::run_replay(Walk& w, const Replay& r) const {
+  for (const Op& op : r.ops) {
+    switch (op.code) {
+      case Op::FrameGlobals:
+        if (w.fv.globals != op.obj) return false;
+        break;
+      case Op::FrameBuiltins:
+        if (w.fv.builtins != op.obj) return false;
+        break;
+      case Op::DictVer:
+        if (compat::dict_version(op.obj) != op.ver) return false;
+        break;
+      case Op::InstAttr: {
+        auto* type = static_cast<PyTypeObject*>(const_cast<void*>(op.b));
+        if (Py_TYPE(op.obj) != type || compat::type_version(type) != op.ver2) return false;
+        PyObject* idict = compat::versioned_instance_dict(op.obj);  // borrowed
+        if (idict != op.a || compat::dict_version(idict) != op.ver) return false;
+        break;
+      }
+      case Op::ClassVer:
+        if (compat::type_version(reinterpret_cast<PyTypeObject*>(op.obj)) != op.ver) return false;
+        break;
+      case Op::TypeIs:
+        if (reinterpret_cast<const void*>(Py_TYPE(op.obj)) != op.a) return false;
+        break;
+      case Op::Tensor:
+        if (!static_cast<const TensorMatch*>(op.a)->matches(op.obj, w.keys())) return false;
+        break;
+      case Op::Own: {
+        const void* cur = nullptr;
+        if (own_state(op.obj, &cur) != op.ver || cur != op.a) return false;
+        break;
+      }
+      case Op::HookEmpty:
+        if (!(PyDict_Check(op.obj) && PyDict_GET_SIZE(op.obj) == 0)) return false;
+        break;
+      case Op::Leaf:
+        if (!w.guards[op.ver2].check_value(op.obj, nullptr)) return false;
+        break;
+      case Op::FieldLeaf: {
+        PyObject* v = read_field(op.obj, static_cast<Field>(op.ver));  // borrowed from the proven holder
+        if (!v || !w.guards[op.ver2].check_value(v, nullptr)) return false;
+        break;
+      }
+      case Op::Value: break;
+    }
+  }
+  // Every stamp held: each value is the object the memos hold (borrowed from its unchanged holder); the walk owns
+  // one reference to each value it keeps.
+  for (const Op& op : r.values) {
+    Py_INCREF(op.obj);
+    w.values[op.node] = op.obj;
+  }
+  return true;
+}
+
+// Appends the checks that prove node `id` (below a replay root) and its subtree unchanged, given `parent`, the
+// parent's value (proven by the ops already appended). False if some node was not read under a stamp or has a
+// leaf that may run Python or is not a function of what the stamps prove: that subtree is walked.
+bool GuardTree::replay_ops(const Walk& w, uint32_t id, PyObject* parent, bool proven, std::vector<Op>* ops,
+                           std::vector<Op>* values, std::vector<uint8_t>* covered) const {
+  const Node& n = nodes_[id];
+  const Memo& m = n.memo;
+  if (n.parent >= 0 && n.kind == Source::Kind::Item && PyTuple_CheckExact(parent))
+    return proven && tuple_item_ops(w, id, parent, ops, values, covered);
+  if (n.parent >= 0 && !m.from_ver) return live_ops(w, id, parent, proven, ops, values, covered);
+  PyObject* v = m.value;  // borrowed: held under the stamp checked first
+  if (!v || !m.from_ver || !m.leaves_ok) return false;
+  if (n.parent < 0 && !root_ops(w, n, ops)) return false;
+  auto op = [](Op::Code c, PyObject* obj, const void* a, uint64_t ver) {
+    Op o;
+    o.code = c;
+    o.obj = obj;
+    o.a = a;
+    o.ver = ver;
+    return o;
+  };
+  if (n.parent >= 0) switch (n.kind) {
+    case Source::Kind::DictItem:
+      if (m.from != parent || m.from2 || !PyDict_Check(parent)) return false;
+      ops->push_back(op(Op::DictVer, parent, nullptr, m.from_ver));
+      break;
+    case Source::Kind::Attr:
+    case Source::Kind::GenericAttr:
+      if (m.from_ver == kTupleItem) {  // a function's __closure__: fixed for the proven function
+        if (m.from != parent || !PyFunction_Check(parent)) return false;
+      } else if (m.from2) {  // an attribute found in the instance dict
+        Op o = op(Op::InstAttr, parent, m.from, m.from_ver);
+        o.b = m.from2;
+        o.ver2 = m.from2_ver;
+        ops->push_back(o);
+      } else if (n.name_obj == class_name()) {  // obj.__class__ outside a class root: walked
+        return false;
+      } else {  // a class's attribute, fixed while the class's version is
+        if (m.from != parent || !PyType_CheckExact(parent)) return false;
+        ops->push_back(op(Op::ClassVer, parent, nullptr, m.from_ver));
+      }
+      break;
+    default: return false;
+  }
+  bool own_checked = false;
+  for (uint32_t i = n.leaf_begin; i < n.leaf_end; ++i) {
+    const Leaf& leaf = leaves_[i];
+    if (leaf.skip == Skip::SameObject) continue;
+    if (leaf.skip == Skip::SameContents || leaf.skip == Skip::Hooks) {
+      if (!m.own) return false;
+      if (!own_checked) ops->push_back(op(Op::Own, v, m.own, m.own_ver));
+      own_checked = true;
+      if (leaf.skip == Skip::Hooks) {
+        if (!hooks_empty(m.hooks)) return false;
+        for (PyObject* h : m.hooks)
+          if (h) ops->push_back(op(Op::HookEmpty, h, nullptr, 0));
+      }
+      continue;
+    }
+    if (leaf.type) ops->push_back(op(Op::TypeIs, v, leaf.type, 0));
+    else if (leaf.kind == GuardKind::TensorMatch) ops->push_back(op(Op::Tensor, v, leaf.tensor, 0));
+    else if (leaf.pure) {
+      ops->push_back(op(Op::Leaf, v, nullptr, 0));
+      ops->back().ver2 = leaf.guard;
+    } else {
+      return false;
+    }  // a leaf that reads more than the stamps prove, or may run Python
+  }
+  if (needed_[id]) {
+    Op o = op(Op::Value, v, nullptr, 0);
+    o.node = id;
+    values->push_back(o);
+  }
+  (*covered)[id] = 1;
+  for (uint32_t k = n.child_begin; k < n.child_end; ++k)
+    if (!replay_ops(w, child_ids_[k], v, true, ops, values, covered)) return false;
+  return true;
+}
+
+// A field of a function or cell proven by its parent (a closure cell's contents, a function's __code__, __defaults__
+// or __name__), read with no stamp: read live by the list and each leaf run on it, when every leaf is a function
+// of the value that runs no Python. Its children are listed only below an ID_MATCH (the value is then the guard's
+// object, alive while the guard passes).
+bool GuardTree::live_ops(const Walk& w, uint32_t id, PyObject* parent, bool proven, std::vector<Op>* ops,
+                         std::vector<Op>* values, std::vector<uint8_t>* covered) const {
+  const Node& n = nodes_[id];
+  if (n.kind != Source::Kind::Attr || n.class_of || needed_[id]) return false;
+  const FieldNames& f = field_names();
+  Field field;
+  if (PyCell_Check(parent) && n.name_obj == f.cell_contents) field = Field::CellContents;
+  else if (!PyFunction_Check(parent)) return false;
+  else if (n.name_obj == f.code) field = Field::Code;
+  else if (n.name_obj == f.defaults) field = Field::Defaults;
+  else if (n.name_obj == f.name) field = Field::Name;
+  else if (n.name_obj == f.closure) field = Field::Closure;
+  else return false;
+  // The value now (this check passed for it): children are listed below a function's closure (fixed for the proven
+  // function) or an ID_MATCH (the guard's object, alive while it passes).
+  PyObject* now = read_field(parent, field);  // borrowed
+  PyObject* held = field == Field::Closure && proven ? now : nullptr;
+  for (uint32_t i = n.leaf_begin; i < n.leaf_end; ++i) {
+    const Leaf& leaf = leaves_[i];
+    bool pure = leaf.kind == GuardKind::IdMatch || leaf.kind == GuardKind::TypeMatch || leaf.pure ||
+                (leaf.kind == GuardKind::EqualsMatch && leaf.skip == Skip::SameObject);
+    if (!pure) return false;
+    if (leaf.kind == GuardKind::IdMatch) held = now;
+    Op o;
+    o.code = Op::FieldLeaf;
+    o.obj = parent;
+    o.ver = static_cast<uint64_t>(field);
+    o.ver2 = leaf.guard;
+    ops->push_back(o);
+  }
+  if (n.child_begin != n.child_end && !held) return false;
+  (*covered)[id] = 1;
+  for (uint32_t k = n.child_begin; k < n.child_end; ++k)
+    if (!replay_ops(w, child_ids_[k], held, true, ops, values, covered)) return false;
+  return true;
+}
+
+// An item of a proven exact tuple (a closure's cell, a default, an argument tuple seen before): the same object as
+// long as the tuple is, so it needs no check of its own; leaves that are functions of its identity passed for it.
+bool GuardTree::tuple_item_ops(const Walk& w, uint32_t id, PyObject* parent, std::vector<Op>* ops,
+                               std::vector<Op>* values, std::vector<uint8_t>* covered) const {
+  const Node& n = nodes_[id];
+  const int index = n.source->index;
+  if (index < 0 || index >= PyTuple_GET_SIZE(parent)) return false;
+  PyObject* v = PyTuple_GET_ITEM(parent, index);  // borrowed from the tuple
+  if (needed_[id]) {
+    Op o;
+    o.code = Op::Value;
+    o.obj = v;
+    o.node = id;
+    values->push_back(o);
+  }
+  for (uint32_t i = n.leaf_begin; i < n.leaf_end; ++i) {
+    const Leaf& leaf = leaves_[i];
+    if (leaf.skip == Skip::SameObject) continue;
+    Op o;
+    o.obj = v;
+    if (leaf.type) {
+      o.code = Op::TypeIs;
+      o.a = leaf.type;
+    } else if (leaf.kind == GuardKind::TensorMatch) {
+      o.code = Op::Tensor;
+      o.a = leaf.tensor;
+    } else if (leaf.pure) {
+      o.code = Op::Leaf;
+      o.ver2 = leaf.guard;
+    } else {
+      return false;
+    }
+    ops->push_back(o);
+  }
+  (*covered)[id] = 1;
+  for (uint32_t k = n.child_begin; k < n.child_end; ++k)
+    if (!replay_ops(w, child_ids_[k], v, true, ops, values, covered)) return false;
+  return true;
+}
+
+// The stamp of a root's fetch: the frame's globals (and builtins) or a module's dicts at their versions, or a class
+// root's class at the version it was last seen reading its own type for `__class__`. False: walked.
+bool GuardTree::root_ops(const Walk& w, const Node& n, std::vector<Op>* ops) const {
+  const Memo& m = n.memo;
+  auto push = [&](Op::Code c, PyObject* obj, uint64_t ver) {
+    Op o;
+    o.code = c;
+    o.obj = obj;
+    o.ver = ver;
+    ops->push_back(o);
+  };
+  auto* from = static_cast<PyObject*>(const_cast<void*>(m.from));
+  auto* from2 = static_cast<PyObject*>(const_cast<void*>(m.from2));
+  if (n.class_of) {
+    if (m.from_ver != kClassRoot || !n.class_ver) return false;
+    push(Op::ClassVer, n.class_of, n.class_ver);
+    return true;
+  }
+  switch (n.kind) {
+    case Source::Kind::Global:
+      if (from != w.fv.globals || from2) return false;
+      push(Op::FrameGlobals, from, 0);
+      push(Op::DictVer, from, m.from_ver);
+      return true;
+    case Source::Kind::Builtin:
+      if (from != w.fv.globals || !from2 || from2 != w.fv.builtins) return false;
+      push(Op::FrameGlobals, from, 0);
+      push(Op::FrameBuiltins, from2, 0);
+      push(Op::DictVer, from, m.from_ver);
+      push(Op::DictVer, from2, m.from2_ver);
+      return true;
+    case Source::Kind::ModuleGlobal:
+      if (from != n.source->owner || from2) return false;
+      push(Op::DictVer, from, m.from_ver);  // the source owns the module's dict
+      return true;
+    case Source::Kind::ModuleBuiltin:
+      if (from != n.source->owner || !from2 || from2 != n.source->builtins) return false;
+      push(Op::DictVer, from, m.from_ver);
+      push(Op::DictVer, from2, m.from2_ver);
+      return true;
+    default: return false;
+  }
+}
+
+void GuardTree::build_roots_replay(Walk& w, std::vector<uint8_t>* covered) const {
+  ++roots_replay_.builds;
+  std::vector<Op> ops, values;
+  std::vector<uint32_t> walked;
+  for (uint32_t r : roots_) {
+    std::vector<Op> mine, mine_values;
+    std::vector<uint8_t> seen(nodes_.size(), 0);
+    if (!replay_ops(w, r, nullptr, true, &mine, &mine_values, &seen)) {
+      walked.push_back(r);
+      continue;
+    }
+    ops.insert(ops.end(), mine.begin(), mine.end());
+    values.insert(values.end(), mine_values.begin(), mine_values.end());
+    for (size_t i = 0; i < seen.size(); ++i) (*covered)[i] |= seen[i];
+  }
+  if (ops.empty()) return;
+  roots_replay_.ops = dedup(ops);
+  roots_replay_.values = std::move(values);
+  walked_roots_ = std::move(walked);
+}
+
+void GuardTree::build_replays(Walk& w) const {
+  std::vector<uint8_t> covered(nodes_.size(), 0);
+  if (w.roots_walked && roots_replay_.builds < kReplayBuilds) build_roots_replay(w, &covered);
+  // Highest first: a node inside a subtree that got a list is covered by it.
+  std::sort(w.offered.begin(), w.offered.end(), [&](uint32_t a, uint32_t b) { return nodes_[a].depth < nodes_[b].depth; });
+  for (uint32_t id : w.offered) {
+    Node& n = nodes_[id];
+    if (covered[id] || !n.replay.ops.empty() || n.replay.builds >= kReplayBuilds) continue;
+    ++n.replay.builds;
+    PyObject* v = w.values[id];  // owned by the walk: this check's value of the root
+    std::vector<Op> ops, values;
+    std::vector<uint8_t> mine(nodes_.size(), 0);
+    bool ok = true;
+    for (uint32_t k = n.child_begin; ok && k < n.child_end; ++k)
+      ok = replay_ops(w, child_ids_[k], v, false, &ops, &values, &mine);
+    if (!ok || ops.empty()) continue;
+    n.replay.anchor = v;
+    n.replay.anchor_type = Py_TYPE(v);
+    n.replay.ops = dedup(ops);
+    n.replay.values = std::move(values);
+    for (size_t i = 0; i < covered.size(); ++i) covered[i] |= mine[i];
+  }
+}
+
+}  // namespace cdynamo::guards
