@@ -31,6 +31,28 @@ struct OpKeyHash {
 }  // namespace
 
 // The ops in order, each distinct one kept at its first place (its stamp is proven there for all later uses: no
+// True if a HASATTR that holds now is proven by v's class version and instance dict state: the name is present,
+// found in the instance dict (the memo's own dict, at its recorded version), and the class (with a version tag)
+// has no attribute of that name and reads attributes with object's __getattribute__.
+bool GuardTree::has_attr_by_dict(const Guard& g, PyObject* v, const Memo& m) {
+  PyObject* name = g.expected;  // borrowed from the guard
+  PyTypeObject* type = Py_TYPE(v);
+  if (!g.state || !name || !PyUnicode_CheckExact(name) || !m.own || !compat::type_version(type)) return false;
+  auto* own = static_cast<PyObject*>(const_cast<void*>(m.own));
+  if (compat::versioned_instance_dict(v) != own || compat::dict_version(own) != m.own_ver) return false;
+  if (!generic_getattribute(type) || _PyType_Lookup(type, name)) return false;
+  return PyDict_Contains(own, name) == 1;  // a str key: no Python code runs
+}
+
+// True if a NO_HASATTR on v holds now and is proven by v's version: v is a class whose metaclass is `type` (with a
+// version tag), and neither it (with its bases) nor `type` has an attribute of that name.
+bool GuardTree::class_lacks(const Guard& g, PyObject* v) {
+  PyObject* name = g.expected;  // borrowed from the guard
+  if (g.state || !name || !PyUnicode_CheckExact(name) || !PyType_CheckExact(v)) return false;
+  auto* cls = reinterpret_cast<PyTypeObject*>(v);
+  return compat::type_version(cls) && !_PyType_Lookup(cls, name) && !_PyType_Lookup(&PyType_Type, name);
+}
+
 // A function's or cell's field as fetch_attr reads it (borrowed; nullptr: an empty cell).
 PyObject* GuardTree::read_field(PyObject* holder, Field f) {
   switch (f) {
@@ -184,6 +206,16 @@ bool GuardTree::replay_ops(const Walk& w, uint32_t id, PyObject* parent, bool pr
     else if (leaf.pure) {
       ops->push_back(op(Op::Leaf, v, nullptr, 0));
       ops->back().ver2 = leaf.guard;
+    } else if (leaf.kind == GuardKind::HasAttr && class_lacks(w.guards[leaf.guard], v)) {
+      // hasattr(C, name) is false while C (at this version) and `type` have no attribute of that name.
+      ops->push_back(op(Op::ClassVer, v, nullptr, compat::type_version(reinterpret_cast<PyTypeObject*>(v))));
+    } else if (leaf.kind == GuardKind::HasAttr && has_attr_by_dict(w.guards[leaf.guard], v, m)) {
+      // hasattr(v, name) is true while v's class (at this version) has no attribute of that name and reads
+      // attributes with object's __getattribute__, and v's instance dict (at this version) holds the name.
+      Op o = op(Op::InstAttr, v, m.own, m.own_ver);
+      o.b = Py_TYPE(v);
+      o.ver2 = compat::type_version(Py_TYPE(v));
+      ops->push_back(o);
     } else {
       return false;
     }  // a leaf that reads more than the stamps prove, or may run Python
@@ -206,11 +238,13 @@ bool GuardTree::replay_ops(const Walk& w, uint32_t id, PyObject* parent, bool pr
 bool GuardTree::live_ops(const Walk& w, uint32_t id, PyObject* parent, bool proven, std::vector<Op>* ops,
                          std::vector<Op>* values, std::vector<uint8_t>* covered) const {
   const Node& n = nodes_[id];
-  if (n.kind != Source::Kind::Attr || n.class_of || needed_[id]) return false;
+  if (n.class_of || needed_[id]) return false;
+  if (n.kind == Source::Kind::GenericAttr) return class_attr_ops(w, id, parent, ops, values, covered);
+  if (n.kind != Source::Kind::Attr) return false;
   const FieldNames& f = field_names();
   Field field;
   if (PyCell_Check(parent) && n.name_obj == f.cell_contents) field = Field::CellContents;
-  else if (!PyFunction_Check(parent)) return false;
+  else if (!PyFunction_Check(parent)) return class_attr_ops(w, id, parent, ops, values, covered);
   else if (n.name_obj == f.code) field = Field::Code;
   else if (n.name_obj == f.defaults) field = Field::Defaults;
   else if (n.name_obj == f.name) field = Field::Name;
@@ -237,6 +271,75 @@ bool GuardTree::live_ops(const Walk& w, uint32_t id, PyObject* parent, bool prov
   (*covered)[id] = 1;
   for (uint32_t k = n.child_begin; k < n.child_end; ++k)
     if (!replay_ops(w, child_ids_[k], held, true, ops, values, covered)) return false;
+  return true;
+}
+
+// An attribute an instance reads from its class (a class-level default such as `gradient_checkpointing = False`):
+// the class's value while the class (at its version) reads attributes with object's __getattribute__ and holds a
+// plain value there (no descriptor), and the instance dict (at its version) lacks the name. One InstAttr proves all.
+bool GuardTree::class_attr_ops(const Walk& w, uint32_t id, PyObject* parent, std::vector<Op>* ops,
+                               std::vector<Op>* values, std::vector<uint8_t>* covered) const {
+  const Node& n = nodes_[id];
+  if (PyType_CheckExact(parent)) return class_property_ops(w, id, parent, ops, values, covered);
+  PyTypeObject* type = Py_TYPE(parent);
+  uint64_t tver = compat::type_version(type);
+  PyObject* idict = tver ? compat::versioned_instance_dict(parent) : nullptr;  // borrowed
+  uint64_t dver = compat::dict_version(idict);
+  if (!dver || !PyUnicode_CheckExact(n.name_obj)) return false;
+  if (n.kind == Source::Kind::Attr && !generic_getattribute(type)) return false;
+  PyObject* v = _PyType_Lookup(type, n.name_obj);  // borrowed from the class's (or a base's) dict
+  if (!v || Py_TYPE(v)->tp_descr_get || v != w.values[id]) return false;  // the value this check passed with
+  if (PyDict_Contains(idict, n.name_obj) != 0) return false;  // a str key: no Python code runs
+  Op o;
+  o.code = Op::InstAttr;
+  o.obj = parent;
+  o.a = idict;
+  o.ver = dver;
+  o.b = type;
+  o.ver2 = tver;
+  ops->push_back(o);
+  for (uint32_t i = n.leaf_begin; i < n.leaf_end; ++i) {
+    const Leaf& leaf = leaves_[i];
+    if (leaf.skip == Skip::SameObject) continue;
+    Op l;
+    l.obj = v;
+    if (leaf.type) {
+      l.code = Op::TypeIs;
+      l.a = leaf.type;
+    } else if (leaf.pure) {
+      l.code = Op::Leaf;
+      l.ver2 = leaf.guard;
+    } else {
+      return false;
+    }
+    ops->push_back(l);
+  }
+  (*covered)[id] = 1;
+  for (uint32_t k = n.child_begin; k < n.child_end; ++k)
+    if (!replay_ops(w, child_ids_[k], v, true, ops, values, covered)) return false;
+  return true;
+}
+
+// A property read from a class whose metaclass is `type` (`Config.output_attentions`): property.__get__(None, C) is
+// the property itself, fixed while C's version is (and `type` has no attribute of that name).
+bool GuardTree::class_property_ops(const Walk& w, uint32_t id, PyObject* parent, std::vector<Op>* ops,
+                                   std::vector<Op>* values, std::vector<uint8_t>* covered) const {
+  const Node& n = nodes_[id];
+  auto* cls = reinterpret_cast<PyTypeObject*>(parent);
+  uint64_t tver = compat::type_version(cls);
+  PyObject* v = tver && PyUnicode_CheckExact(n.name_obj) ? _PyType_Lookup(cls, n.name_obj) : nullptr;  // borrowed
+  if (!v || Py_TYPE(v) != &PyProperty_Type || v != w.values[id] || _PyType_Lookup(&PyType_Type, n.name_obj))
+    return false;
+  Op o;
+  o.code = Op::ClassVer;
+  o.obj = parent;
+  o.ver = tver;
+  ops->push_back(o);
+  for (uint32_t i = n.leaf_begin; i < n.leaf_end; ++i)
+    if (leaves_[i].skip != Skip::SameObject) return false;
+  (*covered)[id] = 1;
+  for (uint32_t k = n.child_begin; k < n.child_end; ++k)
+    if (!replay_ops(w, child_ids_[k], v, true, ops, values, covered)) return false;
   return true;
 }
 

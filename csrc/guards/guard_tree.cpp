@@ -41,18 +41,6 @@ bool immutable_constant(PyObject* o) {
 // An exact str or int key: its hash and equality run no Python code and never change.
 bool plain_key(PyObject* k) { return k && (PyUnicode_CheckExact(k) || PyLong_CheckExact(k)); }
 
-PyObject* getattribute_name() {
-  static PyObject* name = PyUnicode_InternFromString("__getattribute__");  // owned for the process
-  return name;
-}
-
-// True if `type` (borrowed) reads attributes with object.__getattribute__ (its slot wrapper is borrowed from
-// object's immortal type dict).
-bool generic_getattribute(PyTypeObject* type) {
-  static PyObject* slot = _PyType_Lookup(&PyBaseObject_Type, getattribute_name());  // borrowed
-  return _PyType_Lookup(type, getattribute_name()) == slot;
-}
-
 // True if every object of class `cls` (borrowed) reads `cls` for `x.__class__` (kind Attr: getattr; GenericAttr:
 // object.__getattribute__): the class keeps object's __class__ descriptor and, for getattr, object's __getattribute__.
 bool class_reads_type(PyObject* cls, Source::Kind kind) {

@@ -29,6 +29,15 @@ namespace cdynamo::guards {
 // DICT_CONTAINS, NO_HOOKS' hook dicts, re-read for emptiness) are skipped when they passed for that object and
 // state. TENSOR_MATCH, TYPE_MATCH, HASATTR, list lengths and everything else run on every check: a tensor's
 // metadata (requires_grad, resize_, set_) and an object's class change without any dict changing.
+//
+// Replay (guard_replay.cpp): from the second passing check on, a subtree whose every node is proven by a stamp (a
+// dict item, an instance-dict attribute, a class attribute), by a proven exact tuple (its items) or by a live read
+// of a function's or cell's field, and whose leaves run no Python, gets a flat list of the checks its memos make:
+// each distinct stamp once, TYPE_MATCH, TENSOR_MATCH, the hook dicts' emptiness, the field reads, in the order the
+// walk makes them (an object is read only after the check proving it alive), then the values the inputs and
+// relations need. When the subtree's root is reached again with the same object, the list runs instead of the
+// walk below it; it gives the verdict the walk would give, and on any miss the walk runs as before and the list
+// is dropped. The roots with stamped fetches (globals, builtins, class roots) share one list.
 class GuardTree {
  public:
   // Reads the set's guards; keeps indices and Source pointers (owned by the guards' shared sources), not the set,
@@ -164,12 +173,18 @@ class GuardTree {
   bool replay_ops(const Walk& w, uint32_t id, PyObject* parent, bool proven, std::vector<Op>* ops,
                   std::vector<Op>* values, std::vector<uint8_t>* covered) const;
   bool root_ops(const Walk& w, const Node& n, std::vector<Op>* ops) const;
+  bool class_attr_ops(const Walk& w, uint32_t id, PyObject* parent, std::vector<Op>* ops, std::vector<Op>* values,
+                      std::vector<uint8_t>* covered) const;
+  bool class_property_ops(const Walk& w, uint32_t id, PyObject* parent, std::vector<Op>* ops,
+                          std::vector<Op>* values, std::vector<uint8_t>* covered) const;
   bool tuple_item_ops(const Walk& w, uint32_t id, PyObject* parent, std::vector<Op>* ops, std::vector<Op>* values,
                       std::vector<uint8_t>* covered) const;
   bool live_ops(const Walk& w, uint32_t id, PyObject* parent, bool proven, std::vector<Op>* ops,
                 std::vector<Op>* values, std::vector<uint8_t>* covered) const;
   static std::vector<Op> dedup(const std::vector<Op>& ops);
   static PyObject* read_field(PyObject* holder, Field f);
+  static bool has_attr_by_dict(const Guard& g, PyObject* v, const Memo& m);
+  static bool class_lacks(const Guard& g, PyObject* v);
   void text_of(const std::vector<Guard>& guards, uint32_t id, int indent, std::string* out) const;
 
   mutable std::vector<Node> nodes_;  // mutable: memos change on check()

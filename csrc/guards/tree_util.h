@@ -39,6 +39,18 @@ inline PyObject* class_name() {
   return name;
 }
 
+inline PyObject* getattribute_name() {
+  static PyObject* name = PyUnicode_InternFromString("__getattribute__");  // owned for the process
+  return name;
+}
+
+// True if `type` (borrowed) reads attributes with object.__getattribute__ (its slot wrapper is borrowed from
+// object's immortal type dict).
+inline bool generic_getattribute(PyTypeObject* type) {
+  static PyObject* slot = _PyType_Lookup(&PyBaseObject_Type, getattribute_name());  // borrowed
+  return _PyType_Lookup(type, getattribute_name()) == slot;
+}
+
 inline bool hooks_empty(PyObject* const hooks[4]) {
   for (int i = 0; i < 4; ++i) {
     PyObject* h = hooks[i];  // borrowed: held by a dict whose version proved unchanged

@@ -692,6 +692,44 @@ def test_replayed_subtree_sees_key_added_to_dict_attribute():
     assert cnt.frame_count == 2  # the first entry's guards hold again
 
 
+class _Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.scale = 3.0
+
+    def forward(self, x):
+        y = self.fc(x)
+        if hasattr(self, "scale"):  # HASATTR, proven in a list by the class version and the instance dict
+            y = y * 2
+        return x + y
+
+
+def test_replayed_hasattr_sees_attribute_deleted_and_class_property():
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(*(_Scaled() for _ in range(3)))
+    opt, cnt = compiled(m)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        for _ in range(4):
+            same(opt(x), m(x))
+        del m[1].scale
+        check(m, opt, x)
+        assert cnt.frame_count == 2
+        m[1].scale = 1.0
+        check(m, opt, x)
+        assert cnt.frame_count == 2
+
+        def missing(self):
+            raise AttributeError("scale")
+        del m[0].scale, m[1].scale, m[2].scale
+        _Scaled.scale = property(missing)  # hasattr is now False through the class
+        try:
+            check(m, opt, x)
+        finally:
+            del _Scaled.scale
+
+
 def _mutations(m):
     """(mutation, whether a compiled entry's guards must fail) on a warm _OptsNet, in order."""
     return [
