@@ -730,6 +730,53 @@ def test_replayed_hasattr_sees_attribute_deleted_and_class_property():
             del _Scaled.scale
 
 
+class _Cfg:
+    pass
+
+
+class _Gated(torch.nn.Module):
+    gate = False  # a class-level default read through the instance (no stamp of its own)
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.cfg = cfg
+
+    def forward(self, x):
+        y = self.fc(x)
+        if self.gate:
+            y = y * 2
+        if getattr(self.cfg, "extra", None) is not None:
+            y = y + 1
+        return x + y
+
+
+def test_replayed_class_default_and_class_attribute_added():
+    torch.manual_seed(0)
+    cfg = _Cfg()
+    m = torch.nn.Sequential(*(_Gated(cfg) for _ in range(3)))
+    opt, cnt = compiled(m)
+    x = torch.randn(2, 4)
+    try:
+        with torch.no_grad():
+            for _ in range(4):
+                same(opt(x), m(x))
+            m[1].gate = True  # the instance now shadows the class default
+            check(m, opt, x)
+            assert cnt.frame_count == 2
+            del m[1].gate
+            _Gated.gate = True  # the class default itself
+            check(m, opt, x)
+            assert cnt.frame_count == 3
+            _Cfg.extra = 1.0  # the config's class gains the attribute getattr looked for
+            check(m, opt, x)
+            assert cnt.frame_count == 4
+    finally:
+        _Gated.gate = False
+        if hasattr(_Cfg, "extra"):
+            del _Cfg.extra
+
+
 def _mutations(m):
     """(mutation, whether a compiled entry's guards must fail) on a warm _OptsNet, in order."""
     return [
