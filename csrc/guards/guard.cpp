@@ -120,13 +120,7 @@ std::string repr_of(PyObject* o) {
 }
 }  // namespace
 
-namespace {
-
-// hasattr(module, name) for an nn.Module whose class keeps torch.nn.Module's __getattr__ and object's
-// __getattribute__, decided at C level as Module.__getattr__ would (no AttributeError made and dropped, which
-// costs microseconds per absent name): 1 / 0, or -1 when this shortcut does not apply (a descriptor on the
-// class, which may raise AttributeError, or unusual dicts): then PyObject_HasAttr decides.
-int module_has_attr(PyObject* v, PyObject* name) {
+PyObject* nn_module_getattr() {
   static PyObject* module_getattr = [] {
     PyObject* nn = PyImport_ImportModule("torch.nn");  // new
     PyObject* mod = nn ? PyObject_GetAttrString(nn, "Module") : nullptr;  // new
@@ -136,6 +130,17 @@ int module_has_attr(PyObject* v, PyObject* name) {
     if (!ga) PyErr_Clear();
     return ga;
   }();
+  return module_getattr;
+}
+
+namespace {
+
+// hasattr(module, name) for an nn.Module whose class keeps torch.nn.Module's __getattr__ and object's
+// __getattribute__, decided at C level as Module.__getattr__ would (no AttributeError made and dropped, which
+// costs microseconds per absent name): 1 / 0, or -1 when this shortcut does not apply (a descriptor on the
+// class, which may raise AttributeError, or unusual dicts): then PyObject_HasAttr decides.
+int module_has_attr(PyObject* v, PyObject* name) {
+  static PyObject* module_getattr = nn_module_getattr();  // borrowed (kept for the process)
   static PyObject* object_getattribute = _PyType_Lookup(&PyBaseObject_Type, PyUnicode_InternFromString("__getattribute__"));  // borrowed (immortal type)
   static PyObject* getattr_name = PyUnicode_InternFromString("__getattr__");            // owned
   static PyObject* getattribute_name = PyUnicode_InternFromString("__getattribute__");  // owned

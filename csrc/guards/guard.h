@@ -148,6 +148,9 @@ Guard has_attr(SourcePtr src, const std::string& name, bool present);
 // `key` (borrowed, hashable) is (or is not) a key of the dict (or dict subclass) at `src`, past any override.
 Guard dict_contains(SourcePtr src, PyObject* key, bool present);
 Guard no_module_hooks(SourcePtr module);
+// torch.nn.Module.__getattr__ (borrowed, kept for the process; nullptr if torch.nn cannot be read): HASATTR decides
+// at C level for classes that keep it. The first call imports torch.nn.
+PyObject* nn_module_getattr();
 Guard grad_mode_guard();
 Guard default_dtype_guard();
 Guard autocast_guard();

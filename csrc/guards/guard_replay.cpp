@@ -44,6 +44,46 @@ bool GuardTree::has_attr_by_dict(const Guard& g, PyObject* v, const Memo& m) {
   return PyDict_Contains(own, name) == 1;  // a str key: no Python code runs
 }
 
+// True if a NO_HASATTR on an nn.Module holds now and is proven by versions, which it appends to *ops: the class (at its
+// version) keeps Module's __getattr__ and object's __getattribute__ and has no attribute of that name; the instance
+// dict (the memo's own dict, at its version) lacks it, and so do its `_parameters`, `_buffers` and `_modules` dicts
+// (at their versions): then Module.__getattr__ raises AttributeError and hasattr is false.
+bool GuardTree::module_lacks(const Guard& g, PyObject* v, const Memo& m, std::vector<Op>* ops) {
+  static PyObject* getattr_name = PyUnicode_InternFromString("__getattr__");  // owned for the process
+  PyObject* name = g.expected;  // borrowed from the guard
+  PyTypeObject* type = Py_TYPE(v);
+  uint64_t tver = compat::type_version(type);
+  PyObject* module_getattr = nn_module_getattr();  // borrowed; initialized by the HASATTR check that passed
+  if (g.state || !name || !PyUnicode_CheckExact(name) || !m.own || !tver || !module_getattr) return false;
+  auto* own = static_cast<PyObject*>(const_cast<void*>(m.own));
+  if (compat::versioned_instance_dict(v) != own || compat::dict_version(own) != m.own_ver) return false;
+  if (!generic_getattribute(type) || _PyType_Lookup(type, getattr_name) != module_getattr ||
+      _PyType_Lookup(type, name) || PyDict_Contains(own, name) != 0)
+    return false;
+  std::vector<Op> proof;
+  Op o;
+  o.code = Op::InstAttr;
+  o.obj = v;
+  o.a = own;
+  o.ver = m.own_ver;
+  o.b = type;
+  o.ver2 = tver;
+  proof.push_back(o);
+  for (const char* part : {"_parameters", "_buffers", "_modules"}) {
+    PyObject* d = PyDict_GetItemString(own, part);  // borrowed (str key: no Python code runs)
+    if (!d) continue;  // Module.__getattr__ skips a missing one
+    uint64_t ver = compat::dict_version(d);
+    if (!PyDict_CheckExact(d) || !ver || PyDict_Contains(d, name) != 0) return false;
+    Op dv;
+    dv.code = Op::DictVer;
+    dv.obj = d;
+    dv.ver = ver;
+    proof.push_back(dv);
+  }
+  ops->insert(ops->end(), proof.begin(), proof.end());
+  return true;
+}
+
 // True if a NO_HASATTR on v holds now and is proven by v's version: v is a class whose metaclass is `type` (with a
 // version tag), and neither it (with its bases) nor `type` has an attribute of that name.
 bool GuardTree::class_lacks(const Guard& g, PyObject* v) {
@@ -209,6 +249,8 @@ bool GuardTree::replay_ops(const Walk& w, uint32_t id, PyObject* parent, bool pr
     } else if (leaf.kind == GuardKind::HasAttr && class_lacks(w.guards[leaf.guard], v)) {
       // hasattr(C, name) is false while C (at this version) and `type` have no attribute of that name.
       ops->push_back(op(Op::ClassVer, v, nullptr, compat::type_version(reinterpret_cast<PyTypeObject*>(v))));
+    } else if (leaf.kind == GuardKind::HasAttr && module_lacks(w.guards[leaf.guard], v, m, ops)) {
+      // module_lacks appended the proof: the class, the instance dict and its three parameter/buffer/module dicts.
     } else if (leaf.kind == GuardKind::HasAttr && has_attr_by_dict(w.guards[leaf.guard], v, m)) {
       // hasattr(v, name) is true while v's class (at this version) has no attribute of that name and reads
       // attributes with object's __getattribute__, and v's instance dict (at this version) holds the name.

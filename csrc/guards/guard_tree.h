@@ -185,6 +185,7 @@ class GuardTree {
   static PyObject* read_field(PyObject* holder, Field f);
   static bool has_attr_by_dict(const Guard& g, PyObject* v, const Memo& m);
   static bool class_lacks(const Guard& g, PyObject* v);
+  static bool module_lacks(const Guard& g, PyObject* v, const Memo& m, std::vector<Op>* ops);
   void text_of(const std::vector<Guard>& guards, uint32_t id, int indent, std::string* out) const;
 
   mutable std::vector<Node> nodes_;  // mutable: memos change on check()

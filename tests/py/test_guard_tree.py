@@ -592,6 +592,22 @@ def test_module_dict_key_added():
     check(m, opt, x)
 
 
+def test_module_buffer_named_like_a_missing_attribute_after_lists():
+    # NO_HASATTR('extra') on a module is proven by its instance dict and its _parameters/_buffers/_modules dicts.
+    m, opt, cnt, x = module_case()
+    for _ in range(2):
+        check(m, opt, x)
+    m.layers[1].register_buffer("extra", torch.full((4,), 0.5))
+    check(m, opt, x)
+    assert cnt.frame_count == 2
+    m.layers[2].add_module("extra", torch.nn.Identity())
+    with torch.no_grad():
+        with pytest.raises(TypeError):
+            m(x)  # eager: y + Identity() fails
+        with pytest.raises(TypeError):
+            opt(x)
+
+
 def test_module_class_swapped():
     class Twice(Block):
         def forward(self, x):
