@@ -248,6 +248,15 @@ void Emitter::load_source(const guards::Source& src) {
       load_const(py::int_(src.index));
       emit("BINARY_SUBSCR");
       return;
+    case K::DictKey:  // cdynamo._dict_positions.key_at(base, index) (value_at): the entry at that position
+    case K::DictValue: {
+      static py::handle helpers = py::module_::import("cdynamo._dict_positions").release();  // process lifetime
+      load_callable(helpers.attr(src.kind == K::DictKey ? "key_at" : "value_at"));
+      load_source(*src.base);
+      load_const(py::int_(src.index));
+      call(2);
+      return;
+    }
   }
 }
 
