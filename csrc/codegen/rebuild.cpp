@@ -110,6 +110,23 @@ void collect(const ValuePtr& v, std::vector<graph::Node*>& out, std::unordered_s
   }
 }
 
+// The callable that remakes the torch context object `obj` (the trace's stand-in, borrowed) after a graph: `make`, or,
+// once the trace entered it (torch.autocast's prev* attributes recorded, interp/torch_contexts.cpp), a
+// cdynamo._ctx_objects.entered partial that also sets those attributes as eager's __enter__ left them.
+py::object remade_context(py::handle obj, const py::object& make) {
+  py::dict attrs;
+  for (const char* name : {"prev", "prev_fastdtype", "prev_cache_enabled"}) {
+    PyObject* v = PyObject_GetAttrString(obj.ptr(), name);  // new reference or NULL
+    if (!v) {
+      PyErr_Clear();
+      return make;
+    }
+    attrs[name] = py::reinterpret_steal<py::object>(v);
+  }
+  py::object entered = py::module_::import("cdynamo._ctx_objects").attr("entered");
+  return interp::PyRefs::get().functools_partial(entered, make, attrs);
+}
+
 // A new cell holding args[0], or an empty cell without arguments (a closure rebuilt after the graph).
 PyObject* make_cell(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs > 1) {
@@ -527,8 +544,8 @@ void Rebuilder::push_slice(const ValuePtr& v) {
 }
 
 void Rebuilder::push_object(const ValuePtr& v, int above) {
-  if (const interp::TorchCtxOf* c = v->torch_ctx()) {  // a torch context made in the trace: made again, unentered
-    e_.load_callable(c->spec->make);
+  if (const interp::TorchCtxOf* c = v->torch_ctx()) {  // a torch context made in the trace: made again
+    e_.load_callable(remade_context(v->obj, c->spec->make));
     e_.call(0);
     return;
   }
