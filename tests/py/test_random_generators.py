@@ -132,3 +132,17 @@ def test_random_instance_draws_are_left_to_python_with_eagers_values(make):
     # every call, and the generator is left behind. Whatever it does, cdynamo matches eager.
     explained = cdynamo.explain(make()[0])(torch.ones(2, 3))
     assert any("random.Random instance" in str(r) for r in explained.break_reasons), explained.break_reasons
+
+
+def test_the_saved_state_puts_back_the_twister_and_the_cached_gauss():
+    # The first draw of a graph saves the generator (a C copy of its Mersenne Twister words, gauss_next aside): a
+    # restore after 700 draws (past one 624-word refill) and a cached gauss value gives the same numbers again.
+    from cdynamo import _random_values
+
+    draws = _random_values.draws_of([_random_values.make(random.random, (), {})])
+    random.seed(3)
+    random.gauss(0, 1)  # leaves its second value cached in gauss_next
+    draws.save()
+    first = [random.random() for _ in range(700)] + [random.gauss(0, 1)]
+    _random_values.restore(draws)
+    assert [random.random() for _ in range(700)] + [random.gauss(0, 1)] == first
