@@ -1,6 +1,8 @@
 // emitter.cpp — owns instruction emission, pool management and code-object finishing for codegen.
 #include "codegen/emitter.h"
 
+#include "interp/services.h"
+
 #include <algorithm>
 
 #include <stdexcept>
@@ -250,8 +252,8 @@ void Emitter::load_source(const guards::Source& src) {
       return;
     case K::DictKey:  // cdynamo._dict_positions.key_at(base, index) (value_at): the entry at that position
     case K::DictValue: {
-      static py::handle helpers = py::module_::import("cdynamo._dict_positions").release();  // process lifetime
-      load_callable(helpers.attr(src.kind == K::DictKey ? "key_at" : "value_at"));
+      const interp::Services& sv = interp::services();
+      load_callable(src.kind == K::DictKey ? sv.dict_key_at : sv.dict_value_at);
       load_source(*src.base);
       load_const(py::int_(src.index));
       call(2);

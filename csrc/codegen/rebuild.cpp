@@ -1,6 +1,8 @@
 // rebuild.cpp — owns the value-rebuilding emitter shared by straight-line and graph-break codegen.
 #include "codegen/rebuild.h"
 
+#include "interp/services.h"
+
 #include <unordered_set>
 
 #include "interp/tracer.h"
@@ -123,8 +125,7 @@ py::object remade_context(py::handle obj, const py::object& make) {
     }
     attrs[name] = py::reinterpret_steal<py::object>(v);
   }
-  py::object entered = py::module_::import("cdynamo._ctx_objects").attr("entered");
-  return interp::PyRefs::get().functools_partial(entered, make, attrs);
+  return interp::PyRefs::get().functools_partial(interp::services().ctx_entered, make, attrs);
 }
 
 // A new cell holding args[0], or an empty cell without arguments (a closure rebuilt after the graph).

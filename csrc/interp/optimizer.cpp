@@ -226,6 +226,11 @@ py::object Tracer::frame_tensor_key(const ValuePtr& container, const ValuePtr& k
 }
 
 namespace {
+// Keys guarded by position only this far into a dict: a DictKey / DictValue fetch walks the dict's entries up to its
+// position on every check; past it (an optimizer's state keyed by hundreds of parameters, which never change) the key
+// is pinned by identity and its item read by a hashed lookup, as before.
+constexpr int kMaxKeyPosition = 16;
+
 // The position of `key` (borrowed, compared by identity) among the keys of dict `d` (borrowed) in its storage order,
 // or -1; *value (if given) gets the value there (borrowed from the dict).
 int tensor_key_position(PyObject* d, PyObject* key, PyObject** value = nullptr) {
@@ -264,11 +269,11 @@ ValuePtr Tracer::tensor_key_in(const ValuePtr& container, const ValuePtr& key) {
   int has = PyDict_Contains(container->obj.ptr(), real_key.ptr());
   if (has < 0) throw py::error_already_set();
   int at = has == 1 ? tensor_key_position(container->obj.ptr(), real_key.ptr()) : -1;
-  if (at >= 0) {
+  if (at >= 0 && at < kMaxKeyPosition) {
     guard_tensor_key(container, key, at);
     return Value::constant(py::bool_(true));
   }
-  // Absent (or present only by equality, not identity): which tensor it is and that it is no key, as seen now.
+  // Absent (or present only by equality, or far into the dict): which tensor it is and whether it is a key, as now.
   guards.add(guards::id_match(key->source, real_key.ptr()));
   guards.add(guards::dict_contains(container->source, real_key.ptr(), has == 1));
   return Value::constant(py::bool_(has == 1));
@@ -285,6 +290,10 @@ ValuePtr Tracer::tensor_keyed_item(const ValuePtr& container, const ValuePtr& ke
   int at = tensor_key_position(container->obj.ptr(), real_key.ptr(), &found);
   if (at < 0) unsupported("a tensor key missing from " + container->describe());
   py::object item = py::reinterpret_borrow<py::object>(found);  // owned while wrapped
+  if (at >= kMaxKeyPosition) {  // far into a big dict (an optimizer's state): pinned, read by a hashed lookup
+    guards.add(guards::id_match(key->source, real_key.ptr()));
+    return wrap(item, guards::Source::dict_item_key(container->source, real_key.ptr()));
+  }
   guard_tensor_key(container, key, at);
   return wrap(item, guards::Source::dict_value(container->source, at));
 }

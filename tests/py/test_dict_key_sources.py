@@ -126,3 +126,26 @@ def test_a_dict_subclass_with_its_own_getitem_is_not_looked_up_at_c_level():
     x = torch.randn(3)
     memo = Doubling({x: torch.ones(3)})
     torch.testing.assert_close(cdynamo.optimize(CompileCounter())(lookup)(x, memo), lookup(x, memo))
+
+
+def test_a_key_far_into_a_big_dict_is_pinned_and_read_by_hash():
+    # Past 16 entries a position would be walked on every check (an optimizer's state keyed by hundreds of
+    # parameters): the key is pinned by identity and its item read by a hashed lookup, so a new key recompiles.
+    def calls():
+        out = []
+        for _ in range(2):
+            x = torch.randn(3)
+            memo = {torch.randn(3): torch.randn(3) for _ in range(19)}
+            memo[x] = torch.randn(3)  # position 19
+            out.append((x, memo))
+        return out
+
+    cases = calls()
+    expected = _run(lookup, cases)
+    mine = CompileCounter()
+    got = _run(cdynamo.optimize(mine)(lookup), cases)
+    torch.testing.assert_close(got, expected)
+    assert mine.frame_count == 2
+    theirs = torch._dynamo.testing.CompileCounter()
+    torch.testing.assert_close(_run(torch.compile(lookup, backend=theirs), cases), expected)
+    assert theirs.frame_count == 2
