@@ -20,7 +20,12 @@ def twice(x):
     return x * random.random() + random.random()
 
 
-CASES = {"uniform + randint (2 draws)": jitter, "random.random() x2": twice}
+def gauss_noise(x):
+    """random.gauss: one graph in cdynamo (drawn as an input); torch 2.13's torch._dynamo breaks on it."""
+    return x + random.gauss(0, 0.1)
+
+
+CASES = {"uniform + randint (2 draws)": jitter, "random.random() x2": twice, "random.gauss": gauss_noise}
 
 
 def measure(frontend, fn, x, number, repeat):

@@ -8,6 +8,7 @@
 #include "interp/torch_rules.h"
 #include "interp/skip_files.h"
 
+#include "compat/random_state.h"
 #include "hook/cache.h"
 #include "hook/eval_frame.h"
 #include "hook/graph_call.h"
@@ -27,6 +28,18 @@ PYBIND11_MODULE(_C, m) {
   m.attr("GraphCall") = py::handle(reinterpret_cast<PyObject*>(&hook::GraphCallType));
   m.attr("RUN_ONLY") = py::handle(hook::run_only());
 
+  m.def(
+      "random_state_save",
+      [](py::handle gen) -> py::object {
+        PyObject* b = compat::random_state_save(gen.ptr());  // new reference or NULL
+        if (!b && PyErr_Occurred()) throw py::error_already_set();
+        return b ? py::reinterpret_steal<py::object>(b) : py::object(py::none());
+      },
+      py::arg("generator"), "The Mersenne Twister state of a random.Random as bytes, or None (unknown layout).");
+  m.def(
+      "random_state_restore",
+      [](py::handle gen, py::handle blob) { return compat::random_state_restore(gen.ptr(), blob.ptr()); },
+      py::arg("generator"), py::arg("state"), "Writes back a random_state_save state; False if it does not fit.");
   m.def(
       "set_services", [](py::object provider) { interp::install_services(provider); }, py::arg("services"),
       "Installs cdynamo._services.Services: the Python functions the C++ core calls (done by `import cdynamo`).");

@@ -1,6 +1,8 @@
 // emitter.cpp — owns instruction emission, pool management and code-object finishing for codegen.
 #include "codegen/emitter.h"
 
+#include "interp/services.h"
+
 #include <algorithm>
 
 #include <stdexcept>
@@ -248,6 +250,15 @@ void Emitter::load_source(const guards::Source& src) {
       load_const(py::int_(src.index));
       emit("BINARY_SUBSCR");
       return;
+    case K::DictKey:  // cdynamo._dict_positions.key_at(base, index) (value_at): the entry at that position
+    case K::DictValue: {
+      const interp::Services& sv = interp::services();
+      load_callable(src.kind == K::DictKey ? sv.dict_key_at : sv.dict_value_at);
+      load_source(*src.base);
+      load_const(py::int_(src.index));
+      call(2);
+      return;
+    }
   }
 }
 

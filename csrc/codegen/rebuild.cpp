@@ -1,6 +1,8 @@
 // rebuild.cpp — owns the value-rebuilding emitter shared by straight-line and graph-break codegen.
 #include "codegen/rebuild.h"
 
+#include "interp/services.h"
+
 #include <unordered_set>
 
 #include "interp/tracer.h"
@@ -108,6 +110,22 @@ void collect(const ValuePtr& v, std::vector<graph::Node*>& out, std::unordered_s
   } else if (bound_receiver(v)) {
     collect(v->receiver(), out, seen);
   }
+}
+
+// The callable that remakes the torch context object `obj` (the trace's stand-in, borrowed) after a graph: `make`, or,
+// once the trace entered it (torch.autocast's prev* attributes recorded, interp/torch_contexts.cpp), a
+// cdynamo._ctx_objects.entered partial that also sets those attributes as eager's __enter__ left them.
+py::object remade_context(py::handle obj, const py::object& make) {
+  py::dict attrs;
+  for (const char* name : {"prev", "prev_fastdtype", "prev_cache_enabled"}) {
+    PyObject* v = PyObject_GetAttrString(obj.ptr(), name);  // new reference or NULL
+    if (!v) {
+      PyErr_Clear();
+      return make;
+    }
+    attrs[name] = py::reinterpret_steal<py::object>(v);
+  }
+  return interp::PyRefs::get().functools_partial(interp::services().ctx_entered, make, attrs);
 }
 
 // A new cell holding args[0], or an empty cell without arguments (a closure rebuilt after the graph).
@@ -527,8 +545,8 @@ void Rebuilder::push_slice(const ValuePtr& v) {
 }
 
 void Rebuilder::push_object(const ValuePtr& v, int above) {
-  if (const interp::TorchCtxOf* c = v->torch_ctx()) {  // a torch context made in the trace: made again, unentered
-    e_.load_callable(c->spec->make);
+  if (const interp::TorchCtxOf* c = v->torch_ctx()) {  // a torch context made in the trace: made again
+    e_.load_callable(remade_context(v->obj, c->spec->make));
     e_.call(0);
     return;
   }

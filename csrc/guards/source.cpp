@@ -50,6 +50,8 @@ SourcePtr Source::dict_item_key(SourcePtr b, PyObject* key) {
   s->owner = key;  // owned
   return s;
 }
+SourcePtr Source::dict_key(SourcePtr b, int i) { return make(Kind::DictKey, i, "", std::move(b)); }
+SourcePtr Source::dict_value(SourcePtr b, int i) { return make(Kind::DictValue, i, "", std::move(b)); }
 SourcePtr Source::module_global(PyObject* globals, const std::string& n) {
   auto s = make(Kind::ModuleGlobal, 0, n, nullptr);
   Py_INCREF(globals);
@@ -64,6 +66,23 @@ SourcePtr Source::module_builtin(PyObject* globals, PyObject* b, const std::stri
   s->builtins = b;  // owned
   return s;
 }
+
+namespace {
+// The key (or value) at live position `index` of dict `d` (borrowed; any dict subclass: its storage, no Python code
+// runs): a NEW reference, or nullptr (not a dict, or too short).
+PyObject* dict_entry_at(PyObject* d, int index, bool key) {
+  if (!d || !PyDict_Check(d) || index < 0 || index >= PyDict_GET_SIZE(d)) return nullptr;
+  Py_ssize_t pos = 0;
+  PyObject *k, *v;  // borrowed
+  for (int seen = 0; PyDict_Next(d, &pos, &k, &v); ++seen) {
+    if (seen < index) continue;
+    PyObject* r = key ? k : v;
+    Py_INCREF(r);
+    return r;
+  }
+  return nullptr;
+}
+}  // namespace
 
 PyObject* Source::fetch(const FrameView& fv) const {
   if (!base) return fetch_step(fv, nullptr);
@@ -149,6 +168,8 @@ PyObject* Source::fetch_step(const FrameView& fv, PyObject* b) const {
       if (!v) PyErr_Clear();
       return v;
     }
+    case Kind::DictKey:
+    case Kind::DictValue: return dict_entry_at(b, index, kind == Kind::DictKey);  // new reference or nullptr
     case Kind::RandomValue: {  // a fresh value (draws a random number: only the rewritten code's input load calls it)
       PyObject* v = PyObject_CallNoArgs(owner);  // new
       if (!v) PyErr_Clear();
@@ -212,6 +233,8 @@ std::string Source::describe() const {
     case Kind::Item: return base->describe() + "[" + std::to_string(index) + "]";
     case Kind::RandomValue: return "random value " + std::to_string(index);
     case Kind::Call: return base->describe() + "()";
+    case Kind::DictKey: return "key " + std::to_string(index) + " of " + base->describe();
+    case Kind::DictValue: return "value " + std::to_string(index) + " of " + base->describe();
     case Kind::DictItem: {
       if (!owner) return base->describe() + "['" + name + "']";
       PyObject* r = PyObject_Repr(owner);  // new
@@ -244,6 +267,11 @@ std::string Source::dynamo_name() const {
     case Kind::Item: return base->dynamo_name() + "[" + std::to_string(index) + "]";
     case Kind::RandomValue: return name;  // torch._dynamo's RandomValueSource: random_value_<i>
     case Kind::Call: return base->dynamo_name() + "()";
+    case Kind::DictKey: return "list(" + base->dynamo_name() + ".keys())[" + std::to_string(index) + "]";
+    case Kind::DictValue: {  // torch._dynamo's DictGetItemSource keyed by its ConstDictKeySource
+      std::string d = base->dynamo_name();
+      return d + "[list(" + d + ".keys())[" + std::to_string(index) + "]]";
+    }
     case Kind::DictItem: {
       if (owner) {  // a non-string key
         PyObject* r = PyObject_Repr(owner);  // new

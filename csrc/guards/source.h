@@ -50,8 +50,11 @@ struct Source {
   // a guard re-reads).
   // ClosureCell: the cell object itself of free variable `index` (what a `nonlocal` assignment of the frame stores
   // into; Closure reads its contents).
+  // DictKey / DictValue: the key / value at position `index` of the dict (or dict subclass) base, in its storage
+  // order (PyDict_Next, no Python code): torch._dynamo's ConstDictKeySource and, with a guard that the key there is
+  // a given object, its DictGetItemSource (a tensor-keyed dict of the frame looked up by a tensor of the frame).
   enum class Kind { Local, Global, Builtin, Closure, Attr, Item, DictItem, ModuleGlobal, ModuleBuiltin, GenericAttr,
-                    RandomValue, ClosureCell, Call };
+                    RandomValue, ClosureCell, Call, DictKey, DictValue };
   Kind kind = Kind::Local;
   int index = 0;          // Local: localsplus slot; Closure: localsplus slot of the free var; Item: index
   std::string name;       // Local/Global/Builtin/Closure/Attr name
@@ -76,6 +79,9 @@ struct Source {
   // base[key] on a dict (or dict subclass, looked up at C level) with any hashable constant key (kept
   // in `owner`): the hooks of an nn.Module, keyed by handle id.
   static SourcePtr dict_item_key(SourcePtr base, PyObject* key);
+  // The key / value at position `index` of the dict at base (Kind::DictKey / DictValue).
+  static SourcePtr dict_key(SourcePtr base, int index);
+  static SourcePtr dict_value(SourcePtr base, int index);
   // Borrowed dicts (a reference is kept by the Source).
   static SourcePtr module_global(PyObject* globals, const std::string& name);
   static SourcePtr module_builtin(PyObject* globals, PyObject* builtins, const std::string& name);

@@ -42,6 +42,8 @@ struct GraphCall {
   PyObject* snap_mask;    // strong (bytes) or NULL
   PyObject* snap_save;    // strong or NULL
   PyObject* snap_restore; // strong or NULL
+  PyObject* draws;         // strong or NULL
+  PyObject* draws_restore; // strong or NULL
   vectorcallfunc vectorcall;
   GraphErrorPolicy policy;
   std::vector<int32_t>* plan;  // owned, or NULL: every input is an argument (GraphCallHooks::plan)
@@ -84,6 +86,7 @@ bool failed_cleanly(GraphCall* g, PyObject* const* args, Py_ssize_t n, const int
     }
   }
   if (restore && !call_keeping_error(g->snap_restore, argtuple, copies)) return false;
+  if (g->draws && !call_keeping_error(g->draws_restore, g->draws, nullptr)) return false;
   if (cpu_rng && cpu_rng->saved()) return cpu_rng->restore_keeping_error();
   return !rng || call_keeping_error(g->rng_restore, rng, nullptr);
 }
@@ -169,6 +172,8 @@ int gc_traverse(PyObject* self, visitproc visit, void* arg) {
   Py_VISIT(g->snap_mask);
   Py_VISIT(g->snap_save);
   Py_VISIT(g->snap_restore);
+  Py_VISIT(g->draws);
+  Py_VISIT(g->draws_restore);
   return 0;
 }
 
@@ -180,6 +185,8 @@ int gc_clear(PyObject* self) {
   Py_CLEAR(g->snap_mask);
   Py_CLEAR(g->snap_save);
   Py_CLEAR(g->snap_restore);
+  Py_CLEAR(g->draws);
+  Py_CLEAR(g->draws_restore);
   return 0;
 }
 
@@ -241,13 +248,14 @@ PyObject* make_graph_call(PyObject* fn, GraphErrorPolicy policy, const GraphCall
   if ((hooks.rng_save == nullptr) != (hooks.rng_restore == nullptr) ||
       (hooks.snap_mask == nullptr) != (hooks.snap_save == nullptr) ||
       (hooks.snap_mask == nullptr) != (hooks.snap_restore == nullptr) ||
-      (hooks.snap_mask && !PyBytes_Check(hooks.snap_mask))) {
+      (hooks.snap_mask && !PyBytes_Check(hooks.snap_mask)) || (hooks.draws == nullptr) != (hooks.draws_restore == nullptr)) {
     PyErr_SetString(PyExc_ValueError, "GraphCall: incomplete rng or snapshot hooks");
     return nullptr;
   }
   auto* g = PyObject_GC_New(GraphCall, &GraphCallType);  // new reference
   if (!g) return nullptr;
-  PyObject* owned[] = {fn, hooks.rng_save, hooks.rng_restore, hooks.snap_mask, hooks.snap_save, hooks.snap_restore};
+  PyObject* owned[] = {fn, hooks.rng_save, hooks.rng_restore, hooks.snap_mask, hooks.snap_save, hooks.snap_restore,
+                       hooks.draws, hooks.draws_restore};
   for (PyObject* o : owned) Py_XINCREF(o);
   g->fn = fn;
   g->rng_save = hooks.rng_save;
@@ -255,6 +263,8 @@ PyObject* make_graph_call(PyObject* fn, GraphErrorPolicy policy, const GraphCall
   g->snap_mask = hooks.snap_mask;
   g->snap_save = hooks.snap_save;
   g->snap_restore = hooks.snap_restore;
+  g->draws = hooks.draws;
+  g->draws_restore = hooks.draws_restore;
   g->vectorcall = gc_vectorcall;
   g->policy = policy;
   g->plan = hooks.plan.empty() ? nullptr : new std::vector<int32_t>(hooks.plan);

@@ -31,6 +31,11 @@ struct GraphCallHooks {
   PyObject* snap_mask = nullptr;
   PyObject* snap_save = nullptr;
   PyObject* snap_restore = nullptr;
+  // Graphs with Python `random` draws as inputs (interp/random_calls.cpp): draws_restore(draws) after a call that
+  // failed cleanly puts the generators back as they were before the rewritten code drew those inputs, so the frame's
+  // rerun as Python draws them once, as eager does (cdynamo._random_values.restore).
+  PyObject* draws = nullptr;
+  PyObject* draws_restore = nullptr;
   // Graphs whose inputs read through the frame's objects (self._modules['fc']._parameters['weight']) are not
   // loaded by the rewritten code: the guard check fetched them (hand_inputs). One entry per graph input: -1, the
   // next argument of the call; k >= 0, the k-th handed input. Empty: every input is an argument.

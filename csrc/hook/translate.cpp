@@ -41,6 +41,17 @@ py::list module_tensor_inputs(const interp::Trace& t) {
   return out;
 }
 
+// The Python `random` draws of the trace's graph inputs (RandomValue sources, in draw order) as one
+// cdynamo._random_values.Draws (its first draw saves the generators' states), or None when the graph draws none.
+py::object random_draws(const interp::Trace& t) {
+  py::list makes;
+  for (const auto& in : t.inputs)
+    if (in.source && in.source->kind == guards::Source::Kind::RandomValue)
+      makes.append(py::reinterpret_borrow<py::object>(in.source->owner));
+  if (makes.empty()) return py::none();
+  return interp::services().random_values().attr("draws_of")(makes);
+}
+
 // The graph inputs read through the frame's objects (a source with a base: self._modules['fc']._parameters['weight'])
 // are handed to the graph call by the guard check that fetched them (GuardSet::check_inputs) instead of being loaded
 // again by the rewritten code: marks them in t.lifted_inputs and returns the GraphCall's plan (graph_call.h).
@@ -676,6 +687,12 @@ std::optional<EntryPtr> compile_graph(FrameCompile& c) {
     hooks.snap_restore = services.graph_restore_inputs.ptr();
   }
   hooks.plan = lift_inputs(t.trace());
+  py::object draws = random_draws(t.trace());  // owned here; the GraphCall takes its own references
+  py::object draws_restore = draws.is_none() ? py::object() : services.random_values().attr("restore");
+  if (draws_restore) {
+    hooks.draws = draws.ptr();
+    hooks.draws_restore = draws_restore.ptr();
+  }
   PyObject* call = make_graph_call(compiled.ptr(), static_cast<GraphErrorPolicy>(policy[0].cast<int>()),
                                    hooks);  // new reference
   if (!call) throw py::error_already_set();

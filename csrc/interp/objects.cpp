@@ -31,6 +31,12 @@ void Tracer::guard_no_global_module_hooks(Tracer& t, const std::string& what) {
 
 namespace {
 
+// An instance of random.Random (or a subclass): a generator whose methods draw from its own state.
+bool is_random_generator(py::handle o) {
+  static PyObject* cls = py::object(loaded_module("random").attr("Random")).release().ptr();  // process lifetime
+  return PyObject_TypeCheck(o.ptr(), reinterpret_cast<PyTypeObject*>(cls));
+}
+
 bool is_nn_module(py::handle o) {
   PyObject* module_cls = PyRefs::get().nn_module.ptr();  // borrowed (process lifetime)
   int r = PyObject_IsInstance(o.ptr(), module_cls);
@@ -172,6 +178,9 @@ ValuePtr Tracer::object_attr(const ValuePtr& obj, const std::string& name, bool 
   if (PyObject** dp = _PyObject_GetDictPtr(o.ptr())) inst_dict = *dp;
   bool in_instance = inst_dict && PyDict_GetItemWithError(inst_dict, key.ptr());
   if (PyErr_Occurred()) throw py::error_already_set();
+  if (descr && PyCallable_Check(descr) && name.rfind("__", 0) != 0 && is_random_generator(o))
+    unsupported("method '" + name + "' of a random.Random instance: its draws are left to Python (torch._dynamo "
+                "replays the generator's trace-time state, the same values on every call)");
   if (descr && !in_instance) {
     if (PyFunction_Check(descr)) return ObjectAttrs::bound_method(*this, obj, descr, name);
     if (Py_IS_TYPE(descr, &PyClassMethod_Type) || Py_IS_TYPE(descr, &PyStaticMethod_Type)) {

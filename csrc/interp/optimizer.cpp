@@ -216,11 +216,40 @@ ValuePtr Tracer::optimizer_op_decomposition(const ValuePtr& self, const std::str
 py::object Tracer::frame_tensor_key(const ValuePtr& container, const ValuePtr& key) {
   if (container->kind != VKind::Object || !container->source || !container->obj || !PyDict_Check(container->obj.ptr()))
     return py::object();
+  PyMappingMethods* own = Py_TYPE(container->obj.ptr())->tp_as_mapping;  // a subclass may override __getitem__
+  if (!own || own->mp_subscript != PyDict_Type.tp_as_mapping->mp_subscript) return py::object();
   if (!key->is_tensor() || !key->source || !key->tensor().node || key->tensor().node->op != graph::OpKind::Placeholder)
     return py::object();
   for (const auto& in : inputs)
     if (in.node == key->tensor().node) return in.value;
   return py::object();
+}
+
+namespace {
+// Keys guarded by position only this far into a dict: a DictKey / DictValue fetch walks the dict's entries up to its
+// position on every check; past it (an optimizer's state keyed by hundreds of parameters, which never change) the key
+// is pinned by identity and its item read by a hashed lookup, as before.
+constexpr int kMaxKeyPosition = 16;
+
+// The position of `key` (borrowed, compared by identity) among the keys of dict `d` (borrowed) in its storage order,
+// or -1; *value (if given) gets the value there (borrowed from the dict).
+int tensor_key_position(PyObject* d, PyObject* key, PyObject** value = nullptr) {
+  Py_ssize_t pos = 0;
+  PyObject *k, *v;  // borrowed
+  for (int i = 0; PyDict_Next(d, &pos, &k, &v); ++i) {
+    if (k != key) continue;
+    if (value) *value = v;
+    return i;
+  }
+  return -1;
+}
+}  // namespace
+
+// The key `real_key` (at `at` in the container's dict) is the frame's tensor `key`: guarded as the same object as the
+// dict's key at that position (torch._dynamo's ConstDictKeySource), not pinned to this tensor's identity, so a new
+// input held under the same position passes.
+void Tracer::guard_tensor_key(const ValuePtr& container, const ValuePtr& key, int at) {
+  guards.add(guards::same_object(key->source, guards::Source::dict_key(container->source, at)));
 }
 
 ValuePtr Tracer::tensor_key_in(const ValuePtr& container, const ValuePtr& key) {
@@ -239,6 +268,12 @@ ValuePtr Tracer::tensor_key_in(const ValuePtr& container, const ValuePtr& key) {
   }
   int has = PyDict_Contains(container->obj.ptr(), real_key.ptr());
   if (has < 0) throw py::error_already_set();
+  int at = has == 1 ? tensor_key_position(container->obj.ptr(), real_key.ptr()) : -1;
+  if (at >= 0 && at < kMaxKeyPosition) {
+    guard_tensor_key(container, key, at);
+    return Value::constant(py::bool_(true));
+  }
+  // Absent (or present only by equality, or far into the dict): which tensor it is and whether it is a key, as now.
   guards.add(guards::id_match(key->source, real_key.ptr()));
   guards.add(guards::dict_contains(container->source, real_key.ptr(), has == 1));
   return Value::constant(py::bool_(has == 1));
@@ -246,18 +281,21 @@ ValuePtr Tracer::tensor_key_in(const ValuePtr& container, const ValuePtr& key) {
 
 ValuePtr Tracer::tensor_keyed_item(const ValuePtr& container, const ValuePtr& key) {
   // d[t] on a dict (or dict subclass: an optimizer's `state` defaultdict) read from the frame, keyed by a tensor the
-  // frame holds: the item read through a C-level lookup (no __missing__) and wrapped from its source, the key's
-  // identity guarded. A missing key (a defaultdict would insert one) is left to Python.
+  // frame holds: the item read through a C-level lookup (no __missing__) and wrapped from its source. The key is
+  // found by identity at a position of the dict's storage: guarded as the same object as the key there, the item read
+  // as the value there. A missing key (a defaultdict would insert one) is left to Python.
   py::object real_key = frame_tensor_key(container, key);
   if (!real_key) return nullptr;
-  PyObject* found = PyDict_GetItemWithError(container->obj.ptr(), real_key.ptr());  // borrowed
-  if (!found) {
-    if (PyErr_Occurred()) throw py::error_already_set();
-    unsupported("a tensor key missing from " + container->describe());
-  }
+  PyObject* found = nullptr;  // borrowed from the dict
+  int at = tensor_key_position(container->obj.ptr(), real_key.ptr(), &found);
+  if (at < 0) unsupported("a tensor key missing from " + container->describe());
   py::object item = py::reinterpret_borrow<py::object>(found);  // owned while wrapped
-  guards.add(guards::id_match(key->source, real_key.ptr()));
-  return wrap(item, guards::Source::dict_item_key(container->source, real_key.ptr()));
+  if (at >= kMaxKeyPosition) {  // far into a big dict (an optimizer's state): pinned, read by a hashed lookup
+    guards.add(guards::id_match(key->source, real_key.ptr()));
+    return wrap(item, guards::Source::dict_item_key(container->source, real_key.ptr()));
+  }
+  guard_tensor_key(container, key, at);
+  return wrap(item, guards::Source::dict_value(container->source, at));
 }
 
 }  // namespace cdynamo::interp

@@ -54,6 +54,9 @@ void install_services(py::handle provider) {
     s->is_user_error = field(provider, "is_user_error");
     s->observe_tensor = field(provider, "observe_tensor");
     s->observe_scalar = field(provider, "observe_scalar");
+    s->dict_key_at = field(provider, "dict_key_at");
+    s->dict_value_at = field(provider, "dict_value_at");
+    s->ctx_entered = field(provider, "ctx_entered");
     for (const char* lazy :
          {"lazy_aten_meta_run", "lazy_meta_fallback_run", "lazy_autograd_function_apply", "lazy_random_values"})
       field(provider, lazy);

@@ -27,6 +27,9 @@ struct Services {
   py::object is_user_error;         // _dynamic.is_user_error(exc) -> bool
   py::object observe_tensor;        // _dynamic.observe_tensor(code, cb_dynamic, tensor, name) -> bool
   py::object observe_scalar;        // _dynamic.observe_scalar(code, cb_dynamic, value, name) -> bool
+  py::object dict_key_at;           // _dict_positions.key_at(d, i) / value_at(d, i): DictKey / DictValue loads
+  py::object dict_value_at;
+  py::object ctx_entered;           // _ctx_objects.entered(make, attrs): a torch context remade as entered
 
   // Functions of modules imported on first need (cold start: an eager first compile imports none of them).
   // Each is resolved once through the Python object's `lazy_<name>()` and kept; borrowed handles returned.

@@ -183,6 +183,21 @@ ValuePtr Tracer::torch_context_call(py::handle f, const std::vector<ValuePtr>& a
   return v;
 }
 
+namespace {
+// What torch.autocast.__enter__ records on the object before switching (the state outside the block), set on the
+// trace's stand-in `obj` (never handed out): the object remade after a graph break gets them (codegen/rebuild.cpp),
+// so `ac.prev` reads eager's value. The state is the trace's real one, itself fixed by the frame's AUTOCAST guard.
+void record_autocast_prev(py::handle obj, py::handle device) {
+  py::module_ torch = py::module_::import("torch");
+  try {
+    obj.attr("prev_cache_enabled") = torch.attr("is_autocast_cache_enabled")();
+    obj.attr("prev") = torch.attr("is_autocast_enabled")(device);
+    obj.attr("prev_fastdtype") = torch.attr("get_autocast_dtype")(device);
+  } catch (py::error_already_set&) {  // an object that takes no attributes: remade without them (as before)
+  }
+}
+}  // namespace
+
 ValuePtr Tracer::enter_torch_context(const ValuePtr& ctx) {
   const std::shared_ptr<const TorchCtxSpec>& spec = ctx->torch_ctx()->spec;
   const CtxRefs& r = ctx_refs();
@@ -195,6 +210,7 @@ ValuePtr Tracer::enter_torch_context(const ValuePtr& ctx) {
         // Not remembered: translate starts every trace under an enabled autocast with fake tensors.
         request_restart(Restart::fake_tensors("an enabled torch.autocast block (traced again with fake tensors)", false));
       }
+      record_autocast_prev(ctx->obj, spec->enter_args[0]);
       x.real = r.enter_autocast(*spec->enter_args);
       x.enter_node = graph.call_function(r.enter_autocast, {graph::Arg::constant(spec->enter_args[0]),
                                                             graph::Arg::constant(spec->enter_args[1]),

@@ -466,9 +466,11 @@ struct Tracer::IdentityUses {
       // compares items, by identity for plain objects: pinned.)
       case Use::Subscript:
         if (t.stack.size() < 2) return -1;
+        if (t.frame_tensor_key(t.stack[t.stack.size() - 2], t.stack.back())) return 0;  // guarded by position
         return modelled_container(t.stack[t.stack.size() - 2]) && t.stack.back()->is_const() ? 0 : 2;
       case Use::Contains:
         if (t.stack.size() < 2) return -1;
+        if (t.frame_tensor_key(t.stack.back(), t.stack[t.stack.size() - 2])) return 0;  // tensor_key_in guards it
         return t.stack.back()->kind == VKind::Dict && t.stack[t.stack.size() - 2]->is_const() ? 0 : 2;
       case Use::Iterate: {
         // Iterating (or unpacking) a modelled tuple / list / dict, or an iterator over one, moves its items.
@@ -861,6 +863,8 @@ std::string placeholder_name(const guards::Source& s) {
       bool module_dict = b.kind == K::Attr && (b.name == "_modules" || b.name == "_parameters" || b.name == "_buffers");
       return placeholder_name(module_dict ? *b.base : b) + "_" + s.name;
     }
+    case K::DictKey: return placeholder_name(*s.base) + "_key_" + std::to_string(s.index);
+    case K::DictValue: return placeholder_name(*s.base) + "_value_" + std::to_string(s.index);
     default: return s.name.empty() ? std::string("input") : s.name;
   }
 }

@@ -328,6 +328,8 @@ class Tracer : private Frame, private TraceOptions, private Trace, private Outpu
   ValuePtr tensor_key_in(const ValuePtr& container, const ValuePtr& key);
   // The real tensor behind `key` (a graph input of the frame) when `container` is a dict read from the frame.
   py::object frame_tensor_key(const ValuePtr& container, const ValuePtr& key);
+  // Guards that the key at position `at` of the frame's dict `container` is the frame's tensor `key` (optimizer.cpp).
+  void guard_tensor_key(const ValuePtr& container, const ValuePtr& key, int at);
   ValuePtr optimizer_init_group(const ValuePtr& fn, const std::vector<ValuePtr>& args,
                                 const std::vector<std::pair<std::string, ValuePtr>>& kwargs);
   // Traces a call of a user Python function (a PyFunction) inline; throws Unsupported when it cannot.

@@ -2,7 +2,7 @@
 import dataclasses
 import torch
 
-from . import _callback, _format, _regions
+from . import _callback, _format, _regions, config
 from .eval_frame import OptimizedModule, _CallbackContext, reset
 
 
@@ -42,7 +42,8 @@ class _Recorder:
         self.recompiles = []
         self.fallbacks = []
         self.break_reasons = []
-        self.regions = []       # per graph: the repeated regions regional compilation would use (or [])
+        self.regions = []       # per graph: the regions its regional compilation uses (or [])
+        self.region_plans = []  # per graph: how it is cut ("whole graph: <why>", ...; None: no repeated calls)
 
     def backend(self, gm, example_inputs):
         return gm.forward
@@ -50,7 +51,9 @@ class _Recorder:
     def on_graph(self, gm, example_inputs, info, seconds):
         self.graphs.append(gm)
         self.graph_infos.append(dict(info))
-        self.regions.append(_regions.explain(gm, example_inputs))
+        regions, text = _regions.explain(gm, example_inputs)
+        self.regions.append(regions)
+        self.region_plans.append(text)
 
     def on_compiled(self, info):
         self.frames.append(dict(info))
@@ -91,6 +94,8 @@ class ExplainOutput:
     compile_times: dict
     fallbacks: list
     regions: list = dataclasses.field(default_factory=list)  # per graph: [{"cls", "paths", "calls"}] (_regions)
+    region_plans: list = dataclasses.field(default_factory=list)  # per graph: the cut's summary, or None
+    region_policy: str = ""  # config.compile_regions when explain() ran, in words
 
     def __iter__(self):
         """The legacy 6-tuple: explanation, out_guards, graphs, ops_per_graph, break_reasons, verbose."""
@@ -110,11 +115,7 @@ class ExplainOutput:
             for f in self.fallbacks:
                 lines.append(f"  {f.get('co_name')} ({f.get('co_filename')}:{f.get('co_firstlineno')}) "
                              f"[{f.get('kind')}]: {_first_line(f.get('reason', ''))}")
-        if any(self.regions):
-            lines.append("Repeated Regions (compiled once each under config.compile_regions):")
-            for i, regions in enumerate(self.regions, 1):
-                for r in regions:
-                    lines.append(f"  Graph {i}: {r['cls']} x{r['calls']} ({r['paths'][0]} ... {r['paths'][-1]})")
+        lines.extend(_region_lines(self.regions, self.region_plans, self.region_policy))
         lines.append("Ops per Graph:")
         for i, ops in enumerate(self.ops_per_graph, 1):
             lines.append(f"  Ops {i}:")
@@ -125,6 +126,28 @@ class ExplainOutput:
             lines.append("Compile Times (s):")
             lines.extend(f"  {name}: {', '.join(f'{t:.4f}' for t in ts)}" for name, ts in self.compile_times.items())
         return "\n".join(lines)
+
+
+def _region_policy():
+    """config.compile_regions now, in words (explain() cuts its graphs as this setting would)."""
+    words = {None: "the automatic policy, as for inductor", True: "one region per layer, for every backend",
+             False: "off"}.get(config.compile_regions, "?")
+    return f"config.compile_regions={config.compile_regions}: {words}"
+
+
+def _region_lines(regions, plans, policy):
+    """The "Repeated Regions" section: each graph with repeated module calls as config.compile_regions cut it for a
+    backend compiling by region (None: the automatic policy of inductor), or "whole graph" and why."""
+    if not any(p is not None for p in plans):
+        return []
+    lines = [f"Repeated Regions ({policy}):"]
+    for i, (graph_regions, text) in enumerate(zip(regions, plans), 1):
+        if text is None:
+            continue
+        lines.append(f"  Graph {i}: {text}")
+        for r in graph_regions:
+            lines.append(f"    {r['cls']} x{r['calls']} ({r['paths'][0]} ... {r['paths'][-1]})")
+    return lines
 
 
 def _target_name(target):
@@ -158,7 +181,9 @@ def _output(rec):
     return ExplainOutput(graphs=list(rec.graphs), graph_count=len(rec.graphs),
                          graph_break_count=len(rec.break_reasons), break_reasons=list(rec.break_reasons),
                          op_count=sum(len(o) for o in ops), ops_per_graph=ops, out_guards=rec.guards(),
-                         compile_times=times, fallbacks=list(rec.fallbacks), regions=list(rec.regions))
+                         compile_times=times, fallbacks=list(rec.fallbacks), regions=list(rec.regions),
+                         region_plans=list(rec.region_plans),
+                         region_policy=_region_policy())
 
 
 def _run_recorded(fn, args, kwargs, nopython, rec=None):

@@ -402,15 +402,23 @@ def compile_regions(gm, example_inputs, call_backend, by_work=False):
     return _split.SequenceCall(gm, p.segments, fns)
 
 
-def explain(gm, example_inputs, by_work=False):
-    """The regions regional compilation would compile once for ``gm`` ([] when none), for explain()."""
+def explain(gm, example_inputs):
+    """(regions, plan text) of ``gm`` for explain(), as the current ``config.compile_regions`` would cut it for a
+    backend that compiles by region (inductor): True, one region per layer; None, the automatic policy's grouping
+    (``group_by_work``), or the graph whole. ``regions``: [{"cls", "paths", "calls"}] per distinct region ([] when
+    the graph is compiled whole); the text: "whole graph: <why>" or "cut into N segments, M compiled", None without
+    repeated module calls."""
     if not find_calls(_split.compute_nodes(gm), config.regions_min_calls):
-        return []
+        return [], None
+    if config.compile_regions is False:
+        return [], "whole graph: config.compile_regions is False"
     try:
-        p, _ = plan(gm, list(example_inputs), by_work=by_work)
-    except Exception:  # noqa: BLE001  (explain reports; it never fails because of this analysis)
-        return []
-    return [] if p is None else p.regions()
+        p, why = plan(gm, list(example_inputs), by_work=config.compile_regions is None)
+    except Exception as e:  # noqa: BLE001  (explain reports; it never fails because of this analysis)
+        return [], f"whole graph: internal error while planning: {type(e).__name__}: {e}"
+    if p is None:
+        return [], f"whole graph: {why}"
+    return p.regions(), f"cut into {len(p.segments)} segments, {p.compiles} compiled"
 
 
 def format_plan(p):

@@ -1,6 +1,6 @@
 # _services.py — owns the one object through which cdynamo's C++ core calls its Python side: built here, handed to
 # _C.set_services by the package's __init__ (the C++ core imports no cdynamo module by name; csrc/interp/services.h).
-from . import _allowed, _dynamic, _graph_call, config, exc
+from . import _allowed, _ctx_objects, _dict_positions, _dynamic, _graph_call, config, exc
 
 
 class Services:
@@ -25,6 +25,9 @@ class Services:
         self.is_user_error = _dynamic.is_user_error
         self.observe_tensor = _dynamic.observe_tensor
         self.observe_scalar = _dynamic.observe_scalar
+        self.dict_key_at = _dict_positions.key_at  # loads of DictKey / DictValue sources by rewritten code
+        self.dict_value_at = _dict_positions.value_at
+        self.ctx_entered = _ctx_objects.entered  # a torch context object remade as its __enter__ left it
 
     @staticmethod
     def lazy_aten_meta_run():

@@ -177,3 +177,39 @@ h = Holder()
   EXPECT_EQ(fetches(), 3);
   EXPECT_NE(why.find("b"), std::string::npos) << why;
 }
+
+// DictKey / DictValue: the entry at a position of a dict (or subclass) in its storage order, no Python code; a
+// DUPLICATE_INPUT between a local and the key at a position is checked by the tree and the flat list alike.
+TEST(Guards, DictKeyAndValueSourcesReadByPosition) {
+  py::object a = randn(2), b = randn(2), va = randn(2), vb = randn(2);
+  py::dict d;
+  d[a] = va;
+  d[b] = vb;
+  auto memo = Source::local(0, "memo");
+  auto x = Source::local(1, "x");
+  Frame f;
+  f.slots = {d.ptr(), b.ptr()};
+  FrameView fv = f.view();
+  PyObject* k1 = Source::dict_key(memo, 1)->fetch(fv);  // new reference
+  PyObject* v1 = Source::dict_value(memo, 1)->fetch(fv);  // new reference
+  EXPECT_EQ(k1, b.ptr());
+  EXPECT_EQ(v1, vb.ptr());
+  Py_XDECREF(k1);
+  Py_XDECREF(v1);
+  EXPECT_EQ(Source::dict_key(memo, 2)->fetch(fv), nullptr);  // past the end: missing
+  EXPECT_EQ(Source::dict_key(memo, 1)->describe(), "key 1 of local 'memo'");
+  EXPECT_EQ(Source::dict_value(memo, 1)->dynamo_name(), "L['memo'][list(L['memo'].keys())[1]]");
+  GuardSet g;
+  g.add(same_object(x, Source::dict_key(memo, 1)));
+  g.add(tensor_match(Source::dict_value(memo, 1), vb.ptr()));
+  std::string why;
+  EXPECT_TRUE(g.check(fv));
+  EXPECT_TRUE(g.check(fv, &why));
+  f.slots = {d.ptr(), a.ptr()};  // x is the key at position 0, not 1
+  EXPECT_FALSE(g.check(f.view()));
+  EXPECT_FALSE(g.check(f.view(), &why));
+  EXPECT_NE(why.find("local 'x' is key 1 of local 'memo'"), std::string::npos) << why;
+  py::object not_a_dict = py::make_tuple(a, b);
+  f.slots = {not_a_dict.ptr(), b.ptr()};
+  EXPECT_FALSE(g.check(f.view()));
+}

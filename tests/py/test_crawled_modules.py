@@ -513,9 +513,7 @@ CASES = {
 
 
 # Cases cdynamo does not yet capture as torch._dynamo does: case -> reason (a strict xfail).
-XFAIL = {"tensor_keyed_memo_across_print": "the continuation reads memo[x] through a DictItem source keyed by the "
-         "tensor object it saw, so it guards x's identity and recompiles for every new input (torch._dynamo guards "
-         "the key as the same object as L['x'])"}
+XFAIL = {}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

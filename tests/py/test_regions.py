@@ -422,7 +422,8 @@ def test_view_outputs_and_aliasing_across_segments():
 
 def test_explain_and_log_show_regions():
     model = _model(n=4)
-    out = cdynamo.explain(model)(_x())
+    with config.patch(compile_regions=True):  # one region per layer (the automatic policy: test_explain_regions.py)
+        out = cdynamo.explain(model)(_x())
     assert out.regions == [[{"cls": "Block", "paths": [f"L['self'].layers.{i}" for i in range(4)], "calls": 4}]]
     assert "Block x4" in str(out)
     stream = io.StringIO()
