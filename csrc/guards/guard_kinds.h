@@ -137,6 +137,12 @@ struct SameCheck {
 // SHAPE_ENV.
 struct ShapeCheck {
   std::unique_ptr<ShapeProgram> program;  // owned: its slots, compiled programs, fallback and texts
+  // Defined in guard.cpp, where ShapeProgram is complete, so any file may build or destroy a payload.
+  ShapeCheck();
+  explicit ShapeCheck(std::unique_ptr<ShapeProgram> p);
+  ShapeCheck(ShapeCheck&&) noexcept;
+  ShapeCheck& operator=(ShapeCheck&&) noexcept;
+  ~ShapeCheck();
 };
 
 using GuardPayload = std::variant<TensorCheck, TypeCheck, IdentityCheck, ConstantCheck, LengthCheck, KeysCheck,

@@ -267,7 +267,7 @@ bool ShapeProgram::check(const FrameView& fv, std::string* why) const {
 
 Guard shape_guard(std::vector<ShapeSlot> slots, PyObject* exprs, PyObject* fallback, std::vector<std::string> texts) {
   return Guard(GuardKind::ShapeEnv, nullptr, "SHAPE_ENV",
-               ShapeCheck{std::make_unique<ShapeProgram>(std::move(slots), exprs, fallback, std::move(texts))});
+               ShapeCheck(std::make_unique<ShapeProgram>(std::move(slots), exprs, fallback, std::move(texts))));
 }
 
 }  // namespace cdynamo::guards
