@@ -25,7 +25,7 @@ class GuardTree;     // guard_tree.h
 // payload is its own (std::logic_error otherwise), as Value's do.
 struct Guard {
  public:
-  GuardKind kind;
+  const GuardKind kind;  // fixed at construction, with the payload that is its own
   SourcePtr source;   // the value checked; null for global-state, relational and SHAPE_ENV guards
   std::string label;  // printed kind name ("TENSOR_MATCH", "FUNCTION_MATCH", ...)
 
