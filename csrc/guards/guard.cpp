@@ -15,28 +15,60 @@
 
 namespace cdynamo::guards {
 
-Guard::Guard(Guard&& o) noexcept
-    : kind(o.kind),
-      source(std::move(o.source)),
-      tensor(std::move(o.tensor)),
-      shape(std::move(o.shape)),
-      expected(o.expected),
-      weak(o.weak),
-      length(o.length),
-      state(o.state),
-      sources(std::move(o.sources)),
-      groups(std::move(o.groups)),
-      label(std::move(o.label)) {
-  o.expected = nullptr;
-  o.weak = nullptr;
+namespace {
+// True if `payload` is the struct of `kind`'s family (guard_kinds.h).
+bool payload_fits(GuardKind kind, const GuardPayload& p) {
+  switch (kind) {
+    case GuardKind::TensorMatch: return std::holds_alternative<TensorCheck>(p);
+    case GuardKind::TypeMatch: return std::holds_alternative<TypeCheck>(p);
+    case GuardKind::IdMatch: return std::holds_alternative<IdentityCheck>(p);
+    case GuardKind::EqualsMatch: return std::holds_alternative<ConstantCheck>(p);
+    case GuardKind::LengthMatch: return std::holds_alternative<LengthCheck>(p);
+    case GuardKind::DictKeys: return std::holds_alternative<KeysCheck>(p);
+    case GuardKind::HasAttr: return std::holds_alternative<AttrCheck>(p);
+    case GuardKind::DictContains: return std::holds_alternative<KeyCheck>(p);
+    case GuardKind::NoModuleHooks: return std::holds_alternative<HooksCheck>(p);
+    case GuardKind::GradMode: return std::holds_alternative<GradModeCheck>(p);
+    case GuardKind::DefaultDtype: return std::holds_alternative<DefaultDtypeCheck>(p);
+    case GuardKind::Autocast: return std::holds_alternative<AutocastCheck>(p);
+    case GuardKind::GlobalState: return std::holds_alternative<GlobalStateCheck>(p);
+    case GuardKind::NoAliasing: return std::holds_alternative<DistinctCheck>(p);
+    case GuardKind::StorageOverlap: return std::holds_alternative<OverlapCheck>(p);
+    case GuardKind::SameObject: return std::holds_alternative<SameCheck>(p);
+    case GuardKind::ShapeEnv: return std::holds_alternative<ShapeCheck>(p);
+  }
+  return false;
+}
+}  // namespace
+
+Guard::Guard(GuardKind k, SourcePtr src, std::string lbl, GuardPayload payload)
+    : kind(k), source(std::move(src)), label(std::move(lbl)), payload_(std::move(payload)) {
+  if (!payload_fits(kind, payload_)) throw std::logic_error("guard " + label + " built with another kind's payload");
 }
 
-Guard::~Guard() {
-  if (weak) Py_DECREF(weak);  // `expected` is borrowed then
-  else Py_XDECREF(expected);
+ShapeCheck::ShapeCheck() = default;
+ShapeCheck::ShapeCheck(std::unique_ptr<ShapeProgram> p) : program(std::move(p)) {}
+ShapeCheck::ShapeCheck(ShapeCheck&&) noexcept = default;
+ShapeCheck& ShapeCheck::operator=(ShapeCheck&&) noexcept = default;
+ShapeCheck::~ShapeCheck() = default;
+
+Guard::Guard(Guard&&) noexcept = default;
+Guard::~Guard() = default;
+
+void Guard::wrong_payload(const char* accessor) const {
+  throw std::logic_error(std::string("Guard::") + accessor + "() on a " + label + " guard");
 }
 
-bool Guard::dead() const { return weak && compat::weakref_dead(weak); }
+const std::vector<SourcePtr>& Guard::related() const {
+  if (const auto* d = std::get_if<DistinctCheck>(&payload_)) return d->sources;
+  if (const auto* o = std::get_if<OverlapCheck>(&payload_)) return o->sources;
+  return same().sources;
+}
+
+bool Guard::dead() const {
+  const IdentityCheck* id = std::get_if<IdentityCheck>(&payload_);
+  return id && id->weak && compat::weakref_dead(id->weak.get());
+}
 
 bool GuardSet::dead() const {
   for (const auto& g : guards_)
@@ -49,25 +81,37 @@ std::string repr_of(PyObject* o);
 }  // namespace
 
 std::string Guard::describe() const {
-  if (kind == GuardKind::GradMode) return "global state GRAD_MODE (" + std::string(state ? "enabled" : "disabled") + ")";
-  if (kind == GuardKind::DefaultDtype) return "global state DEFAULT_DTYPE";
-  if (kind == GuardKind::Autocast) return "global state AUTOCAST";
-  if (kind == GuardKind::GlobalState) return "global state GLOBAL_STATE (inference mode, deterministic, torch function, dispatch modes)";
-  if (kind == GuardKind::NoAliasing || kind == GuardKind::StorageOverlap) {
-    std::string s = kind == GuardKind::StorageOverlap ? "STORAGE_OVERLAP(" : state ? "NO_STORAGE_ALIASING(" : "NO_TENSOR_ALIASING(";
-    for (size_t i = 0; i < sources.size(); ++i) s += (i ? ", " : "") + sources[i]->describe();
-    return s + ")";
+  switch (kind) {
+    case GuardKind::GradMode:
+      return "global state GRAD_MODE (" + std::string(grad_mode().enabled ? "enabled" : "disabled") + ")";
+    case GuardKind::DefaultDtype: return "global state DEFAULT_DTYPE";
+    case GuardKind::Autocast: return "global state AUTOCAST";
+    case GuardKind::GlobalState:
+      return "global state GLOBAL_STATE (inference mode, deterministic, torch function, dispatch modes)";
+    case GuardKind::NoAliasing:
+    case GuardKind::StorageOverlap: {
+      const auto& srcs = related();
+      std::string s = kind == GuardKind::StorageOverlap ? "STORAGE_OVERLAP("
+                      : distinct().storages             ? "NO_STORAGE_ALIASING("
+                                                        : "NO_TENSOR_ALIASING(";
+      for (size_t i = 0; i < srcs.size(); ++i) s += (i ? ", " : "") + srcs[i]->describe();
+      return s + ")";
+    }
+    case GuardKind::SameObject: return same().sources[0]->describe() + " is " + same().sources[1]->describe() + " DUPLICATE_INPUT";
+    case GuardKind::ShapeEnv: {
+      std::string s;
+      for (const auto& t : shape().program->texts()) s += (s.empty() ? "" : "; ") + t;
+      return label + ": " + (s.empty() ? std::string("True") : s);
+    }
+    case GuardKind::TensorMatch: {
+      const TensorMatch& t = *tensor().match;
+      if (t.dynamic_sizes() || t.dynamic_strides()) return source->describe() + " " + label + " (" + t.describe_dynamic() + ")";
+      break;
+    }
+    case GuardKind::HasAttr: return source->describe() + " " + label + "('" + PyUnicode_AsUTF8(attr().name.get()) + "')";
+    case GuardKind::DictContains: return source->describe() + " " + label + "(" + repr_of(key().key.get()) + ")";
+    default: break;
   }
-  if (kind == GuardKind::SameObject) return sources[0]->describe() + " is " + sources[1]->describe() + " DUPLICATE_INPUT";
-  if (kind == GuardKind::ShapeEnv) {
-    std::string s;
-    for (const auto& t : shape->texts()) s += (s.empty() ? "" : "; ") + t;
-    return label + ": " + (s.empty() ? std::string("True") : s);
-  }
-  if (kind == GuardKind::TensorMatch && (tensor->dynamic_sizes() || tensor->dynamic_strides()))
-    return source->describe() + " " + label + " (" + tensor->describe_dynamic() + ")";
-  if (kind == GuardKind::HasAttr) return source->describe() + " " + label + "('" + PyUnicode_AsUTF8(expected) + "')";
-  if (kind == GuardKind::DictContains) return source->describe() + " " + label + "(" + repr_of(expected) + ")";
   return source->describe() + " " + label;
 }
 
@@ -169,58 +213,67 @@ int module_has_attr(PyObject* v, PyObject* name) {
 
 }  // namespace
 
+bool Guard::check_state(std::string* why) const {
+  switch (kind) {
+    case GuardKind::GradMode:
+      return grad_mode_enabled() == grad_mode().enabled || fail(why, *this, "grad mode changed");
+    case GuardKind::DefaultDtype:
+      return default_dtype_code() == default_dtype().code || fail(why, *this, "default dtype changed");
+    case GuardKind::Autocast:
+      return autocast_state() == autocast().code || fail(why, *this, "autocast state changed");
+    default: break;
+  }
+  const int was = global_state().code;
+  const int now = global_state_code();
+  if (now == was) return true;
+  const int d = now ^ was;
+  return fail(why, *this, (d & 1)      ? "inference mode changed"
+                          : (d & 2)    ? "deterministic algorithms setting changed"
+                          : (d & 12)   ? "torch function enabled state changed"
+                          : (d & 0xff0) ? "torch function mode stack changed"
+                                        : "torch dispatch mode stack changed");
+}
+
+bool Guard::check_relation(const FrameView& fv, std::string* why) const {
+  if (kind == GuardKind::SameObject) {
+    PyObject* a = same().sources[0]->fetch(fv);  // new
+    PyObject* b = same().sources[1]->fetch(fv);  // new
+    bool ok = a && a == b;
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    return ok || fail(why, *this, "inputs are no longer the same object");
+  }
+  Fetched objs(fv, related());
+  bool ok = objs.ok;
+  if (kind == GuardKind::StorageOverlap) {
+    for (PyObject* v : objs.values) ok = ok && is_tensor(v);
+    return (ok && storage_groups(objs.values) == overlap().groups) ||
+           fail(why, *this, "tensor inputs share storage differently");
+  }
+  const bool storages = distinct().storages;
+  if (ok) {
+    std::vector<const void*> keys;
+    for (PyObject* v : objs.values) keys.push_back(storages ? identity_key(v) : v);
+    std::sort(keys.begin(), keys.end());
+    ok = std::adjacent_find(keys.begin(), keys.end()) == keys.end();
+  }
+  return ok || fail(why, *this, storages ? "tensor inputs share storage" : "tensor inputs alias each other");
+}
+
 bool Guard::check(const FrameView& fv, std::string* why) const {
   switch (kind) {
     case GuardKind::GradMode:
-      if (grad_mode_enabled() != static_cast<bool>(state)) return fail(why, *this, "grad mode changed");
-      return true;
     case GuardKind::DefaultDtype:
-      if (default_dtype_code() != state) return fail(why, *this, "default dtype changed");
-      return true;
     case GuardKind::Autocast:
-      if (autocast_state() != state) return fail(why, *this, "autocast state changed");
-      return true;
-    case GuardKind::GlobalState: {
-      int now = global_state_code();
-      if (now == state) return true;
-      int d = now ^ state;
-      return fail(why, *this, (d & 1)   ? "inference mode changed"
-                              : (d & 2) ? "deterministic algorithms setting changed"
-                              : (d & 12) ? "torch function enabled state changed"
-                              : (d & 0xff0) ? "torch function mode stack changed"
-                                         : "torch dispatch mode stack changed");
-    }
-    case GuardKind::NoAliasing: {
-      Fetched objs(fv, sources);
-      bool ok = objs.ok;
-      if (ok) {
-        std::vector<const void*> keys;
-        for (PyObject* v : objs.values) keys.push_back(state ? identity_key(v) : v);
-        std::sort(keys.begin(), keys.end());
-        ok = std::adjacent_find(keys.begin(), keys.end()) == keys.end();
-      }
-      return ok ? true : fail(why, *this, state ? "tensor inputs share storage" : "tensor inputs alias each other");
-    }
-    case GuardKind::StorageOverlap: {
-      Fetched objs(fv, sources);
-      bool ok = objs.ok;
-      for (PyObject* v : objs.values) ok = ok && is_tensor(v);
-      if (ok) ok = storage_groups(objs.values) == groups;
-      return ok ? true : fail(why, *this, "tensor inputs share storage differently");
-    }
+    case GuardKind::GlobalState: return check_state(why);
+    case GuardKind::NoAliasing:
+    case GuardKind::StorageOverlap:
+    case GuardKind::SameObject: return check_relation(fv, why);
     case GuardKind::ShapeEnv: {
       std::string reason;
-      if (shape->check(fv, why ? &reason : nullptr)) return true;
+      if (shape().program->check(fv, why ? &reason : nullptr)) return true;
       if (why) *why = label + ": " + reason;  // the failing relation names itself
       return false;
-    }
-    case GuardKind::SameObject: {
-      PyObject* a = sources[0]->fetch(fv);  // new
-      PyObject* b = sources[1]->fetch(fv);  // new
-      bool ok = a && a == b;
-      Py_XDECREF(a);
-      Py_XDECREF(b);
-      return ok ? true : fail(why, *this, "inputs are no longer the same object");
     }
     default:
       break;
@@ -231,97 +284,112 @@ bool Guard::check(const FrameView& fv, std::string* why) const {
   return ok;
 }
 
+namespace {
+
+// NO_HOOKS on `v`: true if its four hook dicts (`names`, read from its instance __dict__; a missing one counts as
+// empty) are empty and it has no instance-level forward; else false with *reason set.
+bool hooks_empty(PyObject* v, PyObject* names, std::string* reason) {
+  PyObject** dp = _PyObject_GetDictPtr(v);
+  PyObject* d = dp ? *dp : nullptr;  // borrowed
+  bool ok = d != nullptr;
+  for (Py_ssize_t i = 0; ok && i < PyTuple_GET_SIZE(names); ++i) {
+    PyObject* h = PyDict_GetItemWithError(d, PyTuple_GET_ITEM(names, i));  // borrowed
+    if (!h && PyErr_Occurred()) PyErr_Clear();
+    ok = !h || (PyDict_Check(h) && PyDict_GET_SIZE(h) == 0);
+  }
+  if (!ok) {
+    *reason = "a hook was registered";
+    return false;
+  }
+  // NO_HOOKS also means no instance-level forward (`module.forward = f`: _call_impl calls it)
+  static PyObject* forward = PyUnicode_InternFromString("forward");  // owned for the process
+  PyObject* f = PyDict_GetItemWithError(d, forward);                 // borrowed
+  if (!f && PyErr_Occurred()) PyErr_Clear();
+  if (f) *reason = "an instance-level forward was set";
+  return f == nullptr;
+}
+
+// DICT_KEYS on `v`: an exact dict whose keys equal `keys` (a tuple), in order.
+bool keys_equal(PyObject* v, PyObject* keys) {
+  Py_ssize_t n = PyTuple_GET_SIZE(keys);
+  bool ok = PyDict_CheckExact(v) && PyDict_GET_SIZE(v) == n;
+  PyObject *k, *item;  // borrowed
+  Py_ssize_t pos = 0;
+  for (Py_ssize_t i = 0; ok && PyDict_Next(v, &pos, &k, &item); ++i) {
+    PyObject* want = PyTuple_GET_ITEM(keys, i);  // borrowed
+    if (k == want) continue;
+    int eq = PyObject_RichCompareBool(k, want, Py_EQ);
+    if (eq < 0) PyErr_Clear();
+    ok = eq == 1;
+  }
+  return ok;
+}
+
+// EQUALS_MATCH of `v` against `c`: same exact type and equal (any nan equals the nan the trace saw, as
+// torch._dynamo's isnan test makes it).
+bool equals_constant(PyObject* v, PyObject* c) {
+  if (Py_TYPE(v) != Py_TYPE(c)) return false;
+  if (PyFloat_CheckExact(v) && std::isnan(PyFloat_AS_DOUBLE(v))) return std::isnan(PyFloat_AS_DOUBLE(c));
+  int eq = PyObject_RichCompareBool(v, c, Py_EQ);
+  if (eq < 0) PyErr_Clear();
+  return eq == 1;
+}
+
+}  // namespace
+
 bool Guard::check_value(PyObject* v, std::string* why) const {
   if (!v) return fail(why, *this, "value is missing");
   bool ok = true;
   std::string reason;
   switch (kind) {
     case GuardKind::TensorMatch:
-      ok = is_tensor(v) && tensor->check(v, &reason);
+      ok = is_tensor(v) && tensor().match->check(v, &reason);
       if (!ok && reason.empty()) reason = std::string("expected a tensor, got ") + Py_TYPE(v)->tp_name;
       break;
     case GuardKind::TypeMatch:
-      ok = reinterpret_cast<PyObject*>(Py_TYPE(v)) == expected;
+      ok = reinterpret_cast<PyObject*>(Py_TYPE(v)) == type().type.get();
       if (!ok) reason = std::string("type changed to ") + Py_TYPE(v)->tp_name;
       break;
     case GuardKind::IdMatch:
-      if (dead()) {  // another object may sit at the dead one's address
-        return fail(why, *this, "the object it was compiled for has died");
-      }
-      ok = v == expected;
+      if (dead()) return fail(why, *this, "the object it was compiled for has died");  // another may sit at its address
+      ok = v == identity().object;
       if (!ok) reason = "object identity changed";
       break;
-    case GuardKind::EqualsMatch: {
-      ok = Py_TYPE(v) == Py_TYPE(expected);
-      if (ok && PyFloat_CheckExact(v) && std::isnan(PyFloat_AS_DOUBLE(v))) {
-        ok = std::isnan(PyFloat_AS_DOUBLE(expected));  // any nan is the nan the trace saw (torch._dynamo: isnan)
-      } else if (ok) {
-        int eq = PyObject_RichCompareBool(v, expected, Py_EQ);
-        if (eq < 0) PyErr_Clear();
-        ok = eq == 1;
-      }
-      if (!ok) reason = "expected " + repr_of(expected) + ", actual " + repr_of(v);
+    case GuardKind::EqualsMatch:
+      ok = equals_constant(v, constant().value.get());
+      if (!ok) reason = "expected " + repr_of(constant().value.get()) + ", actual " + repr_of(v);
       break;
-    }
-    case GuardKind::NoModuleHooks: {
-      // The four hook dicts live in the instance __dict__; a missing one counts as empty.
-      PyObject** dp = _PyObject_GetDictPtr(v);
-      PyObject* d = dp ? *dp : nullptr;  // borrowed
-      ok = d != nullptr;
-      for (Py_ssize_t i = 0; ok && i < PyTuple_GET_SIZE(expected); ++i) {
-        PyObject* h = PyDict_GetItemWithError(d, PyTuple_GET_ITEM(expected, i));  // borrowed
-        if (!h && PyErr_Occurred()) PyErr_Clear();
-        ok = !h || (PyDict_Check(h) && PyDict_GET_SIZE(h) == 0);
-      }
-      if (!ok) reason = "a hook was registered";
-      if (ok) {  // NO_HOOKS also means no instance-level forward (`module.forward = f`: _call_impl calls it)
-        static PyObject* forward = PyUnicode_InternFromString("forward");  // owned for the process
-        PyObject* f = PyDict_GetItemWithError(d, forward);                 // borrowed
-        if (!f && PyErr_Occurred()) PyErr_Clear();
-        ok = f == nullptr;
-        if (!ok) reason = "an instance-level forward was set";
-      }
-      break;
-    }
+    case GuardKind::NoModuleHooks: ok = hooks_empty(v, hooks().names.get(), &reason); break;
     case GuardKind::HasAttr: {
-      int has = module_has_attr(v, expected);
-      if (has < 0) has = PyObject_HasAttr(v, expected);
-      ok = has == state;
-      if (!ok) reason = std::string("attribute '") + PyUnicode_AsUTF8(expected) + (state ? "' disappeared" : "' appeared");
+      PyObject* name = attr().name.get();  // borrowed from the guard
+      int has = module_has_attr(v, name);
+      if (has < 0) has = PyObject_HasAttr(v, name);
+      ok = (has == 1) == attr().present;
+      if (!ok) reason = std::string("attribute '") + PyUnicode_AsUTF8(name) + (attr().present ? "' disappeared" : "' appeared");
       break;
     }
     case GuardKind::DictContains: {
-      int has = PyDict_Check(v) ? PyDict_Contains(v, expected) : -1;
+      int has = PyDict_Check(v) ? PyDict_Contains(v, key().key.get()) : -1;
       if (has < 0) PyErr_Clear();
-      ok = has == state;
-      if (!ok) reason = has < 0 ? "not a dict" : state ? "key disappeared" : "key appeared";
+      ok = has == (key().present ? 1 : 0);
+      if (!ok) reason = has < 0 ? "not a dict" : key().present ? "key disappeared" : "key appeared";
       break;
     }
-    case GuardKind::DictKeys: {
-      Py_ssize_t n = PyTuple_GET_SIZE(expected);
-      ok = PyDict_CheckExact(v) && PyDict_GET_SIZE(v) == n;
-      PyObject *k, *item;  // borrowed
-      Py_ssize_t pos = 0;
-      for (Py_ssize_t i = 0; ok && PyDict_Next(v, &pos, &k, &item); ++i) {
-        PyObject* want = PyTuple_GET_ITEM(expected, i);  // borrowed
-        if (k == want) continue;
-        int eq = PyObject_RichCompareBool(k, want, Py_EQ);
-        if (eq < 0) PyErr_Clear();
-        ok = eq == 1;
-      }
-      if (!ok) reason = "keys changed from " + repr_of(expected);
+    case GuardKind::DictKeys:
+      ok = keys_equal(v, keys().keys.get());
+      if (!ok) reason = "keys changed from " + repr_of(keys().keys.get());
       break;
-    }
     case GuardKind::LengthMatch: {
-      ok = reinterpret_cast<PyObject*>(Py_TYPE(v)) == expected;
-      if (ok) {
-        Py_ssize_t n = PyObject_Length(v);
-        if (n < 0) PyErr_Clear();
-        ok = n == length;
-        if (!ok) reason = "length changed from " + std::to_string(length) + " to " + std::to_string(n);
-      } else {
+      const LengthCheck& l = length();
+      ok = reinterpret_cast<PyObject*>(Py_TYPE(v)) == l.type.get();
+      if (!ok) {
         reason = std::string("type changed to ") + Py_TYPE(v)->tp_name;
+        break;
       }
+      Py_ssize_t n = PyObject_Length(v);
+      if (n < 0) PyErr_Clear();
+      ok = n == l.length;
+      if (!ok) reason = "length changed from " + std::to_string(l.length) + " to " + std::to_string(n);
       break;
     }
     default:
@@ -400,18 +468,19 @@ uint32_t GuardSet::base_slot(const Source* s) {
 void GuardSet::plan(const Guard& g, uint32_t index) {
   if (g.source && g.source->base && g.source->base->base) deep_sources_ = true;
   for (const Source* s = g.source ? g.source->base.get() : nullptr; s; s = s->base.get()) base_slot(s);
-  for (const auto& src : g.sources)
-    for (const Source* s = src ? src->base.get() : nullptr; s; s = s->base.get()) base_slot(s);
-  if (g.shape) {  // SHAPE_ENV: the bases of its slots' sources (a Generic step below)
-    for (const auto& slot : g.shape->slots()) {
+  if (g.kind == GuardKind::NoAliasing || g.kind == GuardKind::StorageOverlap || g.kind == GuardKind::SameObject)
+    for (const auto& src : g.related())
+      for (const Source* s = src ? src->base.get() : nullptr; s; s = s->base.get()) base_slot(s);
+  if (g.kind == GuardKind::ShapeEnv) {  // the bases of its slots' sources (a Generic step below)
+    for (const auto& slot : g.shape().program->slots()) {
       if (slot.source->base && slot.source->base->base) deep_sources_ = true;
       for (const Source* s = slot.source->base.get(); s; s = s->base.get()) base_slot(s);
     }
   }
   FastRef ref;
-  if (g.kind == GuardKind::TensorMatch && g.source && g.tensor && g.source->fast_ref(&ref)) {
+  if (g.kind == GuardKind::TensorMatch && g.source && g.source->fast_ref(&ref)) {
     auto at = static_cast<uint32_t>(tensor_checks_.size());
-    tensor_checks_.push_back(FastTensorCheck{ref, g.tensor.get()});  // TensorMatch is heap-owned by g
+    tensor_checks_.push_back(FastTensorCheck{ref, g.tensor().match.get()});  // heap-owned by g: stable address
     Step* last = steps_.empty() ? nullptr : &steps_.back();
     if (last && last->op == Step::Op::Tensors && last->end == at && last->guard + (last->end - last->begin) == index) {
       ++last->end;  // extends the run of consecutive tensor guards
@@ -420,10 +489,11 @@ void GuardSet::plan(const Guard& g, uint32_t index) {
     }
     return;
   }
-  if (g.kind == GuardKind::NoAliasing && g.sources.size() <= kMaxFastAliasing) {
-    std::vector<FastRef> refs(g.sources.size());
+  if (g.kind == GuardKind::NoAliasing && g.distinct().sources.size() <= kMaxFastAliasing) {
+    const auto& sources = g.distinct().sources;
+    std::vector<FastRef> refs(sources.size());
     bool all = true;
-    for (size_t i = 0; i < g.sources.size() && all; ++i) all = g.sources[i]->fast_ref(&refs[i]);
+    for (size_t i = 0; i < sources.size() && all; ++i) all = sources[i]->fast_ref(&refs[i]);
     if (all) {
       auto at = static_cast<uint32_t>(alias_refs_.size());
       alias_refs_.insert(alias_refs_.end(), refs.begin(), refs.end());
@@ -543,7 +613,7 @@ bool GuardSet::flat_check(const FrameView& fv, std::string* why) const {
         break;
       }
       case Step::Op::NoAliasing:
-        if (!fast_all_distinct(fv, alias_refs_.data() + s.begin, s.end - s.begin, guards_[s.guard].state != 0) &&
+        if (!fast_all_distinct(fv, alias_refs_.data() + s.begin, s.end - s.begin, guards_[s.guard].distinct().storages) &&
             !guards_[s.guard].check(fv, why))
           return false;
         break;
@@ -560,168 +630,15 @@ std::vector<std::string> GuardSet::describe() const {
       out.push_back(g.describe());
       continue;
     }
-    for (const auto& t : g.shape->texts()) out.push_back(g.label + ": " + t);
-    if (g.shape->texts().empty()) out.push_back(g.describe());
+    const auto& texts = g.shape().program->texts();
+    for (const auto& t : texts) out.push_back(g.label + ": " + t);
+    if (texts.empty()) out.push_back(g.describe());
   }
   return out;
 }
 
 bool GuardSet::has(GuardKind kind, const Source& src) const {
   return sourced_.count(std::to_string(static_cast<int>(kind)) + "|" + src.describe()) > 0;
-}
-
-namespace {
-Guard base(GuardKind k, SourcePtr src, const char* label) {
-  Guard g;
-  g.kind = k;
-  g.source = std::move(src);
-  g.label = label;
-  return g;
-}
-}  // namespace
-
-Guard tensor_match(SourcePtr src, PyObject* value, uint64_t dynamic_sizes, uint64_t dynamic_strides) {
-  Guard g = base(GuardKind::TensorMatch, std::move(src), "TENSOR_MATCH");
-  g.tensor = TensorMatch::make(value, dynamic_sizes, dynamic_strides);
-  return g;
-}
-
-Guard type_match(SourcePtr src, PyObject* value) {
-  Guard g = base(GuardKind::TypeMatch, std::move(src), "TYPE_MATCH");
-  g.expected = reinterpret_cast<PyObject*>(Py_TYPE(value));
-  Py_INCREF(g.expected);  // owned
-  return g;
-}
-
-Guard id_match(SourcePtr src, PyObject* value) {
-  bool fn_like = PyModule_Check(value) || PyFunction_Check(value) || PyCFunction_Check(value) || PyType_Check(value);
-  Guard g = base(GuardKind::IdMatch, std::move(src), fn_like ? "FUNCTION_MATCH" : "ID_MATCH");
-  g.expected = value;
-  // Weakly held where possible (user objects, modules made per call must not be kept alive by a cache
-  // entry); otherwise owned, which pins the identity compared against.
-  if (!PyModule_Check(value)) {
-    g.weak = PyWeakref_NewRef(value, nullptr);  // new reference, or NULL
-    if (g.weak) return g;
-    PyErr_Clear();
-  }
-  Py_INCREF(g.expected);
-  return g;
-}
-
-Guard equals_match(SourcePtr src, PyObject* value) {
-  Guard g = base(GuardKind::EqualsMatch, std::move(src), "EQUALS_MATCH");
-  g.expected = value;
-  Py_INCREF(g.expected);  // owned
-  return g;
-}
-
-Guard length_match(SourcePtr src, PyObject* value) {
-  Guard g = base(GuardKind::LengthMatch, std::move(src), "LIST_LENGTH");
-  g.expected = reinterpret_cast<PyObject*>(Py_TYPE(value));
-  Py_INCREF(g.expected);  // owned
-  g.length = PyObject_Length(value);
-  if (g.length < 0) {
-    PyErr_Clear();
-    throw std::runtime_error("length guard on an object without len()");
-  }
-  if (PyTuple_Check(value)) g.label = "TUPLE_LENGTH";
-  return g;
-}
-
-Guard dict_keys_match(SourcePtr src, PyObject* dict) {
-  Guard g = base(GuardKind::DictKeys, std::move(src), "DICT_KEYS");
-  g.expected = PyDict_Keys(dict);  // owned: a list, made a tuple below
-  if (!g.expected) throw std::runtime_error("DICT_KEYS guard on a non-dict");
-  PyObject* t = PyList_AsTuple(g.expected);  // new
-  Py_DECREF(g.expected);
-  if (!t) throw std::runtime_error("DICT_KEYS guard: keys could not be copied");
-  g.expected = t;  // owned
-  return g;
-}
-
-Guard has_attr(SourcePtr src, const std::string& name, bool present) {
-  Guard g = base(GuardKind::HasAttr, std::move(src), present ? "HASATTR" : "NO_HASATTR");
-  g.expected = PyUnicode_InternFromString(name.c_str());  // owned
-  if (!g.expected) throw std::runtime_error("HASATTR guard: bad attribute name");
-  g.state = present ? 1 : 0;
-  return g;
-}
-
-Guard dict_contains(SourcePtr src, PyObject* key, bool present) {
-  Guard g = base(GuardKind::DictContains, std::move(src), present ? "DICT_CONTAINS" : "DICT_LACKS");
-  Py_INCREF(key);
-  g.expected = key;  // owned
-  g.state = present ? 1 : 0;
-  return g;
-}
-
-Guard autocast_guard() {
-  Guard g = base(GuardKind::Autocast, nullptr, "AUTOCAST");
-  g.state = autocast_state();
-  return g;
-}
-
-Guard no_module_hooks(SourcePtr module) {
-  Guard g = base(GuardKind::NoModuleHooks, std::move(module), "NO_HOOKS");
-  g.expected = Py_BuildValue("(ssss)", "_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks",
-                             "_backward_hooks");  // owned tuple of names
-  if (!g.expected) throw std::runtime_error("NO_HOOKS guard: cannot build names");
-  for (Py_ssize_t i = 0; i < 4; ++i) PyUnicode_InternInPlace(&PyTuple_GET_ITEM(g.expected, i));
-  return g;
-}
-
-Guard global_state_guard() {
-  Guard g = base(GuardKind::GlobalState, nullptr, "GLOBAL_STATE");
-  g.state = global_state_code();
-  return g;
-}
-
-Guard grad_mode_guard() {
-  Guard g = base(GuardKind::GradMode, nullptr, "GRAD_MODE");
-  g.state = grad_mode_enabled() ? 1 : 0;
-  return g;
-}
-
-Guard default_dtype_guard() {
-  Guard g = base(GuardKind::DefaultDtype, nullptr, "DEFAULT_DTYPE");
-  g.state = default_dtype_code();
-  return g;
-}
-
-Guard no_aliasing(std::vector<SourcePtr> srcs, bool storages) {
-  Guard g = base(GuardKind::NoAliasing, nullptr, "NO_TENSOR_ALIASING");
-  g.sources = std::move(srcs);
-  g.state = storages ? 1 : 0;
-  return g;
-}
-
-std::vector<int> storage_groups(const std::vector<PyObject*>& values) {
-  std::vector<int> groups(values.size());
-  std::vector<const void*> keys(values.size());
-  for (size_t i = 0; i < values.size(); ++i) {
-    keys[i] = storage_key(values[i]);
-    groups[i] = static_cast<int>(i);
-    if (!keys[i]) continue;
-    for (size_t j = 0; j < i; ++j)
-      if (keys[j] == keys[i]) {
-        groups[i] = static_cast<int>(j);
-        break;
-      }
-  }
-  return groups;
-}
-
-Guard storage_overlap(std::vector<SourcePtr> srcs, const std::vector<PyObject*>& values) {
-  Guard g = base(GuardKind::StorageOverlap, nullptr, "STORAGE_OVERLAP");
-  g.sources = std::move(srcs);
-  g.groups = storage_groups(values);
-  return g;
-}
-
-Guard same_object(SourcePtr a, SourcePtr b) {
-  Guard g = base(GuardKind::SameObject, nullptr, "DUPLICATE_INPUT");
-  g.sources = {std::move(a), std::move(b)};
-  return g;
 }
 
 }  // namespace cdynamo::guards

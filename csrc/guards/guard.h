@@ -1,4 +1,4 @@
-// guard.h — owns Guard kinds and GuardSet: the checks a cache entry must pass before its code runs.
+// guard.h — owns Guard (a kind, its source, its typed payload), GuardSet and the builders: what a cache entry checks.
 #pragma once
 
 #include <Python.h>
@@ -6,58 +6,62 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
+#include <variant>
 #include <vector>
 
+#include "guards/guard_kinds.h"
 #include "guards/source.h"
 #include "guards/tensor_match.h"
 
 namespace cdynamo::guards {
 
-enum class GuardKind {
-  TensorMatch,   // TENSOR_MATCH on the source's tensor
-  TypeMatch,     // type(value) is T
-  IdMatch,       // value is O (printed FUNCTION_MATCH for functions and modules, ID_MATCH otherwise)
-  EqualsMatch,   // type(value) is type(C) and value == C
-  LengthMatch,   // type(value) is T and len(value) == n
-  DictKeys,      // value is an exact dict whose keys are `expected` (a tuple), in that order
-  HasAttr,       // hasattr(value, label-name) == state
-  DictContains,  // (key `expected` in the dict value, by dict's own C-level lookup) == state
-  NoModuleHooks, // the nn.Module's forward / backward (pre-)hook dicts are all empty (C-level lookups)
-  GradMode,      // torch.is_grad_enabled() == expected
-  DefaultDtype,  // torch.get_default_dtype() == expected
-  Autocast,      // the CPU / CUDA autocast switches and dtypes are as at compile time
-  GlobalState,   // inference mode, deterministic algorithms, torch function state and modes as at compile time
-  NoAliasing,    // the listed sources are pairwise distinct objects (state 1: tensors with distinct storages)
-  StorageOverlap,  // the listed tensors share storages exactly as at compile time (`groups`)
-  SameObject,    // the two listed sources hold the same object (a duplicated tensor input)
-  ShapeEnv,      // integer relations between sizes / strides / ints of frame values hold (`shape`, shape_guard.h)
-};
-
 class ShapeProgram;  // shape_guard.h
 class GuardTree;     // guard_tree.h
 
+// One check a cache entry must pass. `kind` says what is checked and which payload (guard_kinds.h) holds what it is
+// checked against; the constructor refuses a payload of another family, and each accessor below checks that the
+// payload is its own (std::logic_error otherwise), as Value's do.
 struct Guard {
-  GuardKind kind;
-  SourcePtr source;                       // null for global-state guards
-  std::unique_ptr<TensorMatch> tensor;    // TensorMatch
-  std::unique_ptr<ShapeProgram> shape;    // ShapeEnv: its slots, compiled programs, fallback and texts
-  PyObject* expected = nullptr;           // owned: type, object or constant (borrowed when `weak` is set)
-  PyObject* weak = nullptr;               // IdMatch: owned weakref to `expected`; the guard does not keep
-                                          // the object alive and fails once it has died
-  Py_ssize_t length = 0;                  // LengthMatch
-  int state = 0;                          // GradMode / DefaultDtype expected value
-  std::vector<SourcePtr> sources;         // NoAliasing / SameObject / StorageOverlap
-  std::vector<int> groups;                // StorageOverlap: per source, the first source sharing its storage
-  std::string label;                      // printed kind name ("TENSOR_MATCH", "FUNCTION_MATCH", ...)
+ public:
+  const GuardKind kind;  // fixed at construction, with the payload that is its own
+  SourcePtr source;   // the value checked; null for global-state, relational and SHAPE_ENV guards
+  std::string label;  // printed kind name ("TENSOR_MATCH", "FUNCTION_MATCH", ...)
 
-  Guard() = default;
+  // Throws std::logic_error if `payload` is not `kind`'s.
+  Guard(GuardKind kind, SourcePtr source, std::string label, GuardPayload payload);
   Guard(const Guard&) = delete;
   Guard& operator=(const Guard&) = delete;
   Guard(Guard&&) noexcept;
   ~Guard();
 
-  // True for an IdMatch whose object has died: the guard can never pass again.
+  const TensorCheck& tensor() const { return as<TensorCheck>("tensor"); }
+  const TypeCheck& type() const { return as<TypeCheck>("type"); }
+  const IdentityCheck& identity() const { return as<IdentityCheck>("identity"); }
+  const ConstantCheck& constant() const { return as<ConstantCheck>("constant"); }
+  const LengthCheck& length() const { return as<LengthCheck>("length"); }
+  const KeysCheck& keys() const { return as<KeysCheck>("keys"); }
+  const AttrCheck& attr() const { return as<AttrCheck>("attr"); }
+  const KeyCheck& key() const { return as<KeyCheck>("key"); }
+  const HooksCheck& hooks() const { return as<HooksCheck>("hooks"); }
+  const GradModeCheck& grad_mode() const { return as<GradModeCheck>("grad_mode"); }
+  const DefaultDtypeCheck& default_dtype() const { return as<DefaultDtypeCheck>("default_dtype"); }
+  const AutocastCheck& autocast() const { return as<AutocastCheck>("autocast"); }
+  const GlobalStateCheck& global_state() const { return as<GlobalStateCheck>("global_state"); }
+  const DistinctCheck& distinct() const { return as<DistinctCheck>("distinct"); }
+  const OverlapCheck& overlap() const { return as<OverlapCheck>("overlap"); }
+  const SameCheck& same() const { return as<SameCheck>("same"); }
+  const ShapeCheck& shape() const { return as<ShapeCheck>("shape"); }
+  // The sources of a relational guard (NO_TENSOR_ALIASING, STORAGE_OVERLAP, DUPLICATE_INPUT); throws for others.
+  const std::vector<SourcePtr>& related() const;
+  // TENSOR_MATCH's TensorMatch (owned by this guard), nullptr for every other kind.
+  const TensorMatch* tensor_or_null() const {
+    const TensorCheck* t = std::get_if<TensorCheck>(&payload_);
+    return t ? t->match.get() : nullptr;
+  }
+
+  // True for an ID_MATCH whose object has died: the guard can never pass again.
   bool dead() const;
   // True if the guard holds; on failure fills *why (if given) with "<describe>: <reason>".
   bool check(const FrameView& fv, std::string* why) const;
@@ -67,6 +71,18 @@ struct Guard {
   // "local 'x' TENSOR_MATCH"; SHAPE_ENV: "SHAPE_ENV: <text>; <text>; ..." (GuardSet::describe gives one line
   // per text instead).
   std::string describe() const;
+
+ private:
+  template <class T>
+  const T& as(const char* accessor) const {
+    if (const T* p = std::get_if<T>(&payload_)) return *p;
+    wrong_payload(accessor);
+  }
+  [[noreturn]] void wrong_payload(const char* accessor) const;
+  bool check_state(std::string* why) const;  // check() of the global-state kinds
+  bool check_relation(const FrameView& fv, std::string* why) const;  // check() of the relational kinds
+
+  GuardPayload payload_;  // what `kind` checks against: its family's struct (guard_kinds.h)
 };
 
 class GuardSet {

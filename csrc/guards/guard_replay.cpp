@@ -35,9 +35,9 @@ struct OpKeyHash {
 // found in the instance dict (the memo's own dict, at its recorded version), and the class (with a version tag)
 // has no attribute of that name and reads attributes with object's __getattribute__.
 bool GuardTree::has_attr_by_dict(const Guard& g, PyObject* v, const Memo& m) {
-  PyObject* name = g.expected;  // borrowed from the guard
+  PyObject* name = g.attr().name.get();  // borrowed from the guard
   PyTypeObject* type = Py_TYPE(v);
-  if (!g.state || !name || !PyUnicode_CheckExact(name) || !m.own || !compat::type_version(type)) return false;
+  if (!g.attr().present || !name || !PyUnicode_CheckExact(name) || !m.own || !compat::type_version(type)) return false;
   auto* own = static_cast<PyObject*>(const_cast<void*>(m.own));
   if (compat::versioned_instance_dict(v) != own || compat::dict_version(own) != m.own_ver) return false;
   if (!generic_getattribute(type) || _PyType_Lookup(type, name)) return false;
@@ -50,11 +50,11 @@ bool GuardTree::has_attr_by_dict(const Guard& g, PyObject* v, const Memo& m) {
 // (at their versions): then Module.__getattr__ raises AttributeError and hasattr is false.
 bool GuardTree::module_lacks(const Guard& g, PyObject* v, const Memo& m, std::vector<Op>* ops) {
   static PyObject* getattr_name = PyUnicode_InternFromString("__getattr__");  // owned for the process
-  PyObject* name = g.expected;  // borrowed from the guard
+  PyObject* name = g.attr().name.get();  // borrowed from the guard
   PyTypeObject* type = Py_TYPE(v);
   uint64_t tver = compat::type_version(type);
   PyObject* module_getattr = nn_module_getattr();  // borrowed; initialized by the HASATTR check that passed
-  if (g.state || !name || !PyUnicode_CheckExact(name) || !m.own || !tver || !module_getattr) return false;
+  if (g.attr().present || !name || !PyUnicode_CheckExact(name) || !m.own || !tver || !module_getattr) return false;
   auto* own = static_cast<PyObject*>(const_cast<void*>(m.own));
   if (compat::versioned_instance_dict(v) != own || compat::dict_version(own) != m.own_ver) return false;
   if (!generic_getattribute(type) || _PyType_Lookup(type, getattr_name) != module_getattr ||
@@ -87,8 +87,8 @@ bool GuardTree::module_lacks(const Guard& g, PyObject* v, const Memo& m, std::ve
 // True if a NO_HASATTR on v holds now and is proven by v's version: v is a class whose metaclass is `type` (with a
 // version tag), and neither it (with its bases) nor `type` has an attribute of that name.
 bool GuardTree::class_lacks(const Guard& g, PyObject* v) {
-  PyObject* name = g.expected;  // borrowed from the guard
-  if (g.state || !name || !PyUnicode_CheckExact(name) || !PyType_CheckExact(v)) return false;
+  PyObject* name = g.attr().name.get();  // borrowed from the guard
+  if (g.attr().present || !name || !PyUnicode_CheckExact(name) || !PyType_CheckExact(v)) return false;
   auto* cls = reinterpret_cast<PyTypeObject*>(v);
   return compat::type_version(cls) && !_PyType_Lookup(cls, name) && !_PyType_Lookup(&PyType_Type, name);
 }

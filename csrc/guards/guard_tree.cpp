@@ -60,12 +60,14 @@ PyObject* hook_name(int i) {
 // True if `a` and `b` (guards on one node) check the same thing of its value: identity, type, equality with one
 // object, or a length; other kinds are never merged.
 bool same_check(const Guard& a, const Guard& b) {
-  if (a.kind != b.kind || a.expected != b.expected || a.weak != b.weak) return false;
+  if (a.kind != b.kind) return false;
   switch (a.kind) {
     case GuardKind::IdMatch:
-    case GuardKind::TypeMatch:
-    case GuardKind::EqualsMatch: return true;
-    case GuardKind::LengthMatch: return a.length == b.length;
+      return a.identity().object == b.identity().object && a.identity().weak.get() == b.identity().weak.get();
+    case GuardKind::TypeMatch: return a.type().type.get() == b.type().type.get();
+    case GuardKind::EqualsMatch: return a.constant().value.get() == b.constant().value.get();
+    case GuardKind::LengthMatch:
+      return a.length().type.get() == b.length().type.get() && a.length().length == b.length().length;
     default: return false;
   }
 }
@@ -82,8 +84,8 @@ const void* alias_key(PyObject* v, bool storages) {
 GuardTree::GuardTree(const GuardSet& set) {
   const auto& guards = set.guards();
   for (const Guard& g : guards)  // first: the classes TYPE_MATCH pins, so `x.__class__` steps can share a class root
-    if (g.kind == GuardKind::TypeMatch && g.source && g.expected && PyType_Check(g.expected))
-      type_matched_.emplace(intern(g.source.get()), g.expected);
+    if (g.kind == GuardKind::TypeMatch && g.source && PyType_Check(g.type().type.get()))
+      type_matched_.emplace(intern(g.source.get()), g.type().type.get());
   for (uint32_t i = 0; i < guards.size(); ++i) {
     const Guard& g = guards[i];
     switch (g.kind) {
@@ -97,7 +99,7 @@ GuardTree::GuardTree(const GuardSet& set) {
       case GuardKind::SameObject: {
         Relation r;
         r.guard = i;
-        for (const auto& s : g.sources) r.nodes.push_back(intern(s.get()));
+        for (const auto& s : g.related()) r.nodes.push_back(intern(s.get()));
         // `a is a`: equal source paths share a node, whose value is fetched once per check (a pending attribute
         // store guards the object it was made on against itself this way): true on every check.
         if (g.kind == GuardKind::SameObject && !r.nodes.empty() &&
@@ -116,24 +118,25 @@ GuardTree::GuardTree(const GuardSet& set) {
     Leaf leaf;
     leaf.guard = i;
     leaf.kind = g.kind;
-    leaf.tensor = g.tensor.get();
-    if (g.kind == GuardKind::TypeMatch) leaf.type = g.expected;
+    leaf.tensor = g.tensor_or_null();
+    if (g.kind == GuardKind::TypeMatch) leaf.type = g.type().type.get();
     leaf.cost = cost_of(g.kind);
-    leaf.pure = g.kind == GuardKind::LengthMatch && g.expected && PyType_Check(g.expected) &&
-                !(PyType_GetFlags(reinterpret_cast<PyTypeObject*>(g.expected)) & Py_TPFLAGS_HEAPTYPE);
+    PyObject* len_type = g.kind == GuardKind::LengthMatch ? g.length().type.get() : nullptr;  // borrowed
+    leaf.pure = len_type && PyType_Check(len_type) &&
+                !(PyType_GetFlags(reinterpret_cast<PyTypeObject*>(len_type)) & Py_TPFLAGS_HEAPTYPE);
     leaf.skip = Skip::Never;
     switch (g.kind) {
       case GuardKind::IdMatch: leaf.skip = Skip::SameObject; break;
       case GuardKind::EqualsMatch:
-        if (immutable_constant(g.expected)) leaf.skip = Skip::SameObject;
+        if (immutable_constant(g.constant().value.get())) leaf.skip = Skip::SameObject;
         break;
       case GuardKind::LengthMatch:
-        if (g.expected == reinterpret_cast<PyObject*>(&PyTuple_Type)) leaf.skip = Skip::SameObject;
-        if (g.expected == reinterpret_cast<PyObject*>(&PyDict_Type)) leaf.skip = Skip::SameContents;
+        if (g.length().type.get() == reinterpret_cast<PyObject*>(&PyTuple_Type)) leaf.skip = Skip::SameObject;
+        if (g.length().type.get() == reinterpret_cast<PyObject*>(&PyDict_Type)) leaf.skip = Skip::SameContents;
         break;
       case GuardKind::DictKeys:
       case GuardKind::DictContains:
-        if (g.kind == GuardKind::DictKeys || plain_key(g.expected)) leaf.skip = Skip::SameContents;
+        if (g.kind == GuardKind::DictKeys || plain_key(g.key().key.get())) leaf.skip = Skip::SameContents;
         break;
       case GuardKind::NoModuleHooks: leaf.skip = Skip::Hooks; break;
       default: break;
@@ -495,7 +498,7 @@ bool GuardTree::visit(Walk& w, uint32_t id, PyObject* parent, bool parent_same) 
 bool GuardTree::check_relation(Walk& w, Relation& r) const {
   const Guard& g = w.guards[r.guard];
   // The identities the verdict depends on: the objects (NO_TENSOR_ALIASING, DUPLICATE_INPUT) or their storages.
-  const bool storages = (g.kind == GuardKind::NoAliasing && g.state) || g.kind == GuardKind::StorageOverlap;
+  const bool storages = (g.kind == GuardKind::NoAliasing && g.distinct().storages) || g.kind == GuardKind::StorageOverlap;
   bool comparable = true;
   const size_t n = r.nodes.size();
   const void* small[16];

@@ -127,7 +127,7 @@ class GuardTree {
     bool has_hooks = false;
     uint32_t busy = 0;  // visits iterating `leaves` now
     // A class root (class_root_of): the class C every `x.__class__` of an x TYPE_MATCHed to C reads (borrowed from
-    // that TYPE_MATCH guard's `expected`), and the class version at which C was last seen to read its own type for
+    // that TYPE_MATCH guard's `type()`), and the class version at which C was last seen to read its own type for
     // `__class__` (0: check again).
     PyObject* class_of = nullptr;
     uint64_t class_ver = 0;

@@ -266,11 +266,8 @@ bool ShapeProgram::check(const FrameView& fv, std::string* why) const {
 }
 
 Guard shape_guard(std::vector<ShapeSlot> slots, PyObject* exprs, PyObject* fallback, std::vector<std::string> texts) {
-  Guard g;
-  g.kind = GuardKind::ShapeEnv;
-  g.label = "SHAPE_ENV";
-  g.shape = std::make_unique<ShapeProgram>(std::move(slots), exprs, fallback, std::move(texts));
-  return g;
+  return Guard(GuardKind::ShapeEnv, nullptr, "SHAPE_ENV",
+               ShapeCheck(std::make_unique<ShapeProgram>(std::move(slots), exprs, fallback, std::move(texts))));
 }
 
 }  // namespace cdynamo::guards

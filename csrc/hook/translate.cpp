@@ -122,7 +122,7 @@ bool same_pinned_locals(const CacheEntry& e, const guards::FrameView& fv) {
     if (g.kind != guards::GuardKind::IdMatch || !s || s->kind != guards::Source::Kind::Local || s->base) continue;
     PyObject* now = fv.localsplus[s->index];  // borrowed
     if (!now || !interp::PyRefs::get().is_module_instance(now)) continue;
-    if (now != g.expected) return false;  // identities only: `expected` may be borrowed
+    if (now != g.identity().object) return false;  // identities only: the object may be weakly held
   }
   return true;
 }

@@ -213,3 +213,91 @@ TEST(Guards, DictKeyAndValueSourcesReadByPosition) {
   f.slots = {not_a_dict.ptr(), b.ptr()};
   EXPECT_FALSE(g.check(f.view()));
 }
+
+// Each kind carries its own payload (guard_kinds.h): the builders fill it, its accessor reads it, another
+// family's accessor and a constructor given another kind's payload refuse.
+TEST(Guards, PayloadIsTheKindsOwn) {
+  auto x = Source::local(0, "x");
+  py::list items = py::list(py::make_tuple(1, 2, 3));
+  Guard len = length_match(x, items.ptr());
+  EXPECT_EQ(len.length().type.get(), reinterpret_cast<PyObject*>(&PyList_Type));
+  EXPECT_EQ(len.length().length, 3);
+  EXPECT_EQ(len.label, "LIST_LENGTH");
+  EXPECT_THROW(len.type(), std::logic_error);
+  EXPECT_THROW(len.identity(), std::logic_error);
+  EXPECT_THROW(len.related(), std::logic_error);
+  EXPECT_EQ(len.tensor_or_null(), nullptr);
+  Guard ty = type_match(x, items.ptr());
+  EXPECT_EQ(ty.type().type.get(), reinterpret_cast<PyObject*>(&PyList_Type));
+  EXPECT_THROW(ty.length(), std::logic_error);
+  py::object t = randn(2);
+  Guard tm = tensor_match(x, t.ptr());
+  EXPECT_EQ(tm.tensor_or_null(), tm.tensor().match.get());
+  EXPECT_NE(tm.tensor_or_null(), nullptr);
+  Guard attr = has_attr(x, "weight", false);
+  EXPECT_EQ(std::string(PyUnicode_AsUTF8(attr.attr().name.get())), "weight");
+  EXPECT_FALSE(attr.attr().present);
+  Guard key = dict_contains(x, py::str("k").ptr(), true);
+  EXPECT_TRUE(key.key().present);
+  EXPECT_THROW(key.attr(), std::logic_error);
+  Guard alias = no_aliasing({x, Source::local(1, "y")}, true);
+  EXPECT_TRUE(alias.distinct().storages);
+  EXPECT_EQ(alias.related().size(), 2u);
+  Guard dup = same_object(x, Source::local(1, "y"));
+  EXPECT_EQ(&dup.related(), &dup.same().sources);
+  EXPECT_THROW(dup.distinct(), std::logic_error);
+  EXPECT_EQ(grad_mode_guard().grad_mode().enabled, grad_mode_enabled());
+  EXPECT_EQ(default_dtype_guard().default_dtype().code, default_dtype_code());
+  EXPECT_THROW(default_dtype_guard().autocast(), std::logic_error);
+  EXPECT_THROW(Guard(GuardKind::TypeMatch, x, "TYPE_MATCH", LengthCheck{}), std::logic_error);
+  EXPECT_THROW(Guard(GuardKind::NoAliasing, nullptr, "NO_TENSOR_ALIASING", SameCheck{}), std::logic_error);
+  EXPECT_NO_THROW(Guard(GuardKind::SameObject, nullptr, "DUPLICATE_INPUT", SameCheck{}));
+  EXPECT_THROW(Guard(GuardKind::ShapeEnv, nullptr, "SHAPE_ENV", TypeCheck{}), std::logic_error);
+  EXPECT_THROW(Guard(GuardKind::TensorMatch, x, "TENSOR_MATCH", ShapeCheck()), std::logic_error);
+}
+
+// What a payload owns: ID_MATCH holds a user object weakly (the guard dies with it) and a module strongly;
+// EQUALS_MATCH owns its constant until the guard is destroyed; a moved guard keeps what it held.
+TEST(Guards, PayloadReferencesAreOwnedAsStated) {
+  py::dict ns;
+  py::exec("class Obj:\n    pass\nobj = Obj()\n", ns);
+  py::object obj = ns["obj"];
+  const Py_ssize_t before = Py_REFCNT(obj.ptr());
+  {
+    Guard id = id_match(Source::local(0, "o"), obj.ptr());
+    EXPECT_EQ(Py_REFCNT(obj.ptr()), before);  // weakly held
+    EXPECT_TRUE(id.identity().weak);
+    EXPECT_FALSE(id.identity().strong);
+    EXPECT_EQ(id.identity().object, obj.ptr());
+    EXPECT_FALSE(id.dead());
+    Guard moved(std::move(id));
+    EXPECT_EQ(moved.identity().object, obj.ptr());
+    ns.attr("pop")("obj");
+    obj = py::none();
+    EXPECT_TRUE(moved.dead());
+    std::string why;
+    PyObject* other = Py_None;  // borrowed
+    EXPECT_FALSE(moved.check_value(other, &why));
+    EXPECT_NE(why.find("has died"), std::string::npos) << why;
+  }
+  py::object mod = py::module_::import("math");
+  const Py_ssize_t mod_before = Py_REFCNT(mod.ptr());
+  {
+    Guard id = id_match(Source::local(0, "m"), mod.ptr());
+    EXPECT_EQ(id.label, "FUNCTION_MATCH");
+    EXPECT_TRUE(id.identity().strong);
+    EXPECT_FALSE(id.identity().weak);
+    EXPECT_EQ(Py_REFCNT(mod.ptr()), mod_before + 1);
+  }
+  EXPECT_EQ(Py_REFCNT(mod.ptr()), mod_before);
+  py::object big = py::reinterpret_steal<py::object>(PyLong_FromString("123456789123456789123456789", nullptr, 10));
+  const Py_ssize_t big_before = Py_REFCNT(big.ptr());
+  {
+    Guard eq = equals_match(Source::local(0, "n"), big.ptr());
+    EXPECT_EQ(Py_REFCNT(big.ptr()), big_before + 1);
+    Guard moved(std::move(eq));
+    EXPECT_EQ(Py_REFCNT(big.ptr()), big_before + 1);
+    EXPECT_EQ(moved.constant().value.get(), big.ptr());
+  }
+  EXPECT_EQ(Py_REFCNT(big.ptr()), big_before);
+}
