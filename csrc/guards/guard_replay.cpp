@@ -301,7 +301,12 @@ bool GuardTree::live_ops(const Walk& w, uint32_t id, PyObject* parent, bool prov
     bool pure = leaf.kind == GuardKind::IdMatch || leaf.kind == GuardKind::TypeMatch || leaf.pure ||
                 (leaf.kind == GuardKind::EqualsMatch && leaf.skip == Skip::SameObject);
     if (!pure) return false;
-    if (leaf.kind == GuardKind::IdMatch) held = now;
+    if (leaf.kind == GuardKind::IdMatch) {
+      // Below it, the value is the guard's object; a field changed since the leaf passed (Python run by a later
+      // leaf) is not listed.
+      if (now != w.guards[leaf.guard].identity().object) return false;
+      held = now;
+    }
     Op o;
     o.code = Op::FieldLeaf;
     o.obj = parent;
