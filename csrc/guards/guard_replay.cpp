@@ -18,19 +18,22 @@ struct OpKey {
   const void* obj;
   const void* a;
   uint64_t ver;
-  bool operator==(const OpKey& o) const { return code == o.code && obj == o.obj && a == o.a && ver == o.ver; }
+  const void* b;
+  uint64_t ver2;  // Leaf / FieldLeaf: the guard (two guards on one value are two checks)
+  bool operator==(const OpKey& o) const {
+    return code == o.code && obj == o.obj && a == o.a && ver == o.ver && b == o.b && ver2 == o.ver2;
+  }
 };
 struct OpKeyHash {
   size_t operator()(const OpKey& k) const {
     size_t h = std::hash<const void*>()(k.obj) * 31 + std::hash<const void*>()(k.a);
-    return (h * 31 + std::hash<uint64_t>()(k.ver)) * 7 + static_cast<size_t>(k.code);
+    h = (h * 31 + std::hash<uint64_t>()(k.ver)) * 31 + std::hash<uint64_t>()(k.ver2);
+    return h * 7 + static_cast<size_t>(k.code);
   }
 };
 
-
 }  // namespace
 
-// The ops in order, each distinct one kept at its first place (its stamp is proven there for all later uses: no
 // True if a HASATTR that holds now is proven by v's class version and instance dict state: the name is present,
 // found in the instance dict (the memo's own dict, at its recorded version), and the class (with a version tag)
 // has no attribute of that name and reads attributes with object's __getattribute__.
@@ -111,13 +114,14 @@ PyObject* GuardTree::read_field(PyObject* holder, Field f) {
   return nullptr;
 }
 
+// The ops in order, each distinct one kept at its first place (its stamp is proven there for all later uses: no
 // Python runs while a list runs).
 std::vector<GuardTree::Op> GuardTree::dedup(const std::vector<Op>& ops) {
   std::unordered_set<OpKey, OpKeyHash> seen;
   std::vector<Op> unique;
   unique.reserve(ops.size());
   for (const Op& o : ops)
-    if (seen.insert(OpKey{static_cast<int>(o.code), o.obj, o.a, o.ver}).second) unique.push_back(o);
+    if (seen.insert(OpKey{static_cast<int>(o.code), o.obj, o.a, o.ver, o.b, o.ver2}).second) unique.push_back(o);
   return unique;
 }
 

@@ -795,6 +795,34 @@ def test_replayed_class_default_and_class_attribute_added():
             del _Cfg.extra
 
 
+def _closing_over(act):
+    def g(x):
+        return act(x) + 1
+    return g
+
+
+_closed_act = _Relu()
+_closed_fn = _closing_over(_closed_act)
+
+
+def test_replayed_closure_cell_sees_class_of_the_object_it_holds_swapped():
+    # The cell's contents carry two guards (its identity and its class): both are listed, not one for the other.
+    def f(x):
+        return _closed_fn(x) * 2
+
+    opt, cnt = compiled(f)
+    x = torch.randn(4)
+    try:
+        for _ in range(4):
+            same(opt(x), f(x))
+        _closed_act.__class__ = _Tanh
+        for _ in range(2):
+            same(opt(x), f(x))
+        assert cnt.frame_count == 2
+    finally:
+        _closed_act.__class__ = _Relu
+
+
 def _mutations(m):
     """(mutation, whether a compiled entry's guards must fail) on a warm _OptsNet, in order."""
     return [
