@@ -87,7 +87,14 @@ struct Tracer::InlineSteps {
         t.unsupported(name + "() missing a keyword-only argument");
       }
       if (!is_constant_object(dv)) t.unsupported("non-constant keyword-only default of " + name);
-      slots[static_cast<size_t>(i)] = Value::constant(py::reinterpret_borrow<py::object>(dv));
+      // Read through the function's __kwdefaults__ when it has a source (guarded: `f.__kwdefaults__['k'] = 2`
+      // changes what a call binds), else a constant.
+      SourcePtr src = fn->source && !fn->made_in_trace() && PyUnicode_Check(key)
+                          ? guards::Source::dict_item(guards::Source::attr(fn->source, "__kwdefaults__"),
+                                                      PyUnicode_AsUTF8(key))
+                          : nullptr;
+      slots[static_cast<size_t>(i)] =
+          src ? t.wrap(dv, src) : Value::constant(py::reinterpret_borrow<py::object>(dv));
     }
     return slots;
   }
@@ -174,6 +181,11 @@ ValuePtr Tracer::inline_call(const ValuePtr& fn, std::vector<ValuePtr> args,
     unsupported("call to library function " + name + " (not inlined)");
   PyObject* callee_globals = PyFunction_GET_GLOBALS(f.ptr());  // borrowed
   if (inline_depth_ >= kMaxInlineDepth) unsupported("inlining depth limit reached at " + name);
+  // The code that runs is the function's __code__, which `f.__code__ = g.__code__` replaces without changing the
+  // function's identity (its ID_MATCH): guarded as well, as torch._dynamo guards an inlined function's code.
+  // torch.nn's own functions are program constants (as their globals are).
+  if (fn->source && !fn->made_in_trace() && !nn_library)
+    guards.add(guards::id_match(guards::Source::attr(fn->source, "__code__"), reinterpret_cast<PyObject*>(callee)));
 
   // --- bind arguments to the callee's localsplus slots ---
   const int nslots = compat::code_nlocalsplus(callee);
