@@ -1,5 +1,6 @@
 // guard_replay.cpp — owns GuardTree's replay lists: a passing subtree's memo checks flattened into one list.
 #include <algorithm>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "compat/versions.h"
@@ -106,6 +107,8 @@ PyObject* GuardTree::read_field(PyObject* holder, Field f) {
       return d ? d : Py_None;
     }
     case Field::Name: return reinterpret_cast<PyFunctionObject*>(holder)->func_name;
+    case Field::TypeName: return reinterpret_cast<PyHeapTypeObject*>(holder)->ht_name;
+    case Field::PropertyGet: return property_fget(holder);
     case Field::Closure: {
       PyObject* c = PyFunction_GET_CLOSURE(holder);
       return c ? c : Py_None;
@@ -116,13 +119,46 @@ PyObject* GuardTree::read_field(PyObject* holder, Field f) {
 
 // The ops in order, each distinct one kept at its first place (its stamp is proven there for all later uses: no
 // Python runs while a list runs).
+// Then one instance-dict check per object: an InstAttr (the class and the instance dict at their versions) whose
+// object had an Own check on the same dict state becomes that Own, upgraded in its place (so the ops after it, which
+// read the hook dicts the dict holds, still follow their proof); and a TypeIs that an InstAttr on the same object and
+// class implies is dropped (a list passes only if all its ops do, so a check may sit anywhere in it).
 std::vector<GuardTree::Op> GuardTree::dedup(const std::vector<Op>& ops) {
   std::unordered_set<OpKey, OpKeyHash> seen;
   std::vector<Op> unique;
   unique.reserve(ops.size());
   for (const Op& o : ops)
     if (seen.insert(OpKey{static_cast<int>(o.code), o.obj, o.a, o.ver, o.b, o.ver2}).second) unique.push_back(o);
-  return unique;
+  std::unordered_map<const void*, size_t> own_at;  // object -> index of its Own op
+  std::vector<uint8_t> drop(unique.size(), 0);
+  for (size_t i = 0; i < unique.size(); ++i) {
+    Op& o = unique[i];
+    if (o.code == Op::Own) {
+      own_at.emplace(o.obj, i);
+    } else if (o.code == Op::InstAttr) {
+      auto it = own_at.find(o.obj);
+      if (it == own_at.end()) continue;
+      Op& own = unique[it->second];
+      if (own.code == Op::Own && own.a == o.a && own.ver == o.ver) {
+        own = o;  // the Own, now also checking the class: this InstAttr is then the same check
+        drop[i] = 1;
+      } else if (own.code == Op::InstAttr && own.a == o.a && own.ver == o.ver && own.b == o.b && own.ver2 == o.ver2) {
+        drop[i] = 1;
+      }
+    }
+  }
+  std::unordered_set<OpKey, OpKeyHash> classes;  // (object, class) pairs an InstAttr checks
+  for (size_t i = 0; i < unique.size(); ++i)
+    if (!drop[i] && unique[i].code == Op::InstAttr)
+      classes.insert(OpKey{0, unique[i].obj, unique[i].b, 0, nullptr, 0});
+  std::vector<Op> merged;
+  merged.reserve(unique.size());
+  for (size_t i = 0; i < unique.size(); ++i) {
+    const Op& o = unique[i];
+    if (drop[i] || (o.code == Op::TypeIs && classes.count(OpKey{0, o.obj, o.a, 0, nullptr, 0}))) continue;
+    merged.push_back(o);
+  }
+  return merged;
 }
 
 bool GuardTree::replay(Walk& w, const Node& n) const {
@@ -174,6 +210,13 @@ bool GuardTree::run_replay(Walk& w, const Replay& r) const {
         if (!v || !w.guards[op.ver2].check_value(v, nullptr)) return false;
         break;
       }
+      case Op::FieldItemLeaf: {
+        PyObject* t = read_field(op.obj, static_cast<Field>(op.ver & 0xff));  // borrowed from the proven holder
+        const Py_ssize_t i = static_cast<Py_ssize_t>(op.ver >> 8);
+        if (!t || !PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) <= i) return false;
+        if (!w.guards[op.ver2].check_value(PyTuple_GET_ITEM(t, i), nullptr)) return false;  // borrowed item
+        break;
+      }
       case Op::Value: break;
     }
   }
@@ -181,7 +224,7 @@ bool GuardTree::run_replay(Walk& w, const Replay& r) const {
   // one reference to each value it keeps.
   for (const Op& op : r.values) {
     Py_INCREF(op.obj);
-    w.values[op.node] = op.obj;
+    w.set(op.node, op.obj);
   }
   return true;
 }
@@ -193,6 +236,9 @@ bool GuardTree::replay_ops(const Walk& w, uint32_t id, PyObject* parent, bool pr
                            std::vector<Op>* values, std::vector<uint8_t>* covered) const {
   const Node& n = nodes_[id];
   const Memo& m = n.memo;
+  if (n.parent >= 0 && n.kind == Source::Kind::Attr && proven && parent && PyCode_Check(parent) &&
+      n.source->name.rfind("co_", 0) == 0)
+    return code_subtree_ops(id, covered);
   if (n.parent >= 0 && n.kind == Source::Kind::Item && PyTuple_CheckExact(parent))
     return proven && tuple_item_ops(w, id, parent, ops, values, covered);
   if (n.parent >= 0 && !m.from_ver) return live_ops(w, id, parent, proven, ops, values, covered);
@@ -216,16 +262,20 @@ bool GuardTree::replay_ops(const Walk& w, uint32_t id, PyObject* parent, bool pr
     case Source::Kind::GenericAttr:
       if (m.from_ver == kTupleItem) {  // a function's __closure__: fixed for the proven function
         if (m.from != parent || !PyFunction_Check(parent)) return false;
-      } else if (m.from2) {  // an attribute found in the instance dict
+      } else if (m.from == parent && PyType_Check(parent) && m.from2 == Py_TYPE(parent)) {
+        // A class's attribute, fixed while the class's and its metaclass's versions are (the metaclass is read
+        // only once the class's type is proven to be it: the class holds it then). `type` itself never changes.
+        auto* meta = static_cast<PyObject*>(const_cast<void*>(m.from2));
+        ops->push_back(op(Op::TypeIs, parent, meta, 0));
+        if (meta != reinterpret_cast<PyObject*>(&PyType_Type)) ops->push_back(op(Op::ClassVer, meta, nullptr, m.from2_ver));
+        ops->push_back(op(Op::ClassVer, parent, nullptr, m.from_ver));
+      } else if (m.from2) {  // an attribute found in the instance dict, or the class's value the dict lacks
         Op o = op(Op::InstAttr, parent, m.from, m.from_ver);
         o.b = m.from2;
         o.ver2 = m.from2_ver;
         ops->push_back(o);
-      } else if (n.name_obj == class_name()) {  // obj.__class__ outside a class root: walked
+      } else {  // obj.__class__ outside a class root: walked
         return false;
-      } else {  // a class's attribute, fixed while the class's version is
-        if (m.from != parent || !PyType_CheckExact(parent)) return false;
-        ops->push_back(op(Op::ClassVer, parent, nullptr, m.from_ver));
       }
       break;
     default: return false;
@@ -290,6 +340,11 @@ bool GuardTree::live_ops(const Walk& w, uint32_t id, PyObject* parent, bool prov
   const FieldNames& f = field_names();
   Field field;
   if (PyCell_Check(parent) && n.name_obj == f.cell_contents) field = Field::CellContents;
+  else if (PyType_CheckExact(parent) && (PyType_GetFlags(reinterpret_cast<PyTypeObject*>(parent)) & Py_TPFLAGS_HEAPTYPE) &&
+           n.name_obj == f.name)
+    field = Field::TypeName;  // type's __name__ descriptor (a data descriptor: it wins) reads ht_name
+  else if (Py_TYPE(parent) == &PyProperty_Type && n.name_obj == fget_name() && property_fget(parent))
+    field = Field::PropertyGet;  // a member (read-only as an attribute; property.__init__ may set it again)
   else if (!PyFunction_Check(parent)) return class_attr_ops(w, id, parent, ops, values, covered);
   else if (n.name_obj == f.code) field = Field::Code;
   else if (n.name_obj == f.defaults) field = Field::Defaults;
@@ -318,10 +373,55 @@ bool GuardTree::live_ops(const Walk& w, uint32_t id, PyObject* parent, bool prov
     o.ver2 = leaf.guard;
     ops->push_back(o);
   }
+  (*covered)[id] = 1;
+  if (!held) {  // a tuple read live (a function's __defaults__): its items are read live too
+    if (n.child_begin == n.child_end) return true;
+    if (!now || !PyTuple_CheckExact(now)) return false;
+    for (uint32_t k = n.child_begin; k < n.child_end; ++k)
+      if (!live_item_ops(w, child_ids_[k], parent, field, now, ops, values, covered)) return false;
+    return true;
+  }
+  for (uint32_t k = n.child_begin; k < n.child_end; ++k)
+    if (!replay_ops(w, child_ids_[k], held, true, ops, values, covered)) return false;
+  return true;
+}
+
+bool GuardTree::live_item_ops(const Walk& w, uint32_t id, PyObject* holder, Field field, PyObject* tuple,
+                              std::vector<Op>* ops, std::vector<Op>* values, std::vector<uint8_t>* covered) const {
+  const Node& n = nodes_[id];
+  const int index = n.source->index;
+  if (n.kind != Source::Kind::Item || needed_[id] || index < 0 || index >= PyTuple_GET_SIZE(tuple)) return false;
+  PyObject* now = PyTuple_GET_ITEM(tuple, index);  // borrowed from the tuple
+  PyObject* held = nullptr;
+  for (uint32_t i = n.leaf_begin; i < n.leaf_end; ++i) {
+    const Leaf& leaf = leaves_[i];
+    bool pure = leaf.kind == GuardKind::IdMatch || leaf.kind == GuardKind::TypeMatch || leaf.pure ||
+                (leaf.kind == GuardKind::EqualsMatch && leaf.skip == Skip::SameObject);
+    if (!pure) return false;
+    if (leaf.kind == GuardKind::IdMatch) {
+      if (now != w.guards[leaf.guard].identity().object) return false;
+      held = now;  // below it, the guard's object
+    }
+    Op o;
+    o.code = Op::FieldItemLeaf;
+    o.obj = holder;
+    o.ver = static_cast<uint64_t>(field) | (static_cast<uint64_t>(index) << 8);
+    o.ver2 = leaf.guard;
+    ops->push_back(o);
+  }
   if (n.child_begin != n.child_end && !held) return false;
   (*covered)[id] = 1;
   for (uint32_t k = n.child_begin; k < n.child_end; ++k)
     if (!replay_ops(w, child_ids_[k], held, true, ops, values, covered)) return false;
+  return true;
+}
+
+bool GuardTree::code_subtree_ops(uint32_t id, std::vector<uint8_t>* covered) const {
+  const Node& n = nodes_[id];
+  if (needed_[id]) return false;
+  (*covered)[id] = 1;
+  for (uint32_t k = n.child_begin; k < n.child_end; ++k)
+    if (!code_subtree_ops(child_ids_[k], covered)) return false;
   return true;
 }
 
@@ -512,8 +612,9 @@ void GuardTree::build_replays(Walk& w) const {
     std::vector<Op> ops, values;
     std::vector<uint8_t> mine(nodes_.size(), 0);
     bool ok = true;
+    // Below an ID_MATCH (run by the visit before its list, as now) the value is the guard's object itself.
     for (uint32_t k = n.child_begin; ok && k < n.child_end; ++k)
-      ok = replay_ops(w, child_ids_[k], v, false, &ops, &values, &mine);
+      ok = replay_ops(w, child_ids_[k], v, n.id_leaf, &ops, &values, &mine);
     if (!ok || ops.empty()) continue;
     n.replay.anchor = v;
     n.replay.anchor_type = Py_TYPE(v);

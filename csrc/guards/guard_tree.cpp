@@ -145,6 +145,7 @@ GuardTree::GuardTree(const GuardSet& set) {
     if (std::any_of(n.leaves.begin(), n.leaves.end(), [&](const Leaf& l) { return same_check(guards[l.guard], g); }))
       continue;
     n.wants_own = n.wants_own || leaf.skip == Skip::SameContents || leaf.skip == Skip::Hooks;
+    n.id_leaf = n.id_leaf || g.kind == GuardKind::IdMatch;
     n.has_hooks = n.has_hooks || leaf.skip == Skip::Hooks;
     n.leaves.push_back(leaf);
   }
@@ -343,22 +344,38 @@ PyObject* GuardTree::fetch_attr(Walk& w, Node& n, PyObject* parent, bool parent_
     }
     return v;
   }
-  if (PyType_CheckExact(parent)) {
-    // An attribute of a class whose metaclass is `type`: the function its MRO holds (a plain function's
-    // __get__(None, cls) is itself), fixed while the class's version is.
+  if (PyType_Check(parent) && type_getattribute(Py_TYPE(parent))) {
+    // An attribute of a class read through type's __getattribute__ (its metaclass `type`, or one such as ABCMeta
+    // or EnumType that keeps it; a metaclass __getattr__ runs only for a missing attribute): fixed while the
+    // class's and the metaclass's versions are, when it is what the class's MRO holds, its __get__(None, cls) is
+    // itself (a function, a property, a value with no __get__) and the metaclass has no data descriptor of that
+    // name (which would win); or `__mro__`, type's own member, which only a version change replaces.
     auto* cls = reinterpret_cast<PyTypeObject*>(parent);
+    PyTypeObject* meta = Py_TYPE(parent);
     uint64_t tver = compat::type_version(cls);
-    if (tver && m.from_ver == tver && m.from == cls && m.value) {
+    uint64_t mver = compat::type_version(meta);
+    if (tver && mver && m.from_ver == tver && m.from == cls && m.from2 == meta && m.from2_ver == mver && m.value) {
       *same = true;
       *stamp = Stamp{m.from, m.from_ver, m.from2, m.from2_ver};
       Py_INCREF(m.value);
-      return m.value;  // held by the class's (or a base's) unchanged dict
+      return m.value;  // held by the class's (or a base's) unchanged dict, or the class's MRO
     }
     PyObject* v = s.fetch_step(w.fv, parent);  // new
-    if (v && tver && PyFunction_Check(v) && compat::type_version(cls) == tver &&
-        _PyType_Lookup(cls, s.name_obj) == v && !_PyType_Lookup(&PyType_Type, s.name_obj)) {
-      stamp->from = cls;
-      stamp->from_ver = tver;
+    if (v && tver && mver && compat::type_version(cls) == tver && compat::type_version(meta) == mver &&
+        Py_TYPE(parent) == meta) {
+      PyObject* meta_attr = _PyType_Lookup(meta, s.name_obj);  // borrowed
+      bool held = false;
+      if (n.name_obj == mro_name()) {
+        held = meta_attr && meta_attr == _PyType_Lookup(&PyType_Type, s.name_obj) && v == cls->tp_mro;
+      } else if (!(meta_attr && Py_TYPE(meta_attr)->tp_descr_set) && _PyType_Lookup(cls, s.name_obj) == v) {
+        held = PyFunction_Check(v) || Py_TYPE(v) == &PyProperty_Type || !Py_TYPE(v)->tp_descr_get;
+      }
+      if (held) {
+        stamp->from = cls;
+        stamp->from_ver = tver;
+        stamp->from2 = meta;
+        stamp->from2_ver = mver;
+      }
     }
     return v;
   }
@@ -368,35 +385,41 @@ PyObject* GuardTree::fetch_attr(Walk& w, Node& n, PyObject* parent, bool parent_
 PyObject* GuardTree::fetch_generic_attr(Walk& w, Node& n, PyObject* parent, bool* same, Stamp* stamp) const {
   const Source& s = *n.source;
   const Memo& m = n.memo;
-if (!parent) return nullptr;
-PyTypeObject* type = Py_TYPE(parent);
-uint64_t tver = compat::type_version(type);
-PyObject* idict = tver ? compat::versioned_instance_dict(parent) : nullptr;  // borrowed
-uint64_t dver = compat::dict_version(idict);
-if (dver && m.from_ver && m.from == idict && m.from_ver == dver && m.from2 == type && m.from2_ver == tver &&
-    m.value) {
-  *same = true;
-  *stamp = Stamp{m.from, m.from_ver, m.from2, m.from2_ver};
-  Py_INCREF(m.value);
-  return m.value;  // held by the unchanged instance dict
-}
-PyObject* v = s.fetch_step(w.fv, parent);  // new (may run Python: a property, __getattr__)
-// Recorded only if the attribute is the instance dict's item: object's __getattribute__, no data
-// descriptor of that name on the class (both fixed while the class's version is), dict unchanged since.
-if (v && dver && compat::type_version(type) == tver && Py_TYPE(parent) == type &&
-    compat::dict_version(idict) == dver &&
-    (s.kind == Source::Kind::GenericAttr || generic_getattribute(type))) {
-  PyObject* descr = _PyType_Lookup(type, s.name_obj);  // borrowed
-  PyObject* item = PyDict_GetItemWithError(idict, s.name_obj);  // borrowed
-  if (!item) PyErr_Clear();
-  if (item == v && !(descr && Py_TYPE(descr)->tp_descr_set)) {
-    stamp->from = idict;
-    stamp->from_ver = dver;
-    stamp->from2 = type;
-    stamp->from2_ver = tver;
+  if (!parent) return nullptr;
+  PyTypeObject* type = Py_TYPE(parent);
+  uint64_t tver = compat::type_version(type);
+  PyObject* idict = tver ? compat::versioned_instance_dict(parent) : nullptr;  // borrowed
+  uint64_t dver = compat::dict_version(idict);
+  if (dver && m.from_ver && m.from == idict && m.from_ver == dver && m.from2 == type && m.from2_ver == tver &&
+      m.value) {
+    *same = true;
+    *stamp = Stamp{m.from, m.from_ver, m.from2, m.from2_ver};
+    Py_INCREF(m.value);
+    return m.value;  // held by the unchanged instance dict, or by the unchanged class (and its bases)
   }
-}
-return v;
+  PyObject* v = s.fetch_step(w.fv, parent);  // new (may run Python: a property, __getattr__)
+  // Recorded when object's __getattribute__ reads it (fixed while the class's version is) and the instance dict
+  // is unchanged since: the dict's item (no data descriptor of that name on the class); the instance dict itself
+  // (`__dict__` is the getset descriptor CPython gives instances); or the class's plain value (no __get__) that
+  // the dict lacks (`attribute_map`, a class-level default).
+  if (v && dver && compat::type_version(type) == tver && Py_TYPE(parent) == type &&
+      compat::dict_version(idict) == dver &&
+      (s.kind == Source::Kind::GenericAttr || generic_getattribute(type))) {
+    PyObject* descr = _PyType_Lookup(type, s.name_obj);  // borrowed
+    PyObject* item = PyDict_GetItemWithError(idict, s.name_obj);  // borrowed
+    if (!item) PyErr_Clear();
+    bool data_descr = descr && Py_TYPE(descr)->tp_descr_set;
+    bool held = (item == v && !data_descr) ||
+                (v == idict && descr && Py_TYPE(descr) == &PyGetSetDescr_Type && n.name_obj == dict_name()) ||
+                (!item && descr == v && !Py_TYPE(v)->tp_descr_get);
+    if (held) {
+      stamp->from = idict;
+      stamp->from_ver = dver;
+      stamp->from2 = type;
+      stamp->from2_ver = tver;
+    }
+  }
+  return v;
 }
 
 namespace {
@@ -418,7 +441,7 @@ bool GuardTree::visit(Walk& w, uint32_t id, PyObject* parent, bool parent_same) 
   PyObject* v = fetch(w, n, parent, parent_same, &same, &stamp);  // new
   const bool proven = same;  // v is the object the memo held (its children's memos may rely on it)
   if (!v) return false;  // every node has a guard beneath it or a relation over it: all fail on a missing value
-  w.values[id] = v;      // owned by the walk
+  w.set(id, v);          // owned by the walk
   const auto& guards = w.guards;
   // The value's own state (its dict's version, or its instance dict's), read before any leaf runs: what is
   // recorded if the leaves pass. Skips compare the state read again at the leaf (a leaf that ran Python may
@@ -432,15 +455,20 @@ bool GuardTree::visit(Walk& w, uint32_t id, PyObject* parent, bool parent_same) 
     const size_t nleaves = n.leaf_end - n.leaf_begin;
     for (size_t i = 0; i < nleaves; ++i) {
       Leaf& leaf = leaves[i];
-      if (leaf.skip != Skip::Never && same && n.memo.leaves_ok && n.memo.value == v) {
-        // A stamp proved v is the object the memo holds; the memo is read again here (a nested check may have
-        // written it since), and its leaves_ok is about memo.value.
-        if (leaf.skip == Skip::SameObject) continue;
-        const void* cur = nullptr;
-        uint64_t cur_ver = own_state(v, &cur);
-        if (cur_ver && cur == n.memo.own && cur_ver == n.memo.own_ver) {
-          if (leaf.skip == Skip::SameContents) continue;
-          if (hooks_empty(n.memo.hooks)) continue;  // Hooks: held by `cur`, unchanged
+      if (leaf.skip != Skip::Never && n.memo.leaves_ok && n.memo.value == v) {
+        // The memo is read again here (a nested check may have written it since), and its leaves_ok is about
+        // memo.value. SameObject: a stamp proved v is the object the memo holds. SameContents / Hooks: the
+        // verdict is a function of v's own dict, and a dict state's version is unique over all dicts, so the
+        // same (dict, version) as when the leaves passed proves it without a stamp on v (a fresh `kwargs`).
+        if (leaf.skip == Skip::SameObject) {
+          if (same) continue;
+        } else {
+          const void* cur = nullptr;
+          uint64_t cur_ver = own_state(v, &cur);
+          if (cur_ver && cur == n.memo.own && cur_ver == n.memo.own_ver) {
+            if (leaf.skip == Skip::SameContents) continue;
+            if (hooks_empty(n.memo.hooks)) continue;  // Hooks: held by `cur`, unchanged
+          }
         }
       }
       if (leaf.skip == Skip::Hooks) hooks_checked = true;
@@ -459,38 +487,35 @@ bool GuardTree::visit(Walk& w, uint32_t id, PyObject* parent, bool parent_same) 
     const void* cur = nullptr;
     if (own_state(v, &cur) != own_ver || cur != own) own = nullptr;
   }
-  // Passed: what this visit saw is written as one record (no Python code runs from here to the end of it).
-  if (stamp.from_ver) {
-    if (n.has_hooks && own &&
-        (hooks_checked || n.memo.own != own || n.memo.own_ver != own_ver || n.memo.value != v)) {
-      // The hook dicts sit in `own` (the instance dict, unchanged while its version is): kept for the next check.
-      PyObject* d = const_cast<PyObject*>(static_cast<const PyObject*>(own));
-      for (int k = 0; k < 4; ++k) {
-        PyObject* h = PyDict_GetItemWithError(d, hook_name(k));  // borrowed (str key: no Python code runs)
-        if (!h) PyErr_Clear();
-        n.memo.hooks[k] = h;
-      }
+  // Passed: what this visit saw is written as one record (no Python code runs from here to the end of it). A value
+  // read under no stamp keeps only its own dict's state (from_ver 0: never taken for the object itself).
+  if (n.has_hooks && own && (hooks_checked || n.memo.own != own || n.memo.own_ver != own_ver || n.memo.value != v)) {
+    // The hook dicts sit in `own` (the instance dict, unchanged while its version is): kept for the next check.
+    PyObject* d = const_cast<PyObject*>(static_cast<const PyObject*>(own));
+    for (int k = 0; k < 4; ++k) {
+      PyObject* h = PyDict_GetItemWithError(d, hook_name(k));  // borrowed (str key: no Python code runs)
+      if (!h) PyErr_Clear();
+      n.memo.hooks[k] = h;
     }
-    n.memo.from = stamp.from;
-    n.memo.from_ver = stamp.from_ver;
-    n.memo.from2 = stamp.from2;
-    n.memo.from2_ver = stamp.from2_ver;
-    n.memo.value = v;
-    n.memo.own = own;
-    n.memo.own_ver = own ? own_ver : 0;
-    n.memo.leaves_ok = true;
-  } else {
-    n.memo.value = nullptr;
-    n.memo.from_ver = 0;
-    n.memo.leaves_ok = false;
   }
+  n.memo.from = stamp.from;
+  n.memo.from_ver = stamp.from_ver;
+  n.memo.from2 = stamp.from2;
+  n.memo.from2_ver = stamp.from2_ver;
+  n.memo.value = v;
+  n.memo.own = own;
+  n.memo.own_ver = own ? own_ver : 0;
+  n.memo.leaves_ok = true;
+  // An ID_MATCH that passed proves v is the guard's object (held by the guard, or checked alive through its weak
+  // reference): the same object as on every passing check, so its children read their memos as under a stamp.
+  const bool held = proven || n.id_leaf;
   if (n.child_begin == n.child_end) return true;
   if (!n.replay.ops.empty()) {
     if (n.replay.anchor == v && replay(w, n)) return true;
     n.replay.ops.clear();  // something below changed: walked, and rebuilt if it passes (a few times at most)
   }
   for (uint32_t k = n.child_begin; k < n.child_end; ++k)
-    if (!visit(w, child_ids_[k], v, proven)) return false;
+    if (!visit(w, child_ids_[k], v, held)) return false;
   if (n.replay.builds < kReplayBuilds) w.offered.push_back(id);
   return true;
 }

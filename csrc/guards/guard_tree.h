@@ -58,7 +58,8 @@ class GuardTree {
   // before it.
   struct Op {
     enum Code : uint8_t {
-      FrameGlobals, FrameBuiltins, DictVer, InstAttr, ClassVer, TypeIs, Tensor, Own, HookEmpty, Leaf, FieldLeaf, Value
+      FrameGlobals, FrameBuiltins, DictVer, InstAttr, ClassVer, TypeIs, Tensor, Own, HookEmpty, Leaf, FieldLeaf,
+      FieldItemLeaf, Value
     };
     Code code;
     uint32_t node = 0;            // Value: the node whose value is handed to the walk
@@ -69,8 +70,9 @@ class GuardTree {
     const void* b = nullptr;      // InstAttr: the class
     uint64_t ver2 = 0;            // InstAttr: the class's version; Leaf / FieldLeaf: the guard's index
     // FieldLeaf: `ver` is the field of the function or cell `obj` read live (Field), the guard runs on it.
+    // FieldItemLeaf: the same field, an exact tuple read live, and its item `ver >> 8` (`ver & 0xff`: the Field).
   };
-  enum class Field : uint8_t { CellContents, Code, Defaults, Name, Closure };
+  enum class Field : uint8_t { CellContents, Code, Defaults, Name, Closure, TypeName, PropertyGet };
   struct Replay {
     PyObject* anchor = nullptr;  // the subtree root's value when built (an identity: compared, never dereferenced)
     PyTypeObject* anchor_type = nullptr;  // its class then (borrowed: an identity as well)
@@ -125,6 +127,7 @@ class GuardTree {
     std::vector<Leaf> leaves;                 // while building
     bool wants_own = false;  // some leaf skips on the value's own dict state
     bool has_hooks = false;
+    bool id_leaf = false;    // an ID_MATCH among the leaves: a passing visit proves the value is the guard's object
     uint32_t busy = 0;  // visits iterating `leaves` now
     // A class root (class_root_of): the class C every `x.__class__` of an x TYPE_MATCHed to C reads (borrowed from
     // that TYPE_MATCH guard's `type()`), and the class version at which C was last seen to read its own type for
@@ -181,6 +184,12 @@ class GuardTree {
                       std::vector<uint8_t>* covered) const;
   bool live_ops(const Walk& w, uint32_t id, PyObject* parent, bool proven, std::vector<Op>* ops,
                 std::vector<Op>* values, std::vector<uint8_t>* covered) const;
+  // An item of a tuple field read live (a function's __defaults__[i]): each leaf run on the item read live.
+  bool live_item_ops(const Walk& w, uint32_t id, PyObject* holder, Field field, PyObject* tuple, std::vector<Op>* ops,
+                     std::vector<Op>* values, std::vector<uint8_t>* covered) const;
+  // Below a code object proven the same (an ID_MATCH): its attributes and everything read from them are functions
+  // of the immutable code object, and passed for it.
+  bool code_subtree_ops(uint32_t id, std::vector<uint8_t>* covered) const;
   static std::vector<Op> dedup(const std::vector<Op>& ops);
   static PyObject* read_field(PyObject* holder, Field f);
   static bool has_attr_by_dict(const Guard& g, PyObject* v, const Memo& m);

@@ -241,8 +241,9 @@ PyObject* make_meta(PyObject* tensor) {
 
 const void* storage_key(PyObject* tensor) {
   const at::Tensor& t = THPVariable_Unpack(tensor);
-  if (!t.defined() || !t.has_storage()) return nullptr;
-  return t.storage().unsafeGetStorageImpl();
+  if (!t.defined()) return nullptr;
+  // The storage pointer itself (null: none), without has_storage()'s out-of-line call or storage()'s access check.
+  return t.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
 }
 
 bool grad_mode_enabled() { return c10::GradMode::is_enabled(); }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <Python.h>
+#include <structmember.h>
 
 #include <cstdint>
 #include <cstring>
@@ -39,9 +40,43 @@ inline PyObject* class_name() {
   return name;
 }
 
+inline PyObject* dict_name() {
+  static PyObject* name = PyUnicode_InternFromString("__dict__");  // owned for the process
+  return name;
+}
+
+inline PyObject* fget_name() {
+  static PyObject* name = PyUnicode_InternFromString("fget");  // owned for the process
+  return name;
+}
+
+inline PyObject* mro_name() {
+  static PyObject* name = PyUnicode_InternFromString("__mro__");  // owned for the process
+  return name;
+}
+
 inline PyObject* getattribute_name() {
   static PyObject* name = PyUnicode_InternFromString("__getattribute__");  // owned for the process
   return name;
+}
+
+// True if `meta` (a metaclass, borrowed) reads its classes' attributes with type's __getattribute__ (a __getattr__
+// it defines runs only when that finds nothing).
+inline bool type_getattribute(PyTypeObject* meta) {
+  static PyObject* slot = _PyType_Lookup(&PyType_Type, getattribute_name());  // borrowed
+  return meta->tp_getattro == PyType_Type.tp_getattro || _PyType_Lookup(meta, getattribute_name()) == slot;
+}
+
+// A property's fget as its member descriptor reads it (borrowed; nullptr if unset or the member is not found). The
+// offset comes from property's own member table (public API); property.__init__ may set it again, so it is read live.
+inline PyObject* property_fget(PyObject* prop) {
+  static Py_ssize_t offset = [] {
+    for (PyMemberDef* m = PyProperty_Type.tp_members; m && m->name; ++m)
+      if (std::strcmp(m->name, "fget") == 0 && m->type == T_OBJECT) return m->offset;
+    return Py_ssize_t{-1};
+  }();
+  if (offset < 0 || Py_TYPE(prop) != &PyProperty_Type) return nullptr;
+  return *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(prop) + offset);
 }
 
 // True if `type` (borrowed) reads attributes with object.__getattribute__ (its slot wrapper is borrowed from
@@ -69,24 +104,59 @@ inline uint64_t own_state(PyObject* v, const void** d) {
 }
 
 // Per check: the fetched values (new references, released at the end) and the TLS keys, read once.
+// A walk's value slots for trees of more than 64 nodes, reused by the thread's later walks: a buffer is handed back
+// with every slot null again (only the slots a walk set are cleared), so a call costs what it sets, not the tree's
+// size. A nested check (a leaf's Python, a destructor) takes another buffer.
+struct WalkSlots {
+  std::vector<PyObject*> values;
+  std::vector<uint32_t> set;
+};
+inline thread_local std::vector<WalkSlots> t_free_walk_slots;
+
 struct GuardTree::Walk {
   const std::vector<Guard>& guards;
   const FrameView& fv;
-  PyObject** values;  // one per node: new references (nullptr: not fetched)
+  PyObject** values;  // one per node: new references (nullptr: not fetched); written through set()
   size_t n;
   PyObject* inline_values[64];
-  std::vector<PyObject*> heap;
+  WalkSlots slots;   // trees of more than 64 nodes: the values, and which slots are set
   TlsKeys tls;
   bool tls_read = false;
   std::vector<uint32_t> offered;  // nodes with children whose subtree passed without a replay list
   bool roots_walked = false;      // every root was visited (the roots' list did not run)
   Walk(const std::vector<Guard>& g, const FrameView& f, size_t count) : guards(g), fv(f), n(count) {
-    if (n > 64) heap.resize(n);
-    values = n > 64 ? heap.data() : inline_values;
-    std::memset(values, 0, n * sizeof(PyObject*));
+    if (n > 64) {
+      if (!t_free_walk_slots.empty()) {
+        slots = std::move(t_free_walk_slots.back());
+        t_free_walk_slots.pop_back();
+      }
+      if (slots.values.size() < n) slots.values.assign(n, nullptr);  // new or grown: all null
+      values = slots.values.data();
+    } else {
+      values = inline_values;
+      std::memset(values, 0, n * sizeof(PyObject*));
+    }
+  }
+  // Takes the new reference `v` into slot `id` (empty until now).
+  void set(uint32_t id, PyObject* v) {
+    values[id] = v;
+    if (n > 64) slots.set.push_back(id);
   }
   ~Walk() {
-    for (size_t i = 0; i < n; ++i) Py_XDECREF(values[i]);
+    if (n <= 64) {
+      for (size_t i = 0; i < n; ++i) Py_XDECREF(values[i]);
+      return;
+    }
+    // Cleared before the references are dropped: a destructor that runs Python may start another walk.
+    std::vector<PyObject*> drop;
+    drop.reserve(slots.set.size());
+    for (uint32_t id : slots.set) {
+      drop.push_back(values[id]);
+      values[id] = nullptr;
+    }
+    slots.set.clear();
+    t_free_walk_slots.push_back(std::move(slots));
+    for (PyObject* v : drop) Py_XDECREF(v);
   }
   Walk(const Walk&) = delete;
   Walk& operator=(const Walk&) = delete;
