@@ -49,28 +49,28 @@ struct OptimizedCallable {
 // (torch._dynamo.mutation_guard.GenerationTracker.generation += 1): the trees may then reuse the memory of the
 // previous invocation's outputs, which they would otherwise keep apart while any of them is alive (a user's loop
 // that keeps the last output). cdynamo does the same at the entry of an OptimizedCallable that captures or runs
-// compiled code, once that module is loaded (inductor loads it; nothing is imported here). Never fails the call.
+// compiled code, once the trees' module (torch._inductor.cudagraph_trees, the counter's only reader) is loaded:
+// nothing is imported here, and a process without CUDA graphs pays one dict lookup. Never fails the call.
 void next_generation() {
+  static PyObject* trees_name = PyUnicode_InternFromString("torch._inductor.cudagraph_trees");  // kept forever
   static PyObject* module_name = PyUnicode_InternFromString("torch._dynamo.mutation_guard");  // kept forever
   static PyObject* tracker_name = PyUnicode_InternFromString("GenerationTracker");            // kept forever
   static PyObject* generation_name = PyUnicode_InternFromString("generation");                // kept forever
   static PyObject* one = PyLong_FromLong(1);                                                   // kept forever
-  if (!module_name || !tracker_name || !generation_name || !one) {
+  if (!trees_name || !module_name || !tracker_name || !generation_name || !one) {
     PyErr_Clear();
     return;
   }
-  PyObject* modules = PyImport_GetModuleDict();                     // borrowed
-  PyObject* mod = PyDict_GetItemWithError(modules, module_name);    // borrowed
-  if (!mod) {
-    PyErr_Clear();
-    return;
-  }
+  PyObject* modules = PyImport_GetModuleDict();  // borrowed
   PyObject* exc_type, *exc_value, *exc_tb;
   PyErr_Fetch(&exc_type, &exc_value, &exc_tb);  // owned here (none expected; kept intact)
-  PyObject* tracker = PyObject_GetAttr(mod, tracker_name);                  // new reference
+  PyObject* trees = PyDict_GetItemWithError(modules, trees_name);                   // borrowed
+  PyObject* mod = trees ? PyDict_GetItemWithError(modules, module_name) : nullptr;  // borrowed
+  PyObject* tracker = mod ? PyObject_GetAttr(mod, tracker_name) : nullptr;  // new reference
   PyObject* gen = tracker ? PyObject_GetAttr(tracker, generation_name) : nullptr;  // new reference
   PyObject* next = gen ? PyNumber_Add(gen, one) : nullptr;                  // new reference
-  if (!next || PyObject_SetAttr(tracker, generation_name, next) < 0) PyErr_Clear();
+  if (next && PyObject_SetAttr(tracker, generation_name, next) < 0) PyErr_Clear();
+  PyErr_Clear();  // a lookup that failed
   Py_XDECREF(next);
   Py_XDECREF(gen);
   Py_XDECREF(tracker);

@@ -6,6 +6,7 @@ import types
 import weakref
 
 import torch
+from torch.nn.modules import module as _nn_module
 
 from . import _callback, _core, _dynamic
 from .backends.registry import lookup_backend
@@ -14,6 +15,10 @@ from .backends.registry import lookup_backend
 # The module arrives as a keyword-only default, not a closure: a frame with cells cannot graph-break yet.
 _TRAMPOLINE_SRC = "def module_call(*args, _cdynamo_module):\n    return _cdynamo_module(*args)\n"
 _TRAMPOLINE_CODE = compile(_TRAMPOLINE_SRC, "<cdynamo module call>", "exec").co_consts[0]
+# Keyword calls (HF models: model(input_ids=...)) enter through their own trampoline, with **kwargs.
+_KW_TRAMPOLINE_SRC = ("def module_call_kw(*args, _cdynamo_module, **kwargs):\n"
+                      "    return _cdynamo_module(*args, **kwargs)\n")
+_KW_TRAMPOLINE_CODE = compile(_KW_TRAMPOLINE_SRC, "<cdynamo module call>", "exec").co_consts[0]
 
 
 # One trampoline code object per forward function: compiled code is cached per code object, so the instances of one
@@ -24,25 +29,28 @@ _TRAMPOLINE_CODE = compile(_TRAMPOLINE_SRC, "<cdynamo module call>", "exec").co_
 _TRAMPOLINES = weakref.WeakKeyDictionary()
 
 
-def _trampoline_code(forward):
+def _trampoline_code(forward, template=_TRAMPOLINE_CODE):
     if forward is None:
-        return _TRAMPOLINE_CODE.replace()  # no forward function to share by: a code object of its own
+        return template.replace()  # no forward function to share by: a code object of its own
     try:
-        code = _TRAMPOLINES.get(forward)
+        codes = _TRAMPOLINES.get(forward)
+        if codes is None:
+            codes = _TRAMPOLINES[forward] = {}
+        code = codes.get(template)
         if code is None:
-            code = _TRAMPOLINES[forward] = _TRAMPOLINE_CODE.replace()
+            code = codes[template] = template.replace()
         return code
     except TypeError:  # not weakly referenceable
-        return _TRAMPOLINE_CODE.replace()
+        return template.replace()
 
 
-def _module_trampoline(mod):
+def _module_trampoline(mod, template=_TRAMPOLINE_CODE):
     # The globals of the module's forward (the trampoline reads none itself): the tracer inlines a user function
     # only from a frame with the same globals, so forward is traced inside this frame, and nopython=True applies
     # to it.
     forward = getattr(getattr(mod, "forward", None), "__func__", None)
     fwd_globals = getattr(forward, "__globals__", None)
-    fn = types.FunctionType(_trampoline_code(forward), fwd_globals if isinstance(fwd_globals, dict) else {},
+    fn = types.FunctionType(_trampoline_code(forward, template), fwd_globals if isinstance(fwd_globals, dict) else {},
                             "module_call")
     fn.__kwdefaults__ = {"_cdynamo_module": mod}
     return fn
@@ -119,14 +127,18 @@ class _CallbackContext:
     def _wrap_module_call(self, mod):
         # Positional calls enter through a small trampoline frame (its file is not library code), whose
         # `mod(*args)` the tracer follows into forward() — so modules whose forward lives in torch
-        # (a bare nn.Linear) are captured too, and hooks are guarded. Keyword calls use mod.__call__.
+        # (a bare nn.Linear) are captured too, and hooks are guarded. Keyword calls enter through a second one.
         entry = _module_trampoline(mod)
         forward_code = getattr(getattr(getattr(mod, "forward", None), "__func__", None), "__code__", None)
         entry_cb = self.callback
         if isinstance(entry_cb, _callback.Callback) and forward_code is not None:
             entry_cb = _ModuleEntryCallback(entry_cb, entry.__code__, forward_code)
         trampoline = _wrap(entry, entry_cb)
-        with_kwargs = _wrap(mod.__call__, self.callback)
+        kw_entry = _module_trampoline(mod, _KW_TRAMPOLINE_CODE)
+        kw_cb = self.callback
+        if isinstance(kw_cb, _callback.Callback) and forward_code is not None:
+            kw_cb = _ModuleEntryCallback(kw_cb, kw_entry.__code__, forward_code)
+        with_kwargs = _wrap(kw_entry, kw_cb)
 
         def call(*args, **kwargs):
             if kwargs:
@@ -134,6 +146,7 @@ class _CallbackContext:
             return trampoline(*args)
 
         functools.update_wrapper(call, mod.__call__)
+        call._cdynamo_entries = (trampoline, with_kwargs)  # OptimizedModule.__call__ calls them directly
         return call
 
 
@@ -370,11 +383,14 @@ def reset():
     _dynamic.clear_state()
 
 
+_tracing_state = torch._C._get_tracing_state
+
+
 class OptimizedModule(torch.nn.Module):
     """Wraps an nn.Module: same parameters and attributes (forwarded to ``_orig_mod``), and each call runs
     the original module's ``__call__`` (hooks included) under the optimize context."""
 
-    _own_attrs = frozenset({"_orig_mod", "_cdynamo_ctx", "forward", "_super_module_initialized"})
+    _own_attrs = frozenset({"_orig_mod", "_cdynamo_ctx", "forward", "_cdynamo_entries", "_super_module_initialized"})
 
     def __init__(self, mod, ctx):
         object.__setattr__(self, "_super_module_initialized", False)
@@ -383,6 +399,23 @@ class OptimizedModule(torch.nn.Module):
         self._orig_mod = mod  # registered as a submodule: parameters are shared, not copied
         self._cdynamo_ctx = ctx
         self.forward = ctx._wrap_module_call(mod)
+        self._cdynamo_entries = (self.forward, *self.forward._cdynamo_entries)
+
+    def __call__(self, *args, **kwargs):
+        # nn.Module.__call__ with its no-hook path inlined (one Python frame fewer on every call): hooks on the
+        # wrapper, global module hooks, `module.compile()` and torch.jit tracing take nn.Module's own path.
+        d = self.__dict__
+        m = _nn_module
+        if (d["_forward_pre_hooks"] or d["_forward_hooks"] or d["_backward_pre_hooks"] or d["_backward_hooks"]
+                or m._global_forward_pre_hooks or m._global_forward_hooks or m._global_backward_pre_hooks
+                or m._global_backward_hooks
+                or d.get("_compiled_call_impl") is not None or _tracing_state()):
+            return super().__call__(*args, **kwargs)
+        fwd = d["forward"]
+        entries = d["_cdynamo_entries"]
+        if entries[0] is fwd:  # forward as __init__ set it: its two entries, one frame fewer again
+            return entries[2](*args, **kwargs) if kwargs else entries[1](*args)
+        return fwd(*args, **kwargs)
 
     @property
     def training(self):
