@@ -84,6 +84,17 @@ def inductor(gm, example_inputs, config_patches=None):
 inductor._cdynamo_regions = True  # compiled by region by default (config.compile_regions, _regions.py)
 
 
+def compile_batch():
+    """The context regions compile their segments in: kernel builds of one segment overlap the next segment's
+    lowering, all awaited before it closes (``_inductor_defer``)."""
+    from . import _inductor_defer
+
+    return _inductor_defer.deferred()
+
+
+inductor._cdynamo_compile_batch = compile_batch
+
+
 def _tracing_context(gm, example_inputs):
     """torch's tracing context around an inductor compile of a static-shape graph (inference or training), as
     torch.compile has one:
