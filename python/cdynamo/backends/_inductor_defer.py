@@ -7,8 +7,9 @@ layers, one layer, after), so the workers build a segment's few kernels while th
 next segment's lowering starts only after. Measured on the 2-core VM, Llama-8 inference, inductor warm, load 2:
 8 kernel builds, 5.7 s of worker CPU in 5.8 s of waiting (no overlap), out of a 9.6 s first call.
 
-``deferred()`` is a context for one thread: while it is open, the wait of an output module being imported by
-``GraphLowering._compile_to_module_lines`` on that thread is recorded instead of run; the recorded waits run, in
+``deferred()`` is a context for one thread: while it is open, the wait of an output module being imported on that
+thread by ``GraphLowering._compile_to_module_lines`` (a fresh compile) or ``CompiledFxGraph.after_deserialization``
+(an FX graph cache hit) is recorded instead of run; the recorded waits run, in
 order, with inductor's own ``AsyncCompile.wait``, when the context closes (also when it closes on an error, so no
 module is left holding futures), on the same thread. Between the two the module's ``call`` is never run: the compiled
 callables go back to the caller (``_regions.compile_regions``) only after the context closed, so a kernel is always
@@ -19,10 +20,11 @@ compile-time autotuning block's scope, kernel benchmark modules); the module of 
 graph is being lowered on the thread (``GraphLowering.run`` open: a benchmark subgraph, compiled and run to choose
 an algorithm); AOT and C++-wrapper graphs; and every wait while an inductor setting runs code right after it is
 compiled (max-autotune's benchmarks, fusion benchmarks, the benchmark harness with bandwidth profiling, autotuning
-at compile time). The four patched methods (``AsyncCompile.wait``, ``AsyncCompile.cpp_pybinding``, which hands a
-module's C++ kernels to ``_inductor_kernels`` to be built in one compiler run, ``GraphLowering._compile_to_module_lines``
-and ``GraphLowering.run``, which counts open lowerings) are installed once, on first use, and call through to
-inductor's own code when no context is open on the calling thread.
+at compile time). The five patched methods (``AsyncCompile.wait``; ``AsyncCompile.cpp_pybinding``, which hands a
+module's C++ kernels to ``_inductor_kernels`` to be built in one compiler run; the two module loaders above; and
+``GraphLowering.run``, which counts open lowerings) are installed once, on first use, and call through to inductor's
+own code when no context is open on the calling thread. A cache hit goes through the same collection, so a warm
+process loads the segment's merged library its cold run built (same kernels, same source, same file).
 """
 import contextlib
 import threading
@@ -54,10 +56,12 @@ def _install():
         from torch._inductor import config
         from torch._inductor.async_compile import AsyncCompile
         from torch._inductor.graph import GraphLowering
+        from torch._inductor.output_code import CompiledFxGraph
 
         wait = AsyncCompile.wait
         to_module = GraphLowering._compile_to_module_lines
         run = GraphLowering.run
+        from_cache = CompiledFxGraph.after_deserialization
         pybinding = AsyncCompile.cpp_pybinding
 
         def collecting_pybinding(self, argtypes, source_code):
@@ -77,22 +81,26 @@ def _install():
             if pending is not None and getattr(_local, "importing", False) and isinstance(scope, dict) \
                     and "__file__" in scope and not _runs_at_compile(config):
                 pending.append((self, scope))
+                _stats()["deferred_kernel_waits"] += 1
                 return None
             return wait(self, scope)
 
-        def marked_to_module(self, wrapper_code):
-            if getattr(_local, "pending", None) is None or getattr(_local, "lowering", 0) \
-                    or self.aot_mode or self.cpp_wrapper:
-                return to_module(self, wrapper_code)
-            _local.importing = True
-            _local.collector = _collector(config)
-            try:
-                return to_module(self, wrapper_code)
-            finally:
-                _local.importing = False
-                collector, _local.collector = getattr(_local, "collector", None), None
-                if collector is not None:  # a module that never waited: its kernels are built all the same
-                    collector.submit(AsyncCompile.submit)
+        def importing_window(load):
+            """``load`` (one that imports a graph's output module) with the module's import marked."""
+            def marked(self, *args, **kwargs):
+                if getattr(_local, "pending", None) is None or getattr(_local, "lowering", 0) \
+                        or getattr(self, "aot_mode", False) or getattr(self, "cpp_wrapper", False):
+                    return load(self, *args, **kwargs)
+                _local.importing = True
+                _local.collector = _collector(config)
+                try:
+                    return load(self, *args, **kwargs)
+                finally:
+                    _local.importing = False
+                    collector, _local.collector = getattr(_local, "collector", None), None
+                    if collector is not None:  # a module that never waited: its kernels are built all the same
+                        collector.submit(AsyncCompile.submit)
+            return marked
 
         def counted_run(self, *args):
             _local.lowering = getattr(_local, "lowering", 0) + 1
@@ -104,9 +112,16 @@ def _install():
         _original_wait = wait
         AsyncCompile.wait = deferring_wait
         AsyncCompile.cpp_pybinding = collecting_pybinding
-        GraphLowering._compile_to_module_lines = marked_to_module
+        GraphLowering._compile_to_module_lines = importing_window(to_module)
+        CompiledFxGraph.after_deserialization = importing_window(from_cache)
         GraphLowering.run = counted_run
         _installed = True
+
+
+def _stats():
+    from .. import utils
+
+    return utils.counters["stats"]
 
 
 def _collector(config):

@@ -199,7 +199,13 @@ class Batch:
                              output_dir=os.path.dirname(path))
         self.binary = builder.get_target_file_path()
         self._job = functools.partial(_worker_compile_cpp, os.path.join(get_lock_dir(), key + ".lock"), (builder,))
-        self._future = submit_fn(self._job)
+        from .. import utils
+
+        stats = utils.counters["stats"]
+        stats["merged_kernel_libraries"] += 1
+        stats["merged_kernels"] += len(self.kernels)
+        if not os.path.exists(self.binary):  # built by an earlier process on this cache dir: loaded as it is
+            self._future = submit_fn(self._job)
 
     def _load(self):
         with self._load_lock:
@@ -233,6 +239,9 @@ class Batch:
         except Exception:  # noqa: BLE001  (inductor builds this kernel alone and reports its own errors)
             from torch._inductor.codecache import CppPythonBindingsCodeCache
 
+            from .. import utils
+
+            utils.counters["stats"]["merged_kernel_fallbacks"] += 1
             argtypes, source = self.kernels[i]
             fn = self._fallback[i] = CppPythonBindingsCodeCache.load_pybinding(list(argtypes), source)
             return fn

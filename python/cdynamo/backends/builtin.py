@@ -84,12 +84,21 @@ def inductor(gm, example_inputs, config_patches=None):
 inductor._cdynamo_regions = True  # compiled by region by default (config.compile_regions, _regions.py)
 
 
+@contextlib.contextmanager
 def compile_batch():
     """The context regions compile their segments in: kernel builds of one segment overlap the next segment's
-    lowering, all awaited before it closes (``_inductor_defer``)."""
+    lowering, all awaited before it closes (``_inductor_defer``); each segment's C++ kernels are built in one
+    compiler run (``_inductor_kernels``). A training segment's backward is lowered with its forward, inside the
+    batch (aot_autograd's ``force_non_lazy_backward_lowering``, the path it takes itself for graphs with symbolic
+    sizes saved for backward), so its kernels join the batch too; without it aot_autograd lowers it at the first
+    backward call, one segment at a time, each kernel its own build. The same backward graph and inputs are
+    lowered either way (aot_autograd keeps them for the lazy lowering)."""
+    import torch._functorch.config as functorch_config
+
     from . import _inductor_defer
 
-    return _inductor_defer.deferred()
+    with functorch_config.patch(force_non_lazy_backward_lowering=True), _inductor_defer.deferred():
+        yield
 
 
 inductor._cdynamo_compile_batch = compile_batch
