@@ -18,7 +18,8 @@ the finished build of its own source (futures are keyed by the source's hash, as
 Not deferred (inductor's behaviour exactly): another thread's waits; waits outside an output module's import (the
 compile-time autotuning block's scope, kernel benchmark modules); the module of a graph compiled while another
 graph is being lowered on the thread (``GraphLowering.run`` open: a benchmark subgraph, compiled and run to choose
-an algorithm); AOT and C++-wrapper graphs; and every wait while an inductor setting runs code right after it is
+an algorithm); AOT and C++-wrapper graphs; GPU graphs while inductor bundles their Triton kernels into the FX graph
+cache entry (it collects the ones finished by the end of the compile; with caches off the waits are put off); and every wait while an inductor setting runs code right after it is
 compiled (max-autotune's benchmarks, fusion benchmarks, the benchmark harness with bandwidth profiling, autotuning
 at compile time). The five patched methods (``AsyncCompile.wait``; ``AsyncCompile.cpp_pybinding``, which hands a
 module's C++ kernels to ``_inductor_kernels`` to be built in one compiler run; the two module loaders above; and
@@ -89,7 +90,8 @@ def _install():
             """``load`` (one that imports a graph's output module) with the module's import marked."""
             def marked(self, *args, **kwargs):
                 if getattr(_local, "pending", None) is None or getattr(_local, "lowering", 0) \
-                        or getattr(self, "aot_mode", False) or getattr(self, "cpp_wrapper", False):
+                        or getattr(self, "aot_mode", False) or getattr(self, "cpp_wrapper", False) \
+                        or _bundles_gpu_kernels(self):
                     return load(self, *args, **kwargs)
                 _local.importing = True
                 _local.collector = _collector(config)
@@ -116,6 +118,18 @@ def _install():
         CompiledFxGraph.after_deserialization = importing_window(from_cache)
         GraphLowering.run = counted_run
         _installed = True
+
+
+def _bundles_gpu_kernels(graph):
+    """Whether the FX graph cache entry of ``graph`` (a GraphLowering or CompiledFxGraph) bundles its GPU kernels:
+    inductor collects the Triton kernels finished by the end of the compile into the entry, so a put-off wait would
+    leave them out (warm processes would build them again)."""
+    devices = set(getattr(graph, "device_types", None) or ())
+    if devices <= {"cpu"}:
+        return False
+    from torch._inductor.triton_bundler import TritonBundler
+
+    return TritonBundler.is_enabled()
 
 
 def _stats():
