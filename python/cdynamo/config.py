@@ -9,7 +9,7 @@ An alias (``cache_size_limit``) and its option (``recompile_limit``) are one val
 while tracing; the Python callback reads
 ``verbose`` and ``verify_correctness`` on each event; ``automatic_dynamic_shapes``, ``assume_static_by_default`` and
 ``capture_scalar_outputs`` / ``capture_dynamic_output_shape_ops``, ``compile_regions`` and ``regions_min_calls`` on
-each compile. ``traceable_tensor_subclasses`` is accepted and not read yet (see docs/python_api.md).
+each compile; ``merge_cpp_kernels`` on each inductor segment compile. ``traceable_tensor_subclasses`` is accepted and not read yet (see docs/python_api.md).
 """
 import contextlib
 import sys
