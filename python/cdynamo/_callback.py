@@ -151,7 +151,8 @@ class Callback:
         if _regions_wanted(self.backend):
             from . import _regions
             compiled = _regions.compile_regions(gm, example_inputs, self._call_backend,
-                                                by_work=config.compile_regions is None)
+                                                by_work=config.compile_regions is None,
+                                                batch=getattr(self.backend, "_cdynamo_compile_batch", None))
             if compiled is not None:
                 return compiled
         return self._call_backend(gm, example_inputs)

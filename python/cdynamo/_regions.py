@@ -20,6 +20,8 @@ inputs too) and it returns the tuple of values later segments or the graph's out
 real input tensors for the graph's own inputs and zero-filled tensors of the crossing values' metadata (fake
 tensors and symbolic sizes in a dynamic-shape graph, as for a whole graph).
 """
+import contextlib
+
 import torch
 
 from . import _dynamic, _graph_call, _logging, _split, config, utils
@@ -369,11 +371,13 @@ def _example_inputs(seg, p, gm, example_inputs):
     return out
 
 
-def compile_regions(gm, example_inputs, call_backend, by_work=False):
+def compile_regions(gm, example_inputs, call_backend, by_work=False, batch=None):
     """The graph compiled by region (a ``_split.SequenceCall``), or None when it is better compiled whole (the
     reason in the ``regions`` log). ``call_backend(gm, example_inputs)`` compiles one segment. ``by_work``: the
     automatic policy (``config.compile_regions`` None), which cuts only where the layers' work hides the cost of a
-    segment call (``group_by_work``)."""
+    segment call (``group_by_work``). ``batch``: the backend's context (a function returning one) that all segment
+    compiles run in; everything the compiled callables need is ready when it closes (inductor: kernel builds of one
+    segment overlap the next one's lowering, ``backends/_inductor_defer.py``)."""
     if _dynamic.has_fake(example_inputs):
         _dynamic.drop_dead_sym_nodes(gm)
     try:
@@ -386,13 +390,15 @@ def compile_regions(gm, example_inputs, call_backend, by_work=False):
         return None
     compiled = {}
     fns = []
-    for seg, key in zip(p.segments, p.keys):
-        fn = compiled.get(key)
-        if fn is None:
-            fn = compiled[key] = call_backend(seg.gm, _example_inputs(seg, p, gm, example_inputs))
-            if not callable(fn):
-                raise TypeError(f"backend returned {type(fn).__name__} for a region segment, expected a callable")
-        fns.append(fn)
+    with (batch() if batch is not None else contextlib.nullcontext()):
+        for seg, key in zip(p.segments, p.keys):
+            fn = compiled.get(key)
+            if fn is None:
+                fn = compiled[key] = call_backend(seg.gm, _example_inputs(seg, p, gm, example_inputs))
+                if not callable(fn):
+                    raise TypeError(f"backend returned {type(fn).__name__} for a region segment, expected a "
+                                    "callable")
+            fns.append(fn)
     stats = utils.counters["stats"]
     stats["region_graphs"] += 1
     stats["region_segments"] += len(p.segments)

@@ -9,7 +9,7 @@ An alias (``cache_size_limit``) and its option (``recompile_limit``) are one val
 while tracing; the Python callback reads
 ``verbose`` and ``verify_correctness`` on each event; ``automatic_dynamic_shapes``, ``assume_static_by_default`` and
 ``capture_scalar_outputs`` / ``capture_dynamic_output_shape_ops``, ``compile_regions`` and ``regions_min_calls`` on
-each compile. ``traceable_tensor_subclasses`` is accepted and not read yet (see docs/python_api.md).
+each compile; ``merge_cpp_kernels`` on each inductor segment compile. ``traceable_tensor_subclasses`` is accepted and not read yet (see docs/python_api.md).
 """
 import contextlib
 import sys
@@ -55,6 +55,10 @@ _OPTIONS = {
                          "compiled-segment calls' worth of estimated device time (_region_work.py); smaller layers are "
                          "grouped k at a time, or the graph compiled whole (10: a segment call is at most ~10% of the "
                          "region's time; 0: one region per layer, as compile_regions=True)"),
+    "merge_cpp_kernels": (bool, True, "while regions compile their segments with inductor (CPU), the C++ kernels "
+                          "of one segment are built in one compiler run, one shared library (backends/"
+                          "_inductor_kernels.py): each run's fixed cost (the precompiled header, linking) is paid once "
+                          "per segment, not once per kernel; read on each segment compile"),
     "dead_code_elimination": (bool, True, "a captured graph's pure nodes whose values nothing uses are dropped "
                               "before the backend sees it (_dead_code.py); read on each compile"),
 }

@@ -262,6 +262,7 @@ def _inductor_with(mode, options):
     # (mode="reduce-overhead"): there each segment is one more graph replay per call, and at decode sizes that costs
     # more than the compile time saved (GPT-2 decode on an H200: 0.785 ms by region vs 0.539 ms for torch.compile).
     inductor_with_options._cdynamo_regions = not patches.get("triton.cudagraphs", False)
+    inductor_with_options._cdynamo_compile_batch = getattr(inductor, "_cdynamo_compile_batch", None)
     return inductor_with_options
 
 

@@ -73,7 +73,7 @@ def inductor(gm, example_inputs, config_patches=None):
         return compile_fx(gm, example_inputs, **kwargs)
     try:
         with context:
-            return compile_fx(gm, example_inputs, **kwargs)
+            return compile_fx(gm, _static_fakes(example_inputs), **kwargs)
     except Exception:  # noqa: BLE001
         # The context's fake mode cannot run some op of the graph (torch 2.11's CUDA _transformer_encoder_layer_fwd
         # has no fake kernel; without a context aot_autograd's own mode falls back to its real kernel): compile as
@@ -82,6 +82,39 @@ def inductor(gm, example_inputs, config_patches=None):
 
 
 inductor._cdynamo_regions = True  # compiled by region by default (config.compile_regions, _regions.py)
+
+
+@contextlib.contextmanager
+def compile_batch():
+    """The context regions compile their segments in: kernel builds of one segment overlap the next segment's
+    lowering, all awaited before it closes (``_inductor_defer``); each segment's C++ kernels are built in one
+    compiler run (``_inductor_kernels``). A training segment's backward is lowered with its forward, inside the
+    batch (aot_autograd's ``force_non_lazy_backward_lowering``, the path it takes itself for graphs with symbolic
+    sizes saved for backward), so its kernels join the batch too; without it aot_autograd lowers it at the first
+    backward call, one segment at a time, each kernel its own build. The same backward graph and inputs are
+    lowered either way (aot_autograd keeps them for the lazy lowering)."""
+    import torch._functorch.config as functorch_config
+
+    from . import _inductor_defer
+
+    with functorch_config.patch(force_non_lazy_backward_lowering=True), _inductor_defer.deferred():
+        yield
+
+
+inductor._cdynamo_compile_batch = compile_batch
+
+
+def _static_fakes(example_inputs):
+    """The example inputs as fake tensors of the tracing context's fake mode, every size and stride static (as
+    torch._dynamo hands a static graph's inputs to its backend). Real inputs would be fakified by aot_autograd with a
+    symbol per size (``process_inputs`` asks for dynamic shapes unless a tensor has a symbolic context), and inductor
+    would then compile size-generic kernels with sympy in every step: on Llama-8 training 58 symbols, a third of
+    the compile's Python time. The graph is static (``_tracing_context`` returns no context otherwise) and cdynamo's
+    guards pin its inputs' sizes and strides; inductor asserts them on entry (``assert_size_stride``)."""
+    from torch._guards import TracingContext
+
+    mode = TracingContext.get().fake_mode
+    return [mode.from_tensor(x, static_shapes=True) for x in example_inputs]
 
 
 def _tracing_context(gm, example_inputs):
@@ -111,4 +144,4 @@ def _tracing_context(gm, example_inputs):
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     fake_mode = FakeTensorMode(shape_env=ShapeEnv(), static_shapes=True, allow_non_fake_inputs=True)
-    return tracing(TracingContext(fake_mode))
+    return tracing(TracingContext(fake_mode))  # the inputs become static fakes of this mode (_static_fakes)
