@@ -444,16 +444,24 @@ std::string module_path(const guards::Source& src, const guards::FrameView& fv) 
   std::string path = src.dynamo_name();
   const guards::Source* root = src.root();
   if (!is_trampoline_module(*root)) return path;
-  std::string self = "self";
+  // forward(self, ...): L['self']; a decorator's wrapper(*args, **kwargs) (transformers' forwards): the module is
+  // the wrapper's first positional argument, L['args'][0], as torch._dynamo names it from that frame.
+  std::string self = "L['self']";
   py::object mod = py::reinterpret_steal<py::object>(root->fetch(fv));  // new reference or NULL
   if (mod) {
     py::object fwd = py::getattr(py::type::of(mod), "forward", py::none());
     py::object co = py::getattr(fwd, "__code__", py::none());
-    if (PyCode_Check(co.ptr()) && reinterpret_cast<PyCodeObject*>(co.ptr())->co_argcount > 0)
-      self = py::str(compat::code_localsplus_name(reinterpret_cast<PyCodeObject*>(co.ptr()), 0)).cast<std::string>();
+    if (PyCode_Check(co.ptr())) {
+      auto* code = reinterpret_cast<PyCodeObject*>(co.ptr());
+      if (code->co_argcount > 0)
+        self = "L['" + py::str(compat::code_localsplus_name(code, 0)).cast<std::string>() + "']";
+      else if (code->co_flags & CO_VARARGS)
+        self = "L['" + py::str(compat::code_localsplus_name(code, code->co_kwonlyargcount)).cast<std::string>() +
+               "'][0]";
+    }
   }
   const std::string prefix = std::string("L['") + kTrampolineModule + "']";
-  return "L['" + self + "']" + path.substr(prefix.size());
+  return self + path.substr(prefix.size());
 }
 
 }  // namespace
