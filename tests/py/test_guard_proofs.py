@@ -230,7 +230,9 @@ def test_property_reinitialized_in_place_is_seen():
     old = prop.fget
     try:
         prop.__init__(lambda self: -self.k)  # the same property object, a new fget
-        same(opt(x, obj), _use_property(x, obj))
+        # expected from the new fget itself: CPython 3.12's specialized LOAD_ATTR keeps calling the fget it cached
+        # for the class's version, so eager code already run (this test's _use_property) may still see the old one
+        same(opt(x, obj), x * prop.fget(obj))
     finally:
         prop.__init__(old)
     same(opt(x, obj), _use_property(x, obj))

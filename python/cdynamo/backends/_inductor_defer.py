@@ -146,7 +146,8 @@ def _collector(config):
     from .. import config as cd_config
     from . import _inductor_kernels
 
-    if not cd_config.merge_cpp_kernels or _runs_at_compile(config) or get_compile_threads() <= 1:
+    if (not cd_config.merge_cpp_kernels or _runs_at_compile(config) or get_compile_threads() <= 1
+            or not _inductor_kernels.available()):
         return None
     return _inductor_kernels.Collector()
 

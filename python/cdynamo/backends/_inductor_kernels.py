@@ -247,6 +247,25 @@ class Batch:
             return fn
 
 
+_available = None
+
+
+def available():
+    """True if this torch's inductor has every private helper the merged build uses (torch 2.13 has; torch 2.11's
+    codecache lacks ``_resolve_needs_vec_isa``): otherwise kernels take inductor's own path."""
+    global _available
+    if _available is None:
+        try:
+            from torch._inductor.codecache import (CppPythonBindingsCodeCache, LambdaFuture, _precompile_header,  # noqa: F401
+                                                   _resolve_needs_vec_isa, _worker_compile_cpp, get_lock_dir, write)
+            from torch._inductor.cpp_builder import CppBuilder, CppTorchDeviceOptions  # noqa: F401
+            from torch._inductor.cpu_vec_isa import invalid_vec_isa, pick_vec_isa  # noqa: F401
+            _available = True
+        except (ImportError, AttributeError):
+            _available = False
+    return _available
+
+
 class Collector:
     """The kernels one output module asks for while it is imported, in batches by build option."""
 
