@@ -355,24 +355,7 @@ bool GuardTree::live_ops(const Walk& w, uint32_t id, PyObject* parent, bool prov
   // function) or an ID_MATCH (the guard's object, alive while it passes).
   PyObject* now = read_field(parent, field);  // borrowed
   PyObject* held = field == Field::Closure && proven ? now : nullptr;
-  for (uint32_t i = n.leaf_begin; i < n.leaf_end; ++i) {
-    const Leaf& leaf = leaves_[i];
-    bool pure = leaf.kind == GuardKind::IdMatch || leaf.kind == GuardKind::TypeMatch || leaf.pure ||
-                (leaf.kind == GuardKind::EqualsMatch && leaf.skip == Skip::SameObject);
-    if (!pure) return false;
-    if (leaf.kind == GuardKind::IdMatch) {
-      // Below it, the value is the guard's object; a field changed since the leaf passed (Python run by a later
-      // leaf) is not listed.
-      if (now != w.guards[leaf.guard].identity().object) return false;
-      held = now;
-    }
-    Op o;
-    o.code = Op::FieldLeaf;
-    o.obj = parent;
-    o.ver = static_cast<uint64_t>(field);
-    o.ver2 = leaf.guard;
-    ops->push_back(o);
-  }
+  if (!live_leaf_ops(w, n, now, Op::FieldLeaf, parent, static_cast<uint64_t>(field), &held, ops)) return false;
   (*covered)[id] = 1;
   if (!held) {  // a tuple read live (a function's __defaults__): its items are read live too
     if (n.child_begin == n.child_end) return true;
@@ -386,6 +369,29 @@ bool GuardTree::live_ops(const Walk& w, uint32_t id, PyObject* parent, bool prov
   return true;
 }
 
+bool GuardTree::live_leaf_ops(const Walk& w, const Node& n, PyObject* now, Op::Code code, PyObject* holder, uint64_t at,
+                              PyObject** held, std::vector<Op>* ops) const {
+  for (uint32_t i = n.leaf_begin; i < n.leaf_end; ++i) {
+    const Leaf& leaf = leaves_[i];
+    bool pure = leaf.kind == GuardKind::IdMatch || leaf.kind == GuardKind::TypeMatch || leaf.pure ||
+                (leaf.kind == GuardKind::EqualsMatch && leaf.skip == Skip::SameObject);
+    if (!pure) return false;
+    if (leaf.kind == GuardKind::IdMatch) {
+      // Below it, the value is the guard's object; a value changed since the leaf passed (Python run by a later
+      // leaf) is not listed.
+      if (now != w.guards[leaf.guard].identity().object) return false;
+      *held = now;
+    }
+    Op o;
+    o.code = code;
+    o.obj = holder;
+    o.ver = at;
+    o.ver2 = leaf.guard;
+    ops->push_back(o);
+  }
+  return true;
+}
+
 bool GuardTree::live_item_ops(const Walk& w, uint32_t id, PyObject* holder, Field field, PyObject* tuple,
                               std::vector<Op>* ops, std::vector<Op>* values, std::vector<uint8_t>* covered) const {
   const Node& n = nodes_[id];
@@ -393,22 +399,8 @@ bool GuardTree::live_item_ops(const Walk& w, uint32_t id, PyObject* holder, Fiel
   if (n.kind != Source::Kind::Item || needed_[id] || index < 0 || index >= PyTuple_GET_SIZE(tuple)) return false;
   PyObject* now = PyTuple_GET_ITEM(tuple, index);  // borrowed from the tuple
   PyObject* held = nullptr;
-  for (uint32_t i = n.leaf_begin; i < n.leaf_end; ++i) {
-    const Leaf& leaf = leaves_[i];
-    bool pure = leaf.kind == GuardKind::IdMatch || leaf.kind == GuardKind::TypeMatch || leaf.pure ||
-                (leaf.kind == GuardKind::EqualsMatch && leaf.skip == Skip::SameObject);
-    if (!pure) return false;
-    if (leaf.kind == GuardKind::IdMatch) {
-      if (now != w.guards[leaf.guard].identity().object) return false;
-      held = now;  // below it, the guard's object
-    }
-    Op o;
-    o.code = Op::FieldItemLeaf;
-    o.obj = holder;
-    o.ver = static_cast<uint64_t>(field) | (static_cast<uint64_t>(index) << 8);
-    o.ver2 = leaf.guard;
-    ops->push_back(o);
-  }
+  const uint64_t at = static_cast<uint64_t>(field) | (static_cast<uint64_t>(index) << 8);
+  if (!live_leaf_ops(w, n, now, Op::FieldItemLeaf, holder, at, &held, ops)) return false;
   if (n.child_begin != n.child_end && !held) return false;
   (*covered)[id] = 1;
   for (uint32_t k = n.child_begin; k < n.child_end; ++k)

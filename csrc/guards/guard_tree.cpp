@@ -370,12 +370,7 @@ PyObject* GuardTree::fetch_attr(Walk& w, Node& n, PyObject* parent, bool parent_
       } else if (!(meta_attr && Py_TYPE(meta_attr)->tp_descr_set) && _PyType_Lookup(cls, s.name_obj) == v) {
         held = PyFunction_Check(v) || Py_TYPE(v) == &PyProperty_Type || !Py_TYPE(v)->tp_descr_get;
       }
-      if (held) {
-        stamp->from = cls;
-        stamp->from_ver = tver;
-        stamp->from2 = meta;
-        stamp->from2_ver = mver;
-      }
+      if (held) *stamp = Stamp{cls, tver, meta, mver};
     }
     return v;
   }
@@ -412,12 +407,7 @@ PyObject* GuardTree::fetch_generic_attr(Walk& w, Node& n, PyObject* parent, bool
     bool held = (item == v && !data_descr) ||
                 (v == idict && descr && Py_TYPE(descr) == &PyGetSetDescr_Type && n.name_obj == dict_name()) ||
                 (!item && descr == v && !Py_TYPE(v)->tp_descr_get);
-    if (held) {
-      stamp->from = idict;
-      stamp->from_ver = dver;
-      stamp->from2 = type;
-      stamp->from2_ver = tver;
-    }
+    if (held) *stamp = Stamp{idict, dver, type, tver};
   }
   return v;
 }

@@ -184,6 +184,10 @@ class GuardTree {
                       std::vector<uint8_t>* covered) const;
   bool live_ops(const Walk& w, uint32_t id, PyObject* parent, bool proven, std::vector<Op>* ops,
                 std::vector<Op>* values, std::vector<uint8_t>* covered) const;
+  // The ops of a live-read node's leaves (each a function of the value that runs no Python), run by `code` on the
+  // value `holder` and `at` give; false if a leaf is not such. *held: the value, below a passing ID_MATCH.
+  bool live_leaf_ops(const Walk& w, const Node& n, PyObject* now, Op::Code code, PyObject* holder, uint64_t at,
+                     PyObject** held, std::vector<Op>* ops) const;
   // An item of a tuple field read live (a function's __defaults__[i]): each leaf run on the item read live.
   bool live_item_ops(const Walk& w, uint32_t id, PyObject* holder, Field field, PyObject* tuple, std::vector<Op>* ops,
                      std::vector<Op>* values, std::vector<uint8_t>* covered) const;

@@ -147,16 +147,15 @@ struct GuardTree::Walk {
       for (size_t i = 0; i < n; ++i) Py_XDECREF(values[i]);
       return;
     }
-    // Cleared before the references are dropped: a destructor that runs Python may start another walk.
-    std::vector<PyObject*> drop;
-    drop.reserve(slots.set.size());
+    // A destructor that runs Python may start another walk: this buffer is not in the free list until every
+    // slot is null again, so that walk takes another.
     for (uint32_t id : slots.set) {
-      drop.push_back(values[id]);
+      PyObject* v = values[id];
       values[id] = nullptr;
+      Py_XDECREF(v);
     }
     slots.set.clear();
     t_free_walk_slots.push_back(std::move(slots));
-    for (PyObject* v : drop) Py_XDECREF(v);
   }
   Walk(const Walk&) = delete;
   Walk& operator=(const Walk&) = delete;
