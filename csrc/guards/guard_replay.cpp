@@ -33,6 +33,14 @@ struct OpKeyHash {
   }
 };
 
+// An empty dict that nothing ever fills (a NO_HOOKS op's stand-in for a module's missing hook dict): made once,
+// owned here for the life of the process (borrowed by the ops).
+PyObject* empty_dict() {
+  static PyObject* d = PyDict_New();  // new reference, kept
+  if (!d) PyErr_Clear();
+  return d;
+}
+
 }  // namespace
 
 // True if a HASATTR that holds now is proven by v's class version and instance dict state: the name is present,
@@ -175,14 +183,13 @@ bool GuardTree::run_replay(Walk& w, const Replay& r) const {
       case Op::FrameBuiltins:
         if (w.fv.builtins != op.obj) return false;
         break;
-      case Op::DictVer:
-        if (compat::dict_version(op.obj) != op.ver) return false;
+      case Op::DictVer:  // op.obj: a dict (checked when the list was built) proven alive by the ops before
+        if (compat::live_dict_version(op.obj) != op.ver) return false;
         break;
       case Op::InstAttr: {
         auto* type = static_cast<PyTypeObject*>(const_cast<void*>(op.b));
         if (Py_TYPE(op.obj) != type || compat::type_version(type) != op.ver2) return false;
-        PyObject* idict = compat::versioned_instance_dict(op.obj);  // borrowed
-        if (idict != op.a || compat::dict_version(idict) != op.ver) return false;
+        if (!compat::instance_dict_is(op.obj, op.a, op.ver)) return false;
         break;
       }
       case Op::ClassVer:
@@ -194,14 +201,17 @@ bool GuardTree::run_replay(Walk& w, const Replay& r) const {
       case Op::Tensor:
         if (!static_cast<const TensorMatch*>(op.a)->matches(op.obj, w.keys())) return false;
         break;
-      case Op::Own: {
-        const void* cur = nullptr;
-        if (own_state(op.obj, &cur) != op.ver || cur != op.a) return false;
+      case Op::Own:  // own_state's check: a dict value is its own dict (a dict stays one); else its instance dict
+        if (op.a == op.obj ? compat::live_dict_version(op.obj) != op.ver : !compat::instance_dict_is(op.obj, op.a, op.ver))
+          return false;
+        break;
+      case Op::HookEmpty: {  // dicts (checked when built) the proven instance dict holds: a dict's class stays a dict
+        auto* fourth = reinterpret_cast<PyObject*>(static_cast<uintptr_t>(op.ver));
+        if ((PyDict_GET_SIZE(op.obj) | PyDict_GET_SIZE(static_cast<PyObject*>(const_cast<void*>(op.a))) |
+             PyDict_GET_SIZE(static_cast<PyObject*>(const_cast<void*>(op.b))) | PyDict_GET_SIZE(fourth)) != 0)
+          return false;
         break;
       }
-      case Op::HookEmpty:
-        if (!(PyDict_Check(op.obj) && PyDict_GET_SIZE(op.obj) == 0)) return false;
-        break;
       case Op::Leaf:
         if (!w.guards[op.ver2].check_value(op.obj, nullptr)) return false;
         break;
@@ -290,8 +300,13 @@ bool GuardTree::replay_ops(const Walk& w, uint32_t id, PyObject* parent, bool pr
       own_checked = true;
       if (leaf.skip == Skip::Hooks) {
         if (!hooks_empty(m.hooks)) return false;
-        for (PyObject* h : m.hooks)
-          if (h) ops->push_back(op(Op::HookEmpty, h, nullptr, 0));
+        // One op for the four dicts (a missing one: an empty dict of our own, never filled).
+        PyObject* h[4];
+        for (int k = 0; k < 4; ++k) h[k] = m.hooks[k] ? m.hooks[k] : empty_dict();
+        if (!h[0]) return false;
+        Op o = op(Op::HookEmpty, h[0], h[1], reinterpret_cast<uintptr_t>(h[3]));
+        o.b = h[2];
+        ops->push_back(o);
       }
       continue;
     }

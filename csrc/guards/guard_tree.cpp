@@ -72,13 +72,6 @@ bool same_check(const Guard& a, const Guard& b) {
   }
 }
 
-// What NO_TENSOR_ALIASING compares: the storage of a tensor (state 1), else the object itself.
-const void* alias_key(PyObject* v, bool storages) {
-  if (!storages || !is_tensor(v)) return v;
-  const void* k = storage_key(v);
-  return k ? k : v;
-}
-
 }  // namespace
 
 GuardTree::GuardTree(const GuardSet& set) {
@@ -165,6 +158,10 @@ GuardTree::GuardTree(const GuardSet& set) {
     std::vector<Leaf>().swap(n.leaves);
     std::vector<uint32_t>().swap(n.children);
   }
+  for (Relation& r : relations_)  // relations run after every leaf passed: a TENSOR_MATCHed value is a tensor
+    for (uint32_t id : r.nodes)
+      r.tensor.push_back(std::any_of(leaves_.begin() + nodes_[id].leaf_begin, leaves_.begin() + nodes_[id].leaf_end,
+                                     [](const Leaf& l) { return l.kind == GuardKind::TensorMatch; }));
   type_matched_.clear();
 }
 
@@ -522,12 +519,17 @@ bool GuardTree::check_relation(Walk& w, Relation& r) const {
   for (size_t i = 0; i < n; ++i) {
     PyObject* v = w.values[r.nodes[i]];  // borrowed from the walk
     if (!v) return false;
+    // A TENSOR_MATCHed value is a tensor (its class may change since, only to a tensor class of the same layout).
+    const bool tensor = r.tensor[i] || is_tensor(v);
     if (g.kind == GuardKind::StorageOverlap) {
-      const void* k = is_tensor(v) ? storage_key(v) : nullptr;
+      const void* k = tensor ? storage_key(v) : nullptr;
       comparable = comparable && k;
       keys[i] = k ? k : v;
+    } else if (storages && tensor) {  // NO_TENSOR_ALIASING compares a tensor's storage, else the object itself
+      const void* k = storage_key(v);
+      keys[i] = k ? k : v;
     } else {
-      keys[i] = alias_key(v, storages);
+      keys[i] = v;
     }
   }
   if (r.passed && comparable && r.last.size() == n && std::memcmp(r.last.data(), keys, n * sizeof(const void*)) == 0)

@@ -69,6 +69,7 @@ class GuardTree {
     uint64_t ver = 0;             // a's version (DictVer: obj's; ClassVer: the class obj's)
     const void* b = nullptr;      // InstAttr: the class
     uint64_t ver2 = 0;            // InstAttr: the class's version; Leaf / FieldLeaf: the guard's index
+    // HookEmpty: the four hook dicts of a module, all empty: obj, a, b and `ver` (a pointer).
     // FieldLeaf: `ver` is the field of the function or cell `obj` read live (Field), the guard runs on it.
     // FieldItemLeaf: the same field, an exact tuple read live, and its item `ver >> 8` (`ver & 0xff`: the Field).
   };
@@ -142,6 +143,7 @@ class GuardTree {
   struct Relation {
     uint32_t guard;
     std::vector<uint32_t> nodes;
+    std::vector<uint8_t> tensor;  // per node: it has a TENSOR_MATCH leaf (its value is a tensor once leaves pass)
     std::vector<const void*> last;
     bool passed = false;
   };

@@ -73,8 +73,13 @@ std::unique_ptr<TensorMatch> TensorMatch::make(PyObject* obj, uint64_t dynamic_s
   auto sizes = t.sizes();
   auto strides = t.strides();
   m->ndim_ = sizes.size();
-  m->dims_.assign(sizes.begin(), sizes.end());
-  m->dims_.insert(m->dims_.end(), strides.begin(), strides.end());
+  int64_t* dims = m->inline_dims_;
+  if (sizes.size() > kInlineDims) {
+    m->heap_dims_.resize(2 * sizes.size());
+    dims = m->heap_dims_.data();
+  }
+  std::copy(sizes.begin(), sizes.end(), dims);
+  std::copy(strides.begin(), strides.end(), dims + sizes.size());
   const uint64_t in_range = m->ndim_ >= 64 ? ~uint64_t{0} : (uint64_t{1} << m->ndim_) - 1;
   m->dyn_sizes_ = dynamic_sizes & in_range;
   m->dyn_strides_ = dynamic_strides & in_range;
@@ -106,8 +111,8 @@ bool TensorMatch::check(PyObject* value, std::string* why) const {
   if (t.requires_grad() != requires_grad_)
     return fail(why, std::string("requires_grad mismatch: expected ") + (requires_grad_ ? "True" : "False"));
   if (effective_keys(t) != from_raw(keys_)) return fail(why, "dispatch key set mismatch");
-  c10::IntArrayRef want_sizes(dims_.data(), ndim_);
-  c10::IntArrayRef want_strides(dims_.data() + ndim_, ndim_);
+  c10::IntArrayRef want_sizes(dims(), ndim_);
+  c10::IntArrayRef want_strides(dims() + ndim_, ndim_);
   auto sizes = t.sizes();
   if (sizes.size() != ndim_)
     return fail(why, "ndim mismatch: expected " + std::to_string(ndim_) + ", actual " + std::to_string(sizes.size()));
@@ -143,7 +148,7 @@ bool TensorMatch::matches(PyObject* value, const TlsKeys& tls) const {
   auto sizes = impl->sizes();
   if (sizes.size() != ndim_) return false;
   auto strides = impl->strides();
-  const int64_t* want = dims_.data();
+  const int64_t* want = dims();
   if (!(dyn_sizes_ | dyn_strides_)) {  // static shapes: the loop as it always was
     for (size_t i = 0; i < ndim_; ++i) {
       if (sizes[i] != want[i] || strides[i] != want[ndim_ + i]) return false;

@@ -52,9 +52,14 @@ class TensorMatch {
   int8_t device_index_ = -1;     // DeviceIndex
   bool requires_grad_ = false;
   size_t ndim_ = 0;
-  std::vector<int64_t> dims_;    // ndim_ sizes, then ndim_ strides (one flat array)
   uint64_t dyn_sizes_ = 0;       // bit d: size d not checked
   uint64_t dyn_strides_ = 0;     // bit d: stride d not checked
+  // ndim_ sizes, then ndim_ strides (one flat array): inline up to kInlineDims dimensions, so a check reads the
+  // match's own lines, not another allocation per tensor (a model's parameters are 1-4 dimensional).
+  static constexpr size_t kInlineDims = 4;
+  int64_t inline_dims_[2 * kInlineDims] = {};
+  std::vector<int64_t> heap_dims_;
+  const int64_t* dims() const { return ndim_ <= kInlineDims ? inline_dims_ : heap_dims_.data(); }
 };
 
 // One TENSOR_MATCH whose source has a fast form (see FastRef).
