@@ -142,13 +142,13 @@ def _layer_cost(d, batch, seq):
         nodes = _split.compute_nodes(gm)
         values = _regions._fake_values(gm, ex)
         a, b, *_ = _regions.find_calls(nodes, 3)[0]
-        seen["cost"] = _region_work.layer_seconds(nodes[a:b], values)
+        seen["cost"] = _region_work.layer_cost(nodes[a:b], values)
         return gm.forward
 
     cdynamo.optimize(backend)(_model(d=d, n=3))(_x(batch=batch, seq=seq))
     cdynamo.reset()
-    seconds, dev = seen["cost"]
-    return seconds / _region_work._SEGMENT_CALL_S[dev]
+    seconds, dev, grad = seen["cost"]
+    return seconds / _region_work.segment_call_seconds(dev, grad)
 
 
 @pytest.mark.parametrize("n,work,segments,cls", [
