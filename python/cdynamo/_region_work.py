@@ -5,11 +5,16 @@ aot_autograd's function), about 20 µs on a CPU and 40 µs with CUDA launches; G
 ran at 0.82-0.89x of torch.compile's speed with its 12 layers as 14 segments. A cut pays for itself when the layer's
 own work is large beside that cost (prefill, training, real batch sizes) and hurts when it is not (decoding).
 
+A segment that gradients flow through costs more than one call: it is an autograd node, with aot_autograd's
+forward wrappers, the engine's node and aot_autograd's backward wrappers; HF GPT-2 of 12 layers trained on this CPU
+(width 64, 2x32 tokens) took ~85 µs more per step for each segment (14 segments against 8 and 6), against ~20 µs
+for an inference call.
+
 The estimate is deliberately simple and deterministic (no timing): per layer, the larger of its matmul-like flops
 over a throughput and the bytes it reads from outside the layer (weights, activations) over a bandwidth, times 3 when
 gradients flow (backward). Layers are grouped k at a time, k the smallest divisor of the run's length whose group
-has ``config.regions_min_work`` segment calls' worth of work; a run that cannot make ``config.regions_min_calls``
-such groups is not cut (the graph compiles whole if no run is)."""
+has ``config.regions_min_work`` segment calls' worth of work (training segment calls when gradients flow); a run
+that cannot make ``config.regions_min_calls`` such groups is not cut (the graph compiles whole if no run is)."""
 import math
 import operator
 
@@ -18,9 +23,11 @@ import torch
 from . import _logging, config
 
 # One compiled-segment call and the device's speed, per device type (the numbers the estimate is scaled by; GPU:
-# an H100's GPT-2 decode, 13 extra segments cost ~0.5 ms; CPU: bench_regions' steady state).
+# an H100's GPT-2 decode, 13 extra segments cost ~0.5 ms; CPU: bench_regions' steady state, where one torch thread
+# ran a GPT-2 / Llama layer of width 64 over 2x32 tokens in 1.5-2x less time than 20 GFLOP/s gave).
 _SEGMENT_CALL_S = {"cuda": 40e-6, "cpu": 20e-6}
-_FLOPS = {"cuda": 50e12, "cpu": 20e9}
+_GRAD_CALLS = 4  # a segment gradients flow through, in inference calls (see the module docstring)
+_FLOPS = {"cuda": 50e12, "cpu": 35e9}
 _BYTES = {"cuda": 2e12, "cpu": 20e9}
 _DEFAULT = "cpu"
 
@@ -78,6 +85,18 @@ def _flops(n, out, values):
 
 def layer_seconds(nodes, values):
     """(estimated seconds of one run of ``nodes``, device type): see the module docstring."""
+    seconds, dev, _ = layer_cost(nodes, values)
+    return seconds, dev
+
+
+def segment_call_seconds(dev, grad):
+    """The estimated cost of one segment in a call on device type ``dev``; ``grad``: gradients flow through it
+    (forward and backward, one autograd node)."""
+    return _SEGMENT_CALL_S[dev] * (_GRAD_CALLS if grad else 1)
+
+
+def layer_cost(nodes, values):
+    """(estimated seconds of one run of ``nodes``, device type, whether gradients flow through them)."""
     inside = set(nodes)
     flops, read, seen = 0, 0, set()
     device, grad = None, False
@@ -96,7 +115,8 @@ def layer_seconds(nodes, values):
             device = device or v.device.type
     dev = device if device in _FLOPS else _DEFAULT
     seconds = max(flops / _FLOPS[dev], read / _BYTES[dev])
-    return seconds * (3 if grad and torch.is_grad_enabled() else 1), dev
+    grad = grad and torch.is_grad_enabled()
+    return seconds * (3 if grad else 1), dev, grad
 
 
 def _runs(spans):
@@ -122,11 +142,12 @@ def group_by_work(nodes, spans, values, min_calls):
     out, notes = [], []
     for run in _runs(spans):
         a, b = run[0][0], run[0][1]
-        seconds, dev = layer_seconds(nodes[a:b], values)
-        need = config.regions_min_work * _SEGMENT_CALL_S[dev]
+        seconds, dev, grad = layer_cost(nodes[a:b], values)
+        need = config.regions_min_work * segment_call_seconds(dev, grad)
         k_min = 1 if seconds >= need else math.ceil(need / max(seconds, 1e-12))
         k = next((d for d in range(k_min, len(run) + 1) if len(run) % d == 0), len(run))
-        notes.append(f"{run[0][3].__name__}: ~{seconds * 1e6:.1f} us per layer on {dev}, grouped {k} at a time")
+        notes.append(f"{run[0][3].__name__}: ~{seconds * 1e6:.1f} us per layer on {dev}"
+                     f"{' with backward' if grad else ''}, grouped {k} at a time")
         if len(run) // k < min_calls:
             continue
         out.extend(run if k == 1 else [_merged(run[i:i + k]) for i in range(0, len(run), k)])

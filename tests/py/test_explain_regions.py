@@ -12,7 +12,7 @@ from cdynamo import _logging, config
 from cdynamo.testing import CompileCounterWithBackend
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from test_regions import _model, _x  # noqa: E402  (the small Block stack of the regions tests)
+from test_regions import _layer_cost, _model, _x  # noqa: E402  (the small Block stack of the regions tests)
 
 pytestmark = pytest.mark.usefixtures("cdynamo_and_dynamo_reset")
 
@@ -44,13 +44,14 @@ def test_the_automatic_policy_that_keeps_the_graph_whole_is_reported_whole():
 
 
 def test_the_automatic_policy_grouping_is_reported_as_compiled():
+    work = 1.5 * _layer_cost(16, 3, 5)  # a Block holds 2/3 of the work asked: 2 Blocks a region
     model = _model(n=6)
-    with config.patch(regions_min_work=0.4):  # ~4.8 us per Block against a 20 us segment call: 2 Blocks a region
+    with config.patch(regions_min_work=work):
         out = cdynamo.explain(model)(_x())
     assert [[(r["cls"], r["calls"]) for r in g] for g in out.regions] == [[("Block (2 layers)", 3)]]
     assert out.region_plans == ["cut into 5 segments, 3 compiled"]
     assert "Block (2 layers) x3" in str(out)
-    compiles, log = _compiled(model, regions_min_work=0.4)
+    compiles, log = _compiled(model, regions_min_work=work)
     assert compiles == 3 and "region Block (2 layers): 3 calls" in log
 
 

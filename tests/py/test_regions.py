@@ -142,13 +142,13 @@ def _layer_cost(d, batch, seq):
         nodes = _split.compute_nodes(gm)
         values = _regions._fake_values(gm, ex)
         a, b, *_ = _regions.find_calls(nodes, 3)[0]
-        seen["cost"] = _region_work.layer_seconds(nodes[a:b], values)
+        seen["cost"] = _region_work.layer_cost(nodes[a:b], values)
         return gm.forward
 
     cdynamo.optimize(backend)(_model(d=d, n=3))(_x(batch=batch, seq=seq))
     cdynamo.reset()
-    seconds, dev = seen["cost"]
-    return seconds / _region_work._SEGMENT_CALL_S[dev]
+    seconds, dev, grad = seen["cost"]
+    return seconds / _region_work.segment_call_seconds(dev, grad)
 
 
 @pytest.mark.parametrize("n,work,segments,cls", [
@@ -213,6 +213,72 @@ def test_automatic_policy_grouped_regions_train_like_eager():
     ref, ref_g = _train_step(model, model, _x())
     torch.testing.assert_close(got, ref)
     torch.testing.assert_close(got_g, ref_g)
+
+
+def test_automatic_policy_counts_a_training_segment_as_several_calls():
+    # A segment that gradients flow through is an autograd node (aot_autograd's forward and backward wrappers): it
+    # costs more than an inference call, more than the 3x work a backward adds. At one regions_min_work the same
+    # layers get a region each without gradients and 2 a region with them; results and gradients equal eager.
+    with torch.no_grad():
+        infer = _layer_cost(16, 3, 5)
+    train = _layer_cost(16, 3, 5)
+    assert train < infer
+    work = (train + infer) / 2
+    model, x = _model(n=6), _x()
+    with config.patch(regions_min_work=work):
+        before = _stats().get("region_segments", 0)
+        with torch.no_grad():
+            got = cdynamo.optimize(_eager_by_region())(model)(x)
+        assert _stats()["region_segments"] - before == 8  # 6 layers, one a region (+ before and after)
+        torch.testing.assert_close(got, model(x))
+        cdynamo.reset()
+        before = _stats()["region_segments"]
+        got, got_g = _train_step(model, cdynamo.optimize(_eager_by_region())(model), x)
+        assert _stats()["region_segments"] - before == 5  # 3 regions of 2 layers
+    ref, ref_g = _train_step(model, model, x)
+    torch.testing.assert_close(got, ref)
+    torch.testing.assert_close(got_g, ref_g)
+
+
+def _bench_gpt2(layers=12):
+    """HF GPT-2 as benchmarks/bench_regions.py builds it (width 64, 4 heads, vocab 512), dropout off."""
+    transformers = pytest.importorskip("transformers")
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = transformers.GPT2Config(vocab_size=512, n_embd=64, n_layer=layers, n_head=4, n_positions=256)
+        model = transformers.GPT2LMHeadModel(cfg)
+    model.train()
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    return model, torch.randint(0, 512, (2, 32), generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.full_tier
+def test_automatic_policy_groups_small_gpt2_layers_in_training_only():
+    # bench_regions' GPT-2 (12 layers of width 64, 2x32 tokens, one CPU thread ~0.6 ms a layer trained): one region
+    # per layer for inference, 2 layers a region for a training step (14 segments of forward and backward wrappers
+    # cost ~10% of the step; 8 segments). Logits and gradients equal eager.
+    model, ids = _bench_gpt2()
+    before = _stats().get("region_segments", 0)
+    with torch.no_grad():
+        got = cdynamo.optimize(_eager_by_region())(model)(input_ids=ids).logits
+        ref = model(input_ids=ids).logits
+    assert _stats()["region_segments"] - before == 14
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+    cdynamo.reset()
+    fn = cdynamo.optimize(_eager_by_region())(model)
+    before = _stats()["region_segments"]
+    grads = []
+    for f in (fn, model):
+        model.zero_grad(set_to_none=True)
+        f(input_ids=ids).logits.float().pow(2).mean().backward()
+        grads.append(_grads_of(model))
+    assert _stats()["region_segments"] - before == 8
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 100
+    torch.testing.assert_close(grads[0], grads[1], atol=1e-5, rtol=1e-4)
 
 
 class CastBlock(Block):
