@@ -12,6 +12,7 @@
 #include "hook/cache.h"
 #include "hook/eval_frame.h"
 #include "hook/graph_call.h"
+#include "hook/module_call.h"
 #include "hook/state.h"
 
 namespace py = pybind11;
@@ -28,6 +29,13 @@ PYBIND11_MODULE(_C, m) {
   m.attr("GraphCall") = py::handle(reinterpret_cast<PyObject*>(&hook::GraphCallType));
   m.attr("RUN_ONLY") = py::handle(hook::run_only());
 
+  m.def(
+      "install_module_call",
+      [](py::handle type, py::handle nn_globals, py::handle fallback) {
+        if (!hook::install_module_call(type.ptr(), nn_globals.ptr(), fallback.ptr())) throw py::error_already_set();
+      },
+      py::arg("type"), py::arg("nn_globals"), py::arg("fallback"),
+      "Sets OptimizedModule.__call__ to its C++ form (nn.Module.__call__ where hooks, compile() or tracing apply).");
   m.def(
       "random_state_save",
       [](py::handle gen) -> py::object {

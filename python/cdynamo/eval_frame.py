@@ -405,6 +405,7 @@ class OptimizedModule(torch.nn.Module):
     def __call__(self, *args, **kwargs):
         # nn.Module.__call__ with its no-hook path inlined (one Python frame fewer on every call): hooks on the
         # wrapper, global module hooks, `module.compile()` and torch.jit tracing take nn.Module's own path.
+        # Replaced below by the same logic in C++ (csrc/hook/module_call.cpp: no Python frame at all).
         d = self.__dict__
         m = _nn_module
         if (d["_forward_pre_hooks"] or d["_forward_hooks"] or d["_backward_pre_hooks"] or d["_backward_hooks"]
@@ -452,3 +453,7 @@ class OptimizedModule(torch.nn.Module):
         # copy.deepcopy / pickle rebuild the wrapper around the copied module (as torch's OptimizedModule does):
         # copying __dict__ would keep `forward`, whose closure calls the original module.
         return (self.__class__, (self._orig_mod, self._cdynamo_ctx))
+
+
+_python_module_call = OptimizedModule.__call__  # the same logic in Python (tests compare the two)
+_core.C().install_module_call(OptimizedModule, _nn_module.__dict__, torch.nn.Module.__call__)
