@@ -8,26 +8,12 @@ import abc
 import pytest
 import torch
 
-import cdynamo
-from cdynamo.testing import CompileCounter
+from guard_checks import compiled, same
 
 CALLS = 4  # lists are built from the second passing check on; the later calls run them
 
 
-@pytest.fixture(autouse=True)
-def _reset():
-    cdynamo.reset()
-    yield
-    cdynamo.reset()
-
-
-def compiled(fn):
-    cnt = CompileCounter()
-    return cdynamo.optimize(cnt)(fn), cnt
-
-
-def same(a, b):
-    torch.testing.assert_close(a, b, rtol=0, atol=0)
+pytestmark = pytest.mark.usefixtures("cdynamo_reset")
 
 
 def settle(opt, fn, *args):

@@ -8,24 +8,11 @@ import torch
 
 import cdynamo
 from cdynamo import _C, _logging
-from cdynamo.testing import CompileCounter
+from guard_checks import compiled, same
 from versions import REFERENCE_PINNED
 
 
-@pytest.fixture(autouse=True)
-def _reset():
-    cdynamo.reset()
-    yield
-    cdynamo.reset()
-
-
-def compiled(fn):
-    cnt = CompileCounter()
-    return cdynamo.optimize(cnt)(fn), cnt
-
-
-def same(a, b):
-    torch.testing.assert_close(a, b, rtol=0, atol=0)
+pytestmark = pytest.mark.usefixtures("cdynamo_reset")
 
 
 def run_twice(opt, fn, *args):

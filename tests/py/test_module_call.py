@@ -34,11 +34,7 @@ def _pair():
     return net, cdynamo.optimize(backend)(net), backend
 
 
-@pytest.fixture(autouse=True)
-def _reset():
-    cdynamo.reset()
-    yield
-    cdynamo.reset()
+pytestmark = pytest.mark.usefixtures("cdynamo_reset")
 
 
 def test_call_is_the_cpp_descriptor():
