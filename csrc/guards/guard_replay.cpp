@@ -358,7 +358,7 @@ bool GuardTree::live_ops(const Walk& w, uint32_t id, PyObject* parent, bool prov
   else if (PyType_CheckExact(parent) && (PyType_GetFlags(reinterpret_cast<PyTypeObject*>(parent)) & Py_TPFLAGS_HEAPTYPE) &&
            n.name_obj == f.name)
     field = Field::TypeName;  // type's __name__ descriptor (a data descriptor: it wins) reads ht_name
-  else if (Py_TYPE(parent) == &PyProperty_Type && n.name_obj == fget_name() && property_fget(parent))
+  else if (Py_TYPE(parent) == &PyProperty_Type && n.name_obj == field_names().fget && property_fget(parent))
     field = Field::PropertyGet;  // a member (read-only as an attribute; property.__init__ may set it again)
   else if (!PyFunction_Check(parent)) return class_attr_ops(w, id, parent, ops, values, covered);
   else if (n.name_obj == f.code) field = Field::Code;

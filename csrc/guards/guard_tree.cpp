@@ -15,7 +15,7 @@ namespace {
 
 // object's __class__ getset descriptor (borrowed from object's immortal type dict).
 PyObject* object_class_descriptor() {
-  static PyObject* d = _PyType_Lookup(&PyBaseObject_Type, class_name());  // borrowed
+  static PyObject* d = _PyType_Lookup(&PyBaseObject_Type, field_names().class_);  // borrowed
   return d;
 }
 
@@ -46,7 +46,7 @@ bool plain_key(PyObject* k) { return k && (PyUnicode_CheckExact(k) || PyLong_Che
 bool class_reads_type(PyObject* cls, Source::Kind kind) {
   if (!PyType_Check(cls)) return false;
   auto* type = reinterpret_cast<PyTypeObject*>(cls);
-  return _PyType_Lookup(type, class_name()) == object_class_descriptor() &&
+  return _PyType_Lookup(type, field_names().class_) == object_class_descriptor() &&
          (kind == Source::Kind::GenericAttr || generic_getattribute(type));
 }
 
@@ -201,7 +201,7 @@ uint32_t GuardTree::intern(const Source* s) {
 
 PyObject* GuardTree::class_root_of(const Source* s, int32_t parent) const {
   if (parent < 0 || (s->kind != Source::Kind::Attr && s->kind != Source::Kind::GenericAttr) ||
-      s->name_obj != class_name())
+      s->name_obj != field_names().class_)
     return nullptr;
   auto t = type_matched_.find(static_cast<uint32_t>(parent));
   return t != type_matched_.end() && class_reads_type(t->second, s->kind) ? t->second : nullptr;
@@ -322,7 +322,7 @@ PyObject* GuardTree::fetch_attr(Walk& w, Node& n, PyObject* parent, bool parent_
     }
     return s.fetch_step(w.fv, parent);
   }
-  if (n.name_obj == class_name()) {  // both interned: equal names are one object
+  if (n.name_obj == field_names().class_) {  // both interned: equal names are one object
     // obj.__class__ is type(obj) while the class keeps object's __class__ descriptor and object's
     // __getattribute__ (both fixed while the class's version is); a stamp (class, version) proves the same class.
     PyTypeObject* type = Py_TYPE(parent);
@@ -335,7 +335,7 @@ PyObject* GuardTree::fetch_attr(Walk& w, Node& n, PyObject* parent, bool parent_
     }
     PyObject* v = s.fetch_step(w.fv, parent);  // new
     if (v == reinterpret_cast<PyObject*>(type) && tver && compat::type_version(type) == tver &&
-        _PyType_Lookup(type, class_name()) == object_class_descriptor() && generic_getattribute(type)) {
+        _PyType_Lookup(type, field_names().class_) == object_class_descriptor() && generic_getattribute(type)) {
       stamp->from = type;
       stamp->from_ver = tver;
     }
@@ -362,7 +362,7 @@ PyObject* GuardTree::fetch_attr(Walk& w, Node& n, PyObject* parent, bool parent_
         Py_TYPE(parent) == meta) {
       PyObject* meta_attr = _PyType_Lookup(meta, s.name_obj);  // borrowed
       bool held = false;
-      if (n.name_obj == mro_name()) {
+      if (n.name_obj == field_names().mro) {
         held = meta_attr && meta_attr == _PyType_Lookup(&PyType_Type, s.name_obj) && v == cls->tp_mro;
       } else if (!(meta_attr && Py_TYPE(meta_attr)->tp_descr_set) && _PyType_Lookup(cls, s.name_obj) == v) {
         held = PyFunction_Check(v) || Py_TYPE(v) == &PyProperty_Type || !Py_TYPE(v)->tp_descr_get;
@@ -402,7 +402,7 @@ PyObject* GuardTree::fetch_generic_attr(Walk& w, Node& n, PyObject* parent, bool
     if (!item) PyErr_Clear();
     bool data_descr = descr && Py_TYPE(descr)->tp_descr_set;
     bool held = (item == v && !data_descr) ||
-                (v == idict && descr && Py_TYPE(descr) == &PyGetSetDescr_Type && n.name_obj == dict_name()) ||
+                (v == idict && descr && Py_TYPE(descr) == &PyGetSetDescr_Type && n.name_obj == field_names().dict) ||
                 (!item && descr == v && !Py_TYPE(v)->tp_descr_get);
     if (held) *stamp = Stamp{idict, dver, type, tver};
   }
@@ -510,8 +510,9 @@ bool GuardTree::visit(Walk& w, uint32_t id, PyObject* parent, bool parent_same) 
 bool GuardTree::check_relation(Walk& w, Relation& r) const {
   const Guard& g = w.guards[r.guard];
   // The identities the verdict depends on: the objects (NO_TENSOR_ALIASING, DUPLICATE_INPUT) or their storages.
-  const bool storages = (g.kind == GuardKind::NoAliasing && g.distinct().storages) || g.kind == GuardKind::StorageOverlap;
-  bool comparable = true;
+  const bool overlap = g.kind == GuardKind::StorageOverlap;
+  const bool storages = (g.kind == GuardKind::NoAliasing && g.distinct().storages) || overlap;
+  bool comparable = true;  // STORAGE_OVERLAP: every value has a storage
   const size_t n = r.nodes.size();
   const void* small[16];
   std::vector<const void*> big;
@@ -519,18 +520,11 @@ bool GuardTree::check_relation(Walk& w, Relation& r) const {
   for (size_t i = 0; i < n; ++i) {
     PyObject* v = w.values[r.nodes[i]];  // borrowed from the walk
     if (!v) return false;
-    // A TENSOR_MATCHed value is a tensor (its class may change since, only to a tensor class of the same layout).
-    const bool tensor = r.tensor[i] || is_tensor(v);
-    if (g.kind == GuardKind::StorageOverlap) {
-      const void* k = tensor ? storage_key(v) : nullptr;
-      comparable = comparable && k;
-      keys[i] = k ? k : v;
-    } else if (storages && tensor) {  // NO_TENSOR_ALIASING compares a tensor's storage, else the object itself
-      const void* k = storage_key(v);
-      keys[i] = k ? k : v;
-    } else {
-      keys[i] = v;
-    }
+    // A tensor's storage where storages are compared, else the object. A TENSOR_MATCHed value is a tensor (its
+    // class may change since, only to a tensor class of the same layout): no is_tensor for it.
+    const void* k = storages && (r.tensor[i] || is_tensor(v)) ? storage_key(v) : nullptr;
+    comparable = comparable && (k || !overlap);
+    keys[i] = k ? k : v;
   }
   if (r.passed && comparable && r.last.size() == n && std::memcmp(r.last.data(), keys, n * sizeof(const void*)) == 0)
     return true;  // the same identities as a passing check: the same verdict

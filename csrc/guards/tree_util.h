@@ -22,49 +22,30 @@ inline constexpr uint64_t kClassRoot = ~uint64_t{0} - 1;
 // Replay lists built for one node at most (a subtree that changes on every call is walked).
 inline constexpr uint8_t kReplayBuilds = 4;
 
-// Interned names of the function and cell fields read directly (owned for the process).
+// Interned names the tree compares a step's name with, or looks up (owned for the process): the function and cell
+// fields read directly, and the attributes whose reads get a proof of their own.
 struct FieldNames {
   PyObject* cell_contents = PyUnicode_InternFromString("cell_contents");
   PyObject* closure = PyUnicode_InternFromString("__closure__");
   PyObject* code = PyUnicode_InternFromString("__code__");
   PyObject* defaults = PyUnicode_InternFromString("__defaults__");
   PyObject* name = PyUnicode_InternFromString("__name__");
+  PyObject* class_ = PyUnicode_InternFromString("__class__");
+  PyObject* dict = PyUnicode_InternFromString("__dict__");
+  PyObject* fget = PyUnicode_InternFromString("fget");
+  PyObject* mro = PyUnicode_InternFromString("__mro__");
+  PyObject* getattribute = PyUnicode_InternFromString("__getattribute__");
 };
 inline const FieldNames& field_names() {
   static const FieldNames names;
   return names;
 }
 
-inline PyObject* class_name() {
-  static PyObject* name = PyUnicode_InternFromString("__class__");  // owned for the process
-  return name;
-}
-
-inline PyObject* dict_name() {
-  static PyObject* name = PyUnicode_InternFromString("__dict__");  // owned for the process
-  return name;
-}
-
-inline PyObject* fget_name() {
-  static PyObject* name = PyUnicode_InternFromString("fget");  // owned for the process
-  return name;
-}
-
-inline PyObject* mro_name() {
-  static PyObject* name = PyUnicode_InternFromString("__mro__");  // owned for the process
-  return name;
-}
-
-inline PyObject* getattribute_name() {
-  static PyObject* name = PyUnicode_InternFromString("__getattribute__");  // owned for the process
-  return name;
-}
-
 // True if `meta` (a metaclass, borrowed) reads its classes' attributes with type's __getattribute__ (a __getattr__
 // it defines runs only when that finds nothing).
 inline bool type_getattribute(PyTypeObject* meta) {
-  static PyObject* slot = _PyType_Lookup(&PyType_Type, getattribute_name());  // borrowed
-  return meta->tp_getattro == PyType_Type.tp_getattro || _PyType_Lookup(meta, getattribute_name()) == slot;
+  static PyObject* slot = _PyType_Lookup(&PyType_Type, field_names().getattribute);  // borrowed
+  return meta->tp_getattro == PyType_Type.tp_getattro || _PyType_Lookup(meta, field_names().getattribute) == slot;
 }
 
 // A property's fget as its member descriptor reads it (borrowed; nullptr if unset or the member is not found). The
@@ -82,8 +63,8 @@ inline PyObject* property_fget(PyObject* prop) {
 // True if `type` (borrowed) reads attributes with object.__getattribute__ (its slot wrapper is borrowed from
 // object's immortal type dict).
 inline bool generic_getattribute(PyTypeObject* type) {
-  static PyObject* slot = _PyType_Lookup(&PyBaseObject_Type, getattribute_name());  // borrowed
-  return _PyType_Lookup(type, getattribute_name()) == slot;
+  static PyObject* slot = _PyType_Lookup(&PyBaseObject_Type, field_names().getattribute);  // borrowed
+  return _PyType_Lookup(type, field_names().getattribute) == slot;
 }
 
 inline bool hooks_empty(PyObject* const hooks[4]) {
