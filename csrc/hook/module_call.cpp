@@ -37,9 +37,9 @@ PyObject* call_fallback(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
 
 PyObject* module_call_with(PyObject* self, PyObject* d, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames);
 
-// OptimizedModule.__call__(self, *args, **kwargs), as the Python method it replaces: hooks on the wrapper, global
-// module hooks, `module.compile()` and torch.jit tracing take nn.Module's own __call__; otherwise the forward's
-// entry (positional or keyword trampoline) is called directly, or `forward` itself when it was replaced.
+// OptimizedModule.__call__(self, *args, **kwargs): nn.Module.__call__ with its no-hook path inlined. Hooks on the
+// wrapper, global module hooks, `module.compile()` and torch.jit tracing take nn.Module's own __call__; otherwise
+// the forward's entry (positional or keyword trampoline) is called directly, or `forward` itself when replaced.
 PyObject* module_call(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   PyObject* d = PyObject_GenericGetDict(self, nullptr);  // new reference
   if (!d) return nullptr;

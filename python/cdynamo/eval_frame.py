@@ -384,9 +384,6 @@ def reset():
     _dynamic.clear_state()
 
 
-_tracing_state = torch._C._get_tracing_state
-
-
 class OptimizedModule(torch.nn.Module):
     """Wraps an nn.Module: same parameters and attributes (forwarded to ``_orig_mod``), and each call runs
     the original module's ``__call__`` (hooks included) under the optimize context."""
@@ -401,23 +398,6 @@ class OptimizedModule(torch.nn.Module):
         self._cdynamo_ctx = ctx
         self.forward = ctx._wrap_module_call(mod)
         self._cdynamo_entries = (self.forward, *self.forward._cdynamo_entries)
-
-    def __call__(self, *args, **kwargs):
-        # nn.Module.__call__ with its no-hook path inlined (one Python frame fewer on every call): hooks on the
-        # wrapper, global module hooks, `module.compile()` and torch.jit tracing take nn.Module's own path.
-        # Replaced below by the same logic in C++ (csrc/hook/module_call.cpp: no Python frame at all).
-        d = self.__dict__
-        m = _nn_module
-        if (d["_forward_pre_hooks"] or d["_forward_hooks"] or d["_backward_pre_hooks"] or d["_backward_hooks"]
-                or m._global_forward_pre_hooks or m._global_forward_hooks or m._global_backward_pre_hooks
-                or m._global_backward_hooks
-                or d.get("_compiled_call_impl") is not None or _tracing_state()):
-            return super().__call__(*args, **kwargs)
-        fwd = d["forward"]
-        entries = d["_cdynamo_entries"]
-        if entries[0] is fwd:  # forward as __init__ set it: its two entries, one frame fewer again
-            return entries[2](*args, **kwargs) if kwargs else entries[1](*args)
-        return fwd(*args, **kwargs)
 
     @property
     def training(self):
@@ -455,5 +435,7 @@ class OptimizedModule(torch.nn.Module):
         return (self.__class__, (self._orig_mod, self._cdynamo_ctx))
 
 
-_python_module_call = OptimizedModule.__call__  # the same logic in Python (tests compare the two)
+# __call__: nn.Module.__call__ with its no-hook path inlined, in C++ (csrc/hook/module_call.cpp; no Python frame per
+# call): hooks on the wrapper, global module hooks, `module.compile()` and torch.jit tracing take nn.Module's own
+# path; otherwise the wrapper's positional or keyword entry (`_cdynamo_entries`) runs, or a `forward` set since.
 _core.C().install_module_call(OptimizedModule, _nn_module.__dict__, torch.nn.Module.__call__)

@@ -171,45 +171,17 @@ def test_regions_under_cuda_graphs_train_like_eager():
     # segment is compiled once and recorded as CUDA graphs; training steps past the recording give eager's outputs
     # and gradients.
     from cdynamo import config, utils
-
-    class Block(torch.nn.Module):
-        def __init__(self, d):
-            super().__init__()
-            self.fc1 = torch.nn.Linear(d, 2 * d)
-            self.fc2 = torch.nn.Linear(2 * d, d)
-            self.norm = torch.nn.LayerNorm(d)
-
-        def forward(self, x):
-            return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.norm(x))))
-
-    class Stack(torch.nn.Module):
-        def __init__(self, d=64, n=4):
-            super().__init__()
-            self.inp = torch.nn.Linear(8, d)
-            self.layers = torch.nn.ModuleList(Block(d) for _ in range(n))
-            self.out = torch.nn.Linear(d, 4)
-
-        def forward(self, x):
-            h = self.inp(x).relu()
-            for layer in self.layers:
-                h = layer(h)
-            return self.out(h).sum(-1)
+    from test_regions import Stack, _train_step  # the regions tests' stack of Linear / LayerNorm / GELU blocks
 
     torch.manual_seed(0)
-    model = Stack().cuda()
+    model = Stack(d=64, n=4).cuda()
     before = dict(utils.counters["stats"])
     with config.patch(compile_regions=True):
         fn = cdynamo.compile(model, mode="reduce-overhead")
         for step in range(4):  # CUDA graphs are recorded on a later call: run past it
             x = torch.randn(8, 32, 8, device="cuda", generator=torch.Generator("cuda").manual_seed(step))
-            model.zero_grad(set_to_none=True)
-            got = fn(x)
-            got.sum().backward()
-            got_g = {n: p.grad.clone() for n, p in model.named_parameters()}
-            model.zero_grad(set_to_none=True)
-            ref = model(x)
-            ref.sum().backward()
-            ref_g = {n: p.grad.clone() for n, p in model.named_parameters()}
+            got, got_g = _train_step(model, fn, x)
+            ref, ref_g = _train_step(model, model, x)
             torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)
             torch.testing.assert_close(got_g, ref_g, atol=1e-4, rtol=1e-3)
     after = dict(utils.counters["stats"])

@@ -324,18 +324,6 @@ def test_dict_argument_changed_in_place_between_calls_is_seen():
     same(opt(x, d), f(x, d))
 
 
-def _make_inner():
-    g = _double
-
-    def inner(x):
-        return g(x)
-
-    def rebind(h):
-        nonlocal g
-        g = h
-    return inner, rebind
-
-
 def _make_top(inner):
     def top(x):
         return inner(x) + 1
@@ -344,7 +332,7 @@ def _make_top(inner):
 
 def test_cell_of_a_function_proven_by_id_match_rebound_is_seen():
     # top's cell holds `inner` (an ID_MATCH proves it); inner's own cell is read below that proof
-    inner, rebind = _make_inner()
+    inner, rebind = _make_rebindable()
     top = _make_top(inner)
     x = torch.randn(4)
     opt, cnt = compiled(top)

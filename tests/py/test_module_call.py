@@ -1,12 +1,11 @@
 # test_module_call.py — owns the tests of OptimizedModule.__call__ in C++ (csrc/hook/module_call.cpp): each path it
 # takes (the entries, a replaced forward, nn.Module.__call__ for hooks, compile() and tracing) against eager, torch.compile and
-# the Python method it replaced.
+# nn.Module.__call__ (the general path it inlines).
 import pytest
 import torch
 from torch import nn
 
 import cdynamo
-from cdynamo import eval_frame
 
 
 class Net(nn.Module):
@@ -40,7 +39,7 @@ pytestmark = pytest.mark.usefixtures("cdynamo_reset")
 def test_call_is_the_cpp_descriptor():
     call = type(cdynamo.optimize("eager")(Net())).__call__
     assert type(call).__name__ == "method_descriptor"
-    assert call is not eval_frame._python_module_call
+    assert call is not torch.nn.Module.__call__
 
 
 def test_positional_and_keyword_calls_run_compiled():
@@ -74,14 +73,14 @@ def test_wrapper_hooks_run_as_in_eager_and_torch_compile():
 
 
 def test_backward_hook_on_wrapper_as_torch_compile():
-    # A full backward hook registered on the wrapper: torch.compile's wrapper and the Python method both call
-    # nn.Module.__call__, whose hook then sees no grad_fn of the wrapper's own (the count is torch.compile's: 0).
+    # A full backward hook registered on the wrapper: torch.compile's wrapper and ours both take nn.Module.__call__,
+    # whose hook then sees no grad_fn of the wrapper's own (the count is torch.compile's: 0).
     counts = []
-    for wrap in (lambda m: torch.compile(m, backend="eager"), lambda m: cdynamo.optimize("eager")(m), "python"):
+    for wrap in (lambda m: torch.compile(m, backend="eager"), lambda m: cdynamo.optimize("eager")(m), "module"):
         torch.manual_seed(0)
-        if wrap == "python":
+        if wrap == "module":
             mod = cdynamo.optimize("eager")(Net())
-            call = lambda *a: eval_frame._python_module_call(mod, *a)  # noqa: E731
+            call = lambda *a: torch.nn.Module.__call__(mod, *a)  # noqa: E731
         else:
             mod = call = wrap(Net())
         grads = []
@@ -143,9 +142,9 @@ def test_errors_propagate_and_bad_self_is_a_type_error():
         type(opt).__call__(object(), torch.randn(2, 4))
 
 
-def test_same_results_as_the_python_method():
+def test_same_results_as_module_call():
     torch.manual_seed(0)
     net, opt, _ = _pair()
     x = torch.randn(2, 4)
     for args, kwargs in (((x,), {}), ((x,), {"scale": 3.0}), ((), {"x": x})):
-        assert torch.equal(type(opt).__call__(opt, *args, **kwargs), eval_frame._python_module_call(opt, *args, **kwargs))
+        assert torch.equal(type(opt).__call__(opt, *args, **kwargs), torch.nn.Module.__call__(opt, *args, **kwargs))
